@@ -1,0 +1,45 @@
+"""Builds the Quart-Trio application: routes, authentication, errors, OpenAPI."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+from quart_schema import QuartSchema
+from quart_trio import QuartTrio
+
+from api import auth, errors
+from api.routes import api_keys, audit_log, domains, health, senders, sessions, suppressions
+from engine.runtime import Runtime
+
+# Attachments may total 24 MiB, which base64 makes ~32 MiB; anything larger is refused early.
+MAX_BODY_BYTES = 40 * 1024 * 1024
+
+BLUEPRINTS = (
+    health.blueprint,
+    sessions.blueprint,
+    api_keys.blueprint,
+    domains.blueprint,
+    senders.blueprint,
+    suppressions.blueprint,
+    audit_log.blueprint,
+)
+
+
+def create_app(rt: Runtime, metrics: CollectorRegistry) -> QuartTrio:
+    """The `/v1` API over one engine runtime."""
+    app = QuartTrio(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.url_map.strict_slashes = False
+    app.extensions["postroom"] = rt
+    app.extensions["postroom.metrics"] = metrics
+    QuartSchema(
+        app,
+        info={"title": "Postroom", "version": "1"},
+        security_schemes={"apiKey": {"type": "http", "scheme": "bearer"}},
+        security=[{"apiKey": []}],
+    )
+    for blueprint in BLUEPRINTS:
+        app.register_blueprint(blueprint)
+    errors.install(app)
+    auth.install(app, rt)
+    return app

@@ -1,0 +1,80 @@
+"""Authentication of every `/v1` request: a Bearer API key or the session cookie.
+
+Routes are private unless marked `@public`. Cookie sessions must prove same origin on unsafe
+methods (CSRF): their `Origin` header must equal the public URL's origin. Platform-admin
+routes additionally need `is_admin` and a re-authentication less than five minutes old.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from quart import Quart, current_app, g, request
+
+from engine.accounts import SESSION_COOKIE
+from engine.auth import authenticate_key, authenticate_session
+from engine.errors import Forbidden, Unauthorized
+from engine.runtime import Principal, Runtime
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def public(handler: F) -> F:
+    """Mark a route as needing no authentication."""
+    handler._postroom_public = True  # type: ignore[attr-defined]
+    return handler
+
+
+def principal() -> Principal:
+    """The authenticated caller of the current request."""
+    who: Principal = g.principal
+    return who
+
+
+def runtime() -> Runtime:
+    """The engine runtime the app was built with."""
+    rt: Runtime = current_app.extensions["postroom"]
+    return rt
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def install(app: Quart, rt: Runtime) -> None:
+    """Authenticate each request before its route runs."""
+    expected_origin = origin_of(rt.public_url)
+
+    @app.before_request
+    async def authenticate() -> None:
+        endpoint = request.endpoint
+        view = current_app.view_functions.get(endpoint) if endpoint else None
+        if view is None or getattr(view, "_postroom_public", False):
+            return
+        if not request.path.startswith("/v1/"):
+            return
+        authorization = request.headers.get("Authorization")
+        if authorization is not None:
+            scheme, _, credential = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not credential.strip():
+                raise Unauthorized("use 'Authorization: Bearer <API key>'")
+            g.principal = await authenticate_key(rt, credential.strip())
+            return
+        token = request.cookies.get(SESSION_COOKIE)
+        if token is None:
+            raise Unauthorized("authentication required: send an API key or log in")
+        if request.method not in _SAFE_METHODS:
+            origin = request.headers.get("Origin", "")
+            if origin.lower() != expected_origin:
+                raise Forbidden(
+                    "cross-site request refused: Origin must match the service's public URL",
+                    code="csrf_failed",
+                )
+        session = await authenticate_session(rt, token, request.headers.get("X-Workspace-Id"))
+        g.principal = session.principal
+        g.reauthenticated_until = session.reauthenticated_until

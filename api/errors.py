@@ -1,0 +1,71 @@
+"""The error body of every 4xx and 5xx: `{"code", "detail"}` plus extra keys where useful.
+
+Engine errors map to statuses by type; HTTP errors raised by Quart (unknown route, wrong
+method, body too large) get the same body, so no client ever sees an HTML error page.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from quart import Quart, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from engine.errors import (
+    Conflict,
+    EngineError,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+    Unprocessable,
+)
+
+log = logging.getLogger("postroom.api")
+
+_STATUS_OF = (
+    (Unauthorized, 401),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (Conflict, 409),
+    (InvalidRequest, 400),
+    (Unprocessable, 422),
+)
+
+_CODE_OF_HTTP_STATUS = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def error_response(status: int, code: str, detail: str, **extra: Any) -> Response:
+    """A JSON error response with the standard body."""
+    response = jsonify({"code": code, "detail": detail, **extra})
+    response.status_code = status
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="postroom"'
+    return response
+
+
+def install(app: Quart) -> None:
+    """Register the handlers that give every error the standard body."""
+
+    @app.errorhandler(EngineError)
+    async def engine_error(exc: EngineError) -> Response:
+        status = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), 400)
+        return error_response(status, exc.code, exc.detail, **exc.extra)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = _CODE_OF_HTTP_STATUS.get(status, "http_error")
+        return error_response(status, code, exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    async def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "internal error; it has been logged")

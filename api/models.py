@@ -1,0 +1,21 @@
+"""Shared pieces of request and response models."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+EmailText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=320)]
+
+
+class Out(BaseModel):
+    """Base of response models: built from engine records by attribute."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class PageQuery(BaseModel):
+    page: int = Field(0, ge=0, le=1_000_000)
+    limit: int = Field(20, ge=1, le=100)

@@ -1,0 +1,102 @@
+"""`/v1/domains/`: register (DKIM key and DNS records), read, tracking settings, verify, delete."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+from quart import Blueprint, Response
+from quart_schema import document_response
+
+from api.auth import principal, runtime
+from api.models import Out
+from api.validation import json_body
+from engine import domains
+from storage.domains import Domain
+
+blueprint = Blueprint("domains", __name__, url_prefix="/v1/domains")
+
+
+class CreateDomain(BaseModel):
+    name: str = Field(min_length=1, max_length=253)
+
+
+class UpdateDomain(BaseModel):
+    open_tracking: bool | None = None
+    click_tracking: bool | None = None
+
+
+class DnsRecordOut(Out):
+    type: str
+    host: str
+    value: str
+    purpose: str
+    required: bool
+    status: str
+
+
+class DomainOut(Out):
+    id: str
+    name: str
+    status: str
+    dns_records: list[DnsRecordOut]
+    open_tracking: bool
+    click_tracking: bool
+    created_at: datetime
+    verified_at: datetime | None
+
+
+def render(domain: Domain) -> dict[str, object]:
+    records = domains.dns_records(domain, runtime().smtp_host)
+    out = DomainOut(
+        id=domain.id,
+        name=domain.name,
+        status=domain.status,
+        dns_records=[DnsRecordOut.model_validate(r) for r in records],
+        open_tracking=domain.open_tracking,
+        click_tracking=domain.click_tracking,
+        created_at=domain.created_at,
+        verified_at=domain.verified_at,
+    )
+    return out.model_dump(mode="json")
+
+
+@blueprint.post("/")
+@json_body(CreateDomain)
+@document_response(DomainOut, 201)
+async def create(body: CreateDomain) -> tuple[dict[str, object], int]:
+    return render(await domains.create(runtime(), principal(), body.name)), 201
+
+
+@blueprint.get("/")
+@document_response(list[DomainOut])
+async def list_domains() -> list[dict[str, object]]:
+    return [render(d) for d in await domains.list_all(runtime(), principal())]
+
+
+@blueprint.get("/<domain_id>")
+@document_response(DomainOut)
+async def get(domain_id: str) -> dict[str, object]:
+    return render(await domains.get(runtime(), principal(), domain_id))
+
+
+@blueprint.patch("/<domain_id>")
+@json_body(UpdateDomain)
+@document_response(DomainOut)
+async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
+    domain = await domains.update(
+        runtime(), principal(), domain_id, body.open_tracking, body.click_tracking
+    )
+    return render(domain)
+
+
+@blueprint.post("/<domain_id>/verify")
+@document_response(DomainOut)
+async def verify(domain_id: str) -> dict[str, object]:
+    return render(await domains.verify(runtime(), principal(), domain_id))
+
+
+@blueprint.delete("/<domain_id>")
+async def delete(domain_id: str) -> Response:
+    await domains.delete(runtime(), principal(), domain_id)
+    return Response(status=204)

@@ -1,0 +1,79 @@
+"""`/v1/auth/`: password login to a session cookie, logout, and re-authentication."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+from quart import Blueprint, Response, jsonify
+
+from api.auth import principal, public, runtime
+from api.models import EmailText
+from api.validation import json_body
+from engine import accounts
+
+blueprint = Blueprint("sessions", __name__, url_prefix="/v1/auth")
+
+
+class Login(BaseModel):
+    email: EmailText
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class Reauth(BaseModel):
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class WorkspaceOut(BaseModel):
+    id: str
+    name: str
+    plan: str
+
+
+class LoginOut(BaseModel):
+    user_id: str
+    email: str
+    is_admin: bool
+    workspaces: list[WorkspaceOut]
+    expires_at: datetime
+
+
+@blueprint.post("/login")
+@public
+@json_body(Login)
+async def login(body: Login) -> Response:
+    rt = runtime()
+    session = await accounts.login(rt, body.email, body.password)
+    out = LoginOut(
+        user_id=session.user.id,
+        email=session.user.email,
+        is_admin=session.user.is_admin,
+        workspaces=[WorkspaceOut(id=w.id, name=w.name, plan=w.plan) for w in session.workspaces],
+        expires_at=session.expires_at,
+    )
+    response = jsonify(out.model_dump(mode="json"))
+    response.set_cookie(
+        accounts.SESSION_COOKIE,
+        session.token,
+        max_age=int(accounts.SESSION_LIFETIME.total_seconds()),
+        httponly=True,
+        secure=rt.public_url.startswith("https://"),
+        samesite="Lax",
+        path="/",
+    )
+    return response
+
+
+@blueprint.post("/logout")
+async def logout() -> Response:
+    await accounts.logout(runtime(), principal())
+    response = Response(status=204)
+    response.delete_cookie(accounts.SESSION_COOKIE, path="/")
+    return response
+
+
+@blueprint.post("/reauth")
+@json_body(Reauth)
+async def reauth(body: Reauth) -> dict[str, object]:
+    until = await accounts.reauthenticate(runtime(), principal(), body.password)
+    return {"reauthenticated_until": until.isoformat().replace("+00:00", "Z")}

@@ -1,0 +1,155 @@
+"""Accounts: users, their workspaces and plans, and password sessions.
+
+A user owns one or more workspaces; every resource belongs to a workspace and the plan is the
+workspace's. `create_account` makes the user, a first workspace and a first API key in one
+unit of work, for the `postroom accounts create` command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import jwt
+
+from engine import plans
+from engine.activity import Change, record
+from engine.addresses import normalize_email
+from engine.api_keys import PERMISSIONS, insert_key
+from engine.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
+from engine.runtime import Principal, Runtime
+from engine.secrets import hash_password, verify_password
+from storage import accounts
+from storage.accounts import Session, User, Workspace
+from storage.codec import new_id
+from storage.tx import Tx
+
+SESSION_LIFETIME = timedelta(days=7)
+REAUTH_WINDOW = timedelta(minutes=5)
+SESSION_COOKIE = "postroom_session"
+MIN_PASSWORD_LENGTH = 8
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedAccount:
+    user_id: str
+    workspace_id: str
+    email: str
+    plan: str
+    api_key: str
+
+
+def _check_plan(name: str) -> str:
+    if name not in plans.PLAN_NAMES:
+        raise Unprocessable(f"unknown plan {name!r}; choose one of {', '.join(plans.PLAN_NAMES)}")
+    return name
+
+
+def _insert_account(tx: Tx, user: User, workspace: Workspace) -> CreatedAccount:
+    if accounts.user_by_email(tx, user.email) is not None:
+        raise Conflict(f"an account with {user.email} already exists", code="email_taken")
+    accounts.insert_user(tx, user)
+    accounts.insert_workspace(tx, workspace)
+    created = insert_key(
+        tx,
+        workspace.id,
+        workspace.plan,
+        user.id,
+        user.email,
+        "default",
+        PERMISSIONS,
+        user.created_at,
+    )
+    return CreatedAccount(user.id, workspace.id, user.email, workspace.plan, created.raw)
+
+
+async def create_account(
+    rt: Runtime, email: str, password: str, plan: str = "free", admin: bool = False
+) -> CreatedAccount:
+    """A new user with a workspace on `plan` and a first API key."""
+    address = normalize_email(email)
+    _check_plan(plan)
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise Unprocessable(f"the password must have at least {MIN_PASSWORD_LENGTH} characters")
+    now = rt.clock.now()
+    user = User(new_id(), address, await hash_password(password), admin, now)
+    workspace = Workspace(new_id(), address, plan, user.id, now)
+    return await rt.db.write(_insert_account, user, workspace)
+
+
+def _set_plan(tx: Tx, email: str, plan: str, now: datetime) -> list[str]:
+    user = accounts.user_by_email(tx, email)
+    if user is None:
+        raise NotFound(f"no account uses {email}")
+    changed = []
+    for workspace in accounts.owned_workspaces(tx, user.id):
+        if workspace.plan != plan:
+            accounts.set_plan(tx, workspace.id, plan)
+            change = Change(
+                "workspace.plan_changed",
+                workspace.name,
+                workspace.id,
+                {"from": workspace.plan, "to": plan},
+            )
+            record(tx, workspace.id, user.email, change, now)
+        changed.append(workspace.id)
+    return changed
+
+
+async def set_plan(rt: Runtime, email: str, plan: str) -> list[str]:
+    """Put every workspace the user owns on `plan`; their ids."""
+    changed = await rt.db.write(
+        _set_plan, normalize_email(email), _check_plan(plan), rt.clock.now()
+    )
+    rt.key_cache.clear()  # cached keys carry their workspace's plan
+    return changed
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedIn:
+    token: str
+    user: User
+    workspaces: list[Workspace]
+    expires_at: datetime
+
+
+def _open_session(tx: Tx, user: User, session: Session, now: datetime) -> list[Workspace]:
+    accounts.insert_session(tx, session, now)
+    workspaces = accounts.workspaces_of(tx, user.id)
+    for workspace in workspaces:
+        record(tx, workspace.id, user.email, Change("session.created", user.email, session.id), now)
+    return workspaces
+
+
+async def login(rt: Runtime, email: str, password: str) -> LoggedIn:
+    """Check a password and open a session; Unauthorized on any mismatch."""
+    user = await rt.db.read(accounts.user_by_email, email.strip().lower())
+    if not await verify_password(user.password_hash if user else None, password) or user is None:
+        raise Unauthorized("wrong email or password")
+    now = rt.clock.now()
+    session = Session(new_id(), user.id, now + SESSION_LIFETIME, None, revoked=False)
+    workspaces = await rt.db.write(_open_session, user, session, now)
+    token = jwt.encode(
+        {"sid": session.id, "sub": user.id, "exp": int(session.expires_at.timestamp())},
+        rt.secret_key,
+        algorithm="HS256",
+    )
+    return LoggedIn(token, user, workspaces, session.expires_at)
+
+
+async def logout(rt: Runtime, who: Principal) -> None:
+    """End the principal's session for good (a key-authenticated call changes nothing)."""
+    if who.session_id is not None:
+        await rt.db.write(accounts.revoke_session, who.session_id, rt.clock.now())
+
+
+async def reauthenticate(rt: Runtime, who: Principal, password: str) -> datetime:
+    """Mark the session re-authenticated for five minutes; the time it lapses."""
+    if who.session_id is None:
+        raise Forbidden("re-authentication needs a session cookie, not an API key")
+    user = await rt.db.read(accounts.user_by_id, who.user_id)
+    if user is None or not await verify_password(user.password_hash, password):
+        raise Unauthorized("wrong password")
+    until = rt.clock.now() + REAUTH_WINDOW
+    await rt.db.write(accounts.mark_reauthenticated, who.session_id, until)
+    return until

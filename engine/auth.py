@@ -1,0 +1,104 @@
+"""Who is calling: an API key (Bearer) or a session cookie, resolved to a Principal.
+
+Keys are looked up by hash and kept in `Runtime.key_cache` for a few seconds, so the hot send
+path does not pay a database round trip per request. `last_used_at` is written at most once a
+minute per key, through group commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import jwt
+
+from engine.errors import Forbidden, NotFound, Unauthorized
+from engine.runtime import Principal, Runtime
+from engine.secrets import API_KEY_PREFIX, same, token_hash
+from storage import accounts, api_keys
+from storage.accounts import Session, Workspace
+from storage.tx import Tx
+
+LAST_USED_PRECISION = timedelta(minutes=1)
+
+
+async def authenticate_key(rt: Runtime, raw: str) -> Principal:
+    """The principal an API key acts for; Unauthorized for unknown or deactivated keys."""
+    if not raw.startswith(API_KEY_PREFIX) or len(raw) > 200:
+        raise Unauthorized("invalid API key")
+    key_hash = token_hash(raw)
+    holder = rt.key_cache.get(key_hash)
+    if holder is None:
+        holder = await rt.db.read(api_keys.holder_by_hash, key_hash)
+        if holder is None or not same(holder.key_hash, key_hash):
+            raise Unauthorized("invalid API key")
+        rt.key_cache.put(holder)
+    now = rt.clock.now()
+    if holder.last_used_at is None or now - holder.last_used_at >= LAST_USED_PRECISION:
+        rt.key_cache.put(replace(holder, last_used_at=now))
+        await rt.db.write(api_keys.touch, holder.key_id, now)
+    return Principal(
+        user_id=holder.user_id,
+        user_email=holder.user_email,
+        workspace_id=holder.workspace_id,
+        plan=holder.plan,
+        api_key_id=holder.key_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    session: Session
+    user_email: str
+    workspaces: list[Workspace]
+
+
+def _session_view(tx: Tx, session_id: str) -> SessionView | None:
+    session = accounts.session_by_id(tx, session_id)
+    if session is None:
+        return None
+    user = accounts.user_by_id(tx, session.user_id)
+    if user is None:
+        return None
+    return SessionView(session, user.email, accounts.workspaces_of(tx, user.id))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPrincipal:
+    principal: Principal
+    reauthenticated_until: datetime | None
+
+
+async def authenticate_session(
+    rt: Runtime, token: str, workspace_id: str | None
+) -> SessionPrincipal:
+    """The principal of a session cookie in the workspace the caller selected."""
+    try:
+        # Expiry is checked against the service clock below, not the host's.
+        claims = jwt.decode(
+            token, rt.secret_key, algorithms=["HS256"], options={"verify_exp": False}
+        )
+        session_id = str(claims["sid"])
+    except (jwt.InvalidTokenError, KeyError):
+        raise Unauthorized("invalid session") from None
+    view = await rt.db.read(_session_view, session_id)
+    now = rt.clock.now()
+    if view is None or view.session.revoked or view.session.expires_at <= now:
+        raise Unauthorized("session expired or ended; log in again")
+    if not view.workspaces:
+        raise Forbidden("this user belongs to no workspace")
+    if workspace_id is None:
+        workspace = view.workspaces[0]
+    else:
+        chosen = [w for w in view.workspaces if w.id == workspace_id]
+        if not chosen:
+            raise NotFound("workspace not found")
+        workspace = chosen[0]
+    principal = Principal(
+        user_id=view.session.user_id,
+        user_email=view.user_email,
+        workspace_id=workspace.id,
+        plan=workspace.plan,
+        session_id=session_id,
+    )
+    return SessionPrincipal(principal, view.session.reauth_until)

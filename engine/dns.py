@@ -1,0 +1,62 @@
+"""DNS lookups through dnspython's async resolver (Trio backend).
+
+The resolver answers from the servers in `POSTROOM_DNS_SERVERS` (tests point it at their own
+authoritative server on loopback) or from the system's configuration. Lookups tell "the name
+has no such record" (an empty answer) apart from "DNS could not answer now"
+(`TemporaryDnsError`), because only the first is a fact worth acting on.
+"""
+
+from __future__ import annotations
+
+import dns.asyncresolver
+import dns.exception
+import dns.nameserver
+import dns.resolver
+
+LOOKUP_LIFETIME = 5.0
+
+
+class TemporaryDnsError(Exception):
+    """Raised when a lookup fails for a reason that may pass (timeout, SERVFAIL)."""
+
+
+def make_resolver(servers: list[tuple[str, int]] | None) -> dns.asyncresolver.Resolver:
+    """A resolver for the given `(host, port)` servers, or the system's when None."""
+    if servers is None:
+        resolver = dns.asyncresolver.Resolver()
+    else:
+        resolver = dns.asyncresolver.Resolver(configure=False)
+        resolver.nameservers = [dns.nameserver.Do53Nameserver(host, port) for host, port in servers]
+    resolver.lifetime = LOOKUP_LIFETIME
+    return resolver
+
+
+async def _answer(
+    resolver: dns.asyncresolver.Resolver, name: str, rdtype: str
+) -> dns.resolver.Answer | None:
+    try:
+        return await resolver.resolve(name, rdtype, search=False)
+    except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+        return None
+    except (dns.resolver.NoNameservers, dns.exception.Timeout, dns.resolver.LifetimeTimeout) as exc:
+        raise TemporaryDnsError(f"{rdtype} lookup of {name} failed: {exc}") from exc
+
+
+async def txt(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
+    """Every TXT record at `name`, each with its character-strings joined."""
+    answer = await _answer(resolver, name, "TXT")
+    if answer is None:
+        return []
+    return [b"".join(rdata.strings).decode("utf-8", "replace") for rdata in answer]
+
+
+async def mx(resolver: dns.asyncresolver.Resolver, name: str) -> list[tuple[int, str]]:
+    """The MX records at `name` as (preference, host without trailing dot), best first."""
+    answer = await _answer(resolver, name, "MX")
+    if answer is None:
+        return []
+    records = [
+        (int(rdata.preference), rdata.exchange.to_text(omit_final_dot=True).lower())
+        for rdata in answer
+    ]
+    return sorted(records)

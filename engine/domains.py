@@ -1,0 +1,264 @@
+"""Sending domains: creation with a DKIM key, the DNS records to publish, verification.
+
+A domain is verified when its DKIM TXT record resolves and publishes the domain's key: that
+is the only `required` record. SPF, DMARC and MX are guidance whose status is reported. A
+domain whose DKIM record is still absent stays `pending`; one whose record publishes another
+key is `failed`. Only one workspace at a time may have a given name verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import trio
+
+from engine import dkim_keys, dns, plans
+from engine.activity import Change, record
+from engine.addresses import normalize_domain
+from engine.errors import Conflict, NotFound
+from engine.runtime import Principal, Runtime
+from storage import domains
+from storage.codec import new_id
+from storage.domains import Domain
+from storage.tx import Tx
+
+PENDING, VERIFIED, MISSING, FAILED = "pending", "verified", "missing", "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class DnsRecord:
+    type: str
+    host: str
+    value: str
+    purpose: str
+    required: bool
+    status: str
+
+
+def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
+    """The records the owner publishes, each with its status from the last check."""
+    status = domain.record_status
+    return [
+        DnsRecord(
+            "TXT",
+            f"{domain.dkim_selector}._domainkey.{domain.name}",
+            dkim_keys.txt_value(domain.dkim_public_key),
+            "dkim",
+            True,
+            status.get("dkim", PENDING),
+        ),
+        DnsRecord(
+            "TXT",
+            domain.name,
+            f"v=spf1 a:{smtp_host} ~all",
+            "spf",
+            False,
+            status.get("spf", PENDING),
+        ),
+        DnsRecord(
+            "TXT",
+            f"_dmarc.{domain.name}",
+            "v=DMARC1; p=none;",
+            "dmarc",
+            False,
+            status.get("dmarc", PENDING),
+        ),
+        DnsRecord("MX", domain.name, f"10 {smtp_host}", "mx", False, status.get("mx", PENDING)),
+    ]
+
+
+def _insert(tx: Tx, who: Principal, domain: Domain) -> Domain:
+    if domains.by_name(tx, who.workspace_id, domain.name) is not None:
+        raise Conflict(
+            f"{domain.name} is already registered in this workspace", code="domain_exists"
+        )
+    plans.check_room(
+        plans.plan(who.plan).domains, domains.count(tx, who.workspace_id), "domains", who.plan
+    )
+    domains.insert(tx, domain)
+    record(
+        tx,
+        who.workspace_id,
+        who.user_email,
+        Change("domain.created", domain.name, domain.id),
+        domain.created_at,
+    )
+    return domain
+
+
+async def create(rt: Runtime, who: Principal, name: str) -> Domain:
+    """Register a domain and generate its DKIM key; PlanLimit past the plan's domains."""
+    canonical = normalize_domain(name)
+    key = await dkim_keys.generate()
+    domain = Domain(
+        id=new_id(),
+        workspace_id=who.workspace_id,
+        name=canonical,
+        status=PENDING,
+        dkim_selector=key.selector,
+        dkim_private_key=key.private_pem,
+        dkim_public_key=key.public_b64,
+        record_status={},
+        open_tracking=False,
+        click_tracking=False,
+        created_at=rt.clock.now(),
+        verified_at=None,
+    )
+    return await rt.db.write(_insert, who, domain)
+
+
+async def get(rt: Runtime, who: Principal, domain_id: str) -> Domain:
+    domain = await rt.db.read(domains.get, who.workspace_id, domain_id)
+    if domain is None:
+        raise NotFound("domain not found")
+    return domain
+
+
+async def list_all(rt: Runtime, who: Principal) -> list[Domain]:
+    return await rt.db.read(domains.list_all, who.workspace_id)
+
+
+def _update_tracking(
+    tx: Tx,
+    who: Principal,
+    domain_id: str,
+    open_tracking: bool | None,
+    click_tracking: bool | None,
+    now: datetime,
+) -> Domain:
+    domain = domains.get(tx, who.workspace_id, domain_id)
+    if domain is None:
+        raise NotFound("domain not found")
+    opened = domain.open_tracking if open_tracking is None else open_tracking
+    clicked = domain.click_tracking if click_tracking is None else click_tracking
+    domains.set_tracking(tx, domain.id, opened, clicked)
+    record(
+        tx,
+        who.workspace_id,
+        who.user_email,
+        Change(
+            "domain.updated",
+            domain.name,
+            domain.id,
+            {"open_tracking": opened, "click_tracking": clicked},
+        ),
+        now,
+    )
+    updated = domains.get(tx, who.workspace_id, domain_id)
+    assert updated is not None
+    return updated
+
+
+async def update(
+    rt: Runtime,
+    who: Principal,
+    domain_id: str,
+    open_tracking: bool | None,
+    click_tracking: bool | None,
+) -> Domain:
+    """Change the domain's tracking settings (None leaves a setting as it is)."""
+    return await rt.db.write(
+        _update_tracking, who, domain_id, open_tracking, click_tracking, rt.clock.now()
+    )
+
+
+def _delete(tx: Tx, who: Principal, domain_id: str, now: datetime) -> None:
+    domain = domains.get(tx, who.workspace_id, domain_id)
+    if domain is None:
+        raise NotFound("domain not found")
+    domains.delete(tx, domain.id)
+    record(
+        tx, who.workspace_id, who.user_email, Change("domain.deleted", domain.name, domain.id), now
+    )
+
+
+async def delete(rt: Runtime, who: Principal, domain_id: str) -> None:
+    """Remove a domain and its senders."""
+    await rt.db.write(_delete, who, domain_id, rt.clock.now())
+
+
+async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
+    """Look every record up at once; a status per purpose (a DNS failure keeps `pending`)."""
+    results: dict[str, str] = {}
+
+    async def check(purpose: str, lookup: Callable[[], Awaitable[bool]]) -> None:
+        try:
+            results[purpose] = VERIFIED if await lookup() else MISSING
+        except dns.TemporaryDnsError:
+            results[purpose] = PENDING
+
+    async def dkim() -> bool:
+        published = [
+            dkim_keys.published_key(value)
+            for value in await dns.txt(
+                rt.resolver, f"{domain.dkim_selector}._domainkey.{domain.name}"
+            )
+        ]
+        if domain.dkim_public_key in published:
+            return True
+        if any(published):
+            results["dkim_mismatch"] = "yes"
+        return False
+
+    async def spf() -> bool:
+        records = await dns.txt(rt.resolver, domain.name)
+        return any(
+            r.lower().startswith("v=spf1") and rt.smtp_host.lower() in r.lower() for r in records
+        )
+
+    async def dmarc() -> bool:
+        records = await dns.txt(rt.resolver, f"_dmarc.{domain.name}")
+        return any(r.replace(" ", "").upper().startswith("V=DMARC1") for r in records)
+
+    async def mx() -> bool:
+        return any(
+            host == rt.smtp_host.lower() for _, host in await dns.mx(rt.resolver, domain.name)
+        )
+
+    async with trio.open_nursery() as nursery:
+        for purpose, lookup in (("dkim", dkim), ("spf", spf), ("dmarc", dmarc), ("mx", mx)):
+            nursery.start_soon(check, purpose, lookup)
+    return results
+
+
+def _record_verification(
+    tx: Tx, who: Principal, domain: Domain, statuses: dict[str, str], now: datetime
+) -> Domain:
+    current = domains.get(tx, who.workspace_id, domain.id)
+    if current is None:
+        raise NotFound("domain not found")
+    mismatch = statuses.pop("dkim_mismatch", None) is not None
+    dkim = statuses["dkim"]
+    if dkim == VERIFIED:
+        if domains.verified_elsewhere(tx, who.workspace_id, current.name):
+            raise Conflict(
+                f"{current.name} is verified by another workspace; transfer it instead",
+                code="domain_taken",
+            )
+        status = VERIFIED
+    elif dkim == MISSING and (mismatch or current.status == VERIFIED):
+        status = FAILED
+    else:  # still absent, or DNS could not answer: nothing new was learned
+        status = current.status
+    verified_at = (current.verified_at or now) if status == VERIFIED else None
+    domains.record_check(tx, current.id, status, statuses, now, verified_at)
+    action = "domain.verified" if status == VERIFIED else "domain.verification_failed"
+    record(
+        tx,
+        who.workspace_id,
+        who.user_email,
+        Change(action, current.name, current.id, {"status": status, "records": statuses}),
+        now,
+    )
+    updated = domains.get(tx, who.workspace_id, domain.id)
+    assert updated is not None
+    return updated
+
+
+async def verify(rt: Runtime, who: Principal, domain_id: str) -> Domain:
+    """Look the domain's records up in DNS and record what was found."""
+    domain = await get(rt, who, domain_id)
+    statuses = await _check_records(rt, domain)
+    return await rt.db.write(_record_verification, who, domain, statuses, rt.clock.now())

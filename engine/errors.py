@@ -1,0 +1,71 @@
+"""The engine's errors, grouped by who is to blame.
+
+Front doors translate each into their protocol (an HTTP status and the error body, an SMTP
+reply); engine code raises them and never speaks HTTP itself. Each carries a snake_case
+`code` for the error body and a human `detail`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineError(Exception):
+    """Base of every error a caller can be told about."""
+
+    code = "error"
+
+    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        self.extra = extra
+
+
+class NotFound(EngineError):
+    """Raised when a resource does not exist or belongs to another workspace."""
+
+    code = "not_found"
+
+
+class Unauthorized(EngineError):
+    """Raised when credentials are missing, wrong or deactivated."""
+
+    code = "unauthorized"
+
+
+class Forbidden(EngineError):
+    """Raised when the caller is known but may not do this (e.g. a CSRF check failed)."""
+
+    code = "forbidden"
+
+
+class PlanFeature(Forbidden):
+    """Raised when the workspace's plan does not include a feature."""
+
+    code = "plan_feature"
+
+
+class PlanLimit(Forbidden):
+    """Raised when the workspace's plan limit for a resource is reached."""
+
+    code = "plan_limit"
+
+
+class Conflict(EngineError):
+    """Raised when the request clashes with the resource's current state."""
+
+    code = "conflict"
+
+
+class InvalidRequest(EngineError):
+    """Raised for a request the engine refuses as malformed (HTTP 400)."""
+
+    code = "invalid_request"
+
+
+class Unprocessable(EngineError):
+    """Raised for a well-formed request that fails a rule (HTTP 422)."""
+
+    code = "validation_error"

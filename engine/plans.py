@@ -1,0 +1,67 @@
+"""Plan limits and feature gates (DESIGN.md section 3). -1 means unlimited."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import PlanFeature, PlanLimit
+
+UNLIMITED = -1
+PLAN_NAMES = ("free", "starter", "pro", "business")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    name: str
+    domains: int
+    api_keys: int
+    batch_size: int  # 0: batch sending not available
+    contact_lists: int
+    contacts_per_list: int
+    templates: int  # 0: templates not available
+    smtp_credentials: int
+    forwards: int  # 0: forwards not available
+    emails_per_month: int
+    scheduled_send: bool
+    bimi: bool
+
+
+PLANS: dict[str, Plan] = {
+    "free": Plan("free", 1, 2, 0, 1, 1_000, 0, 1, 0, 3_000, False, False),
+    "starter": Plan("starter", 3, 5, 25, 10, 10_000, 20, 3, 5, 50_000, True, False),
+    "pro": Plan("pro", 10, 15, 50, 50, 100_000, 200, 10, 50, 500_000, True, True),
+    "business": Plan(
+        "business",
+        UNLIMITED,
+        50,
+        100,
+        UNLIMITED,
+        1_000_000,
+        UNLIMITED,
+        UNLIMITED,
+        UNLIMITED,
+        UNLIMITED,
+        True,
+        True,
+    ),
+}
+
+
+def plan(name: str) -> Plan:
+    """The plan called `name`."""
+    return PLANS[name]
+
+
+def check_room(limit: int, used: int, what: str, plan_name: str) -> None:
+    """Raise PlanLimit when `used` already fills `limit` (-1 is unlimited)."""
+    if limit != UNLIMITED and used >= limit:
+        raise PlanLimit(
+            f"The {plan_name} plan allows {limit} {what}; upgrade the plan or remove one first.",
+            limit=limit,
+        )
+
+
+def require(feature_available: bool, feature: str, plan_name: str) -> None:
+    """Raise PlanFeature when the plan lacks a feature."""
+    if not feature_available:
+        raise PlanFeature(f"{feature} is not available on the {plan_name} plan.")

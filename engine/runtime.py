@@ -1,0 +1,39 @@
+"""What engine functions need from the running service, passed explicitly.
+
+One `Runtime` is built at start-up by the composition root (`postroom.service`) and handed
+to every front door; engine functions take it as their first argument instead of reaching
+for globals, so tests can build one against any database and clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dns.asyncresolver
+
+from engine.clock import Clock
+from engine.key_cache import KeyCache
+from storage.database import Database
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    db: Database
+    clock: Clock
+    resolver: dns.asyncresolver.Resolver
+    secret_key: str
+    smtp_host: str
+    public_url: str
+    key_cache: KeyCache
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is acting: a user, in one workspace, through a key or a session."""
+
+    user_id: str
+    user_email: str
+    workspace_id: str
+    plan: str
+    api_key_id: str | None = None
+    session_id: str | None = None

@@ -1,0 +1,1 @@
+"""Postroom's composition root: settings, the command line and service start-up."""

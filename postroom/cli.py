@@ -1,0 +1,122 @@
+"""The `postroom` command: serve, migrate, and manage accounts.
+
+Errors are one line naming what to fix (a setting, an existing account), with exit status 2
+for bad settings or arguments and 1 for anything else; never a traceback for an operator's
+mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from engine import accounts, plans
+from engine.errors import EngineError
+from postroom import config
+from postroom.service import open_runtime, serve
+from storage import migrations
+from storage.database import open_database
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="postroom", description="Self-hosted email delivery.")
+    parser.add_argument("--config", type=Path, help="TOML file of settings (env vars win)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("serve", help="run the API, relays and delivery engine")
+    commands.add_parser("migrate", help="apply database migrations")
+    account = commands.add_parser("accounts", help="manage accounts").add_subparsers(
+        dest="action", required=True
+    )
+    create = account.add_parser("create", help="create a user, workspace and first API key")
+    create.add_argument("--email", required=True)
+    create.add_argument("--password", required=True)
+    create.add_argument("--plan", choices=plans.PLAN_NAMES, default="free")
+    create.add_argument("--admin", action="store_true", help="platform administrator")
+    set_plan = account.add_parser("set-plan", help="change the plan of a user's workspaces")
+    set_plan.add_argument("--email", required=True)
+    set_plan.add_argument("--plan", choices=plans.PLAN_NAMES, required=True)
+    return parser
+
+
+async def _serve(settings: config.Settings) -> None:
+    async with trio.open_nursery() as nursery:
+        service = await nursery.start(serve, settings)
+        print(f"postroom: API on {service.api_url}", file=sys.stderr, flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                print(f"postroom: {signal.Signals(signum).name}, stopping", file=sys.stderr)
+                service.stop()
+                break
+
+
+async def _with_runtime(settings: config.Settings, action: Callable[..., Awaitable[Any]]) -> Any:
+    async with open_database(settings.database_url) as db:
+        rt = await open_runtime(db, settings)
+        return await action(rt)
+
+
+async def _migrate(settings: config.Settings) -> list[int]:
+    async with open_database(settings.database_url) as db:
+        return await db.transaction(migrations.apply_pending)
+
+
+def _run(args: argparse.Namespace, settings: config.Settings) -> int:
+    if args.command == "serve":
+        trio.run(_serve, settings)
+    elif args.command == "migrate":
+        applied = trio.run(_migrate, settings)
+        print(f"applied migrations: {applied}" if applied else "schema is up to date")
+    elif args.action == "create":
+        created = trio.run(
+            _with_runtime,
+            settings,
+            lambda rt: accounts.create_account(
+                rt, args.email, args.password, args.plan, args.admin
+            ),
+        )
+        print(
+            json.dumps(
+                {
+                    "user_id": created.user_id,
+                    "workspace_id": created.workspace_id,
+                    "email": created.email,
+                    "plan": created.plan,
+                    "api_key": created.api_key,
+                }
+            )
+        )
+    else:
+        changed = trio.run(
+            _with_runtime, settings, lambda rt: accounts.set_plan(rt, args.email, args.plan)
+        )
+        print(json.dumps({"email": args.email, "plan": args.plan, "workspaces": changed}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = config.load(file=args.config)
+    except config.SettingsError as exc:
+        sys.exit(f"postroom: {exc}")
+    try:
+        code = _run(args, settings)
+    except EngineError as exc:
+        print(f"postroom: {exc.detail}", file=sys.stderr)
+        code = 1
+    except OSError as exc:
+        print(
+            f"postroom: {exc}; check POSTROOM_DATABASE_URL and the listen addresses",
+            file=sys.stderr,
+        )
+        code = 1
+    sys.exit(code)

@@ -1,0 +1,167 @@
+"""Settings: environment variables `POSTROOM_*`, or a TOML file given with `--config`.
+
+The file uses the same names in lower case without the prefix; the environment wins over the
+file. Every value is checked at start-up, and a bad one stops the service with one line that
+names the setting and says what is expected (`SettingsError`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+PREFIX = "POSTROOM_"
+
+DEFAULTS: dict[str, str] = {
+    "database_url": "sqlite:///./postroom-data/postroom.db",
+    "api_listen": "127.0.0.1:8080",
+    "submission_listen": "127.0.0.1:2587",
+    "inbound_listen": "127.0.0.1:2525",
+    "smtp_host": "localhost",
+    "public_url": "http://127.0.0.1:8080",
+    "dns_servers": "",
+    "delivery_port": "25",
+    "tls_cert": "",
+    "tls_key": "",
+    "extra_ca_file": "",
+    "secret_key": "",
+    "system_from": "",
+    "domain_transfers": "on",
+    "allow_private_targets": "off",
+}
+
+
+class SettingsError(Exception):
+    """Raised when a setting is missing or malformed; the message names the setting."""
+
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str
+    api_listen: Address
+    submission_listen: Address
+    inbound_listen: Address
+    smtp_host: str
+    public_url: str
+    dns_servers: list[Address] | None
+    delivery_port: int
+    tls_cert: Path | None
+    tls_key: Path | None
+    extra_ca_file: Path | None
+    secret_key: str | None
+    system_from: str
+    domain_transfers: bool
+    allow_private_targets: bool
+
+
+def _fail(name: str, expected: str, value: str) -> SettingsError:
+    return SettingsError(f"{PREFIX}{name.upper()}: expected {expected}, got {value!r}")
+
+
+def _port(name: str, text: str, value: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise _fail(name, "a port number 0-65535", value)
+    return int(text)
+
+
+def parse_address(name: str, value: str) -> Address:
+    """`host:port` or `[v6]:port` as a pair."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not host:
+        raise _fail(name, "host:port", value)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, _port(name, port, value)
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("on", "true", "1", "yes"):
+        return True
+    if lowered in ("off", "false", "0", "no"):
+        return False
+    raise _fail(name, "on or off", value)
+
+
+def _file(name: str, value: str) -> Path | None:
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise SettingsError(f"{PREFIX}{name.upper()}: no readable file at {value!r}")
+    return path
+
+
+def _database_url(value: str) -> str:
+    if not value.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise _fail("database_url", "sqlite:///PATH or postgresql://USER@HOST/DB", value)
+    return value
+
+
+def _public_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise _fail("public_url", "an http:// or https:// URL", value)
+    return value.rstrip("/")
+
+
+def _smtp_host(value: str) -> str:
+    if not value or any(c.isspace() for c in value) or "/" in value:
+        raise _fail("smtp_host", "a host name", value)
+    return value
+
+
+def _raw_values(environ: Mapping[str, str], file: Path | None) -> dict[str, str]:
+    values = dict(DEFAULTS)
+    if file is not None:
+        try:
+            loaded: dict[str, Any] = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"--config {file}: {exc}") from None
+        for key, value in loaded.items():
+            if key not in DEFAULTS:
+                raise SettingsError(f"--config {file}: unknown setting {key!r}")
+            values[key] = ",".join(value) if isinstance(value, list) else str(value)
+            if isinstance(value, bool):
+                values[key] = "on" if value else "off"
+    for key in DEFAULTS:
+        if PREFIX + key.upper() in environ:
+            values[key] = environ[PREFIX + key.upper()]
+    return values
+
+
+def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> Settings:
+    """Settings from the environment (and an optional TOML file); SettingsError if bad."""
+    raw = _raw_values(os.environ if environ is None else environ, file)
+    dns_servers = [
+        parse_address("dns_servers", item) for item in raw["dns_servers"].split(",") if item.strip()
+    ]
+    tls_cert, tls_key = _file("tls_cert", raw["tls_cert"]), _file("tls_key", raw["tls_key"])
+    if (tls_cert is None) != (tls_key is None):
+        raise SettingsError("POSTROOM_TLS_CERT and POSTROOM_TLS_KEY must be set together")
+    smtp_host = _smtp_host(raw["smtp_host"])
+    return Settings(
+        database_url=_database_url(raw["database_url"]),
+        api_listen=parse_address("api_listen", raw["api_listen"]),
+        submission_listen=parse_address("submission_listen", raw["submission_listen"]),
+        inbound_listen=parse_address("inbound_listen", raw["inbound_listen"]),
+        smtp_host=smtp_host,
+        public_url=_public_url(raw["public_url"]),
+        dns_servers=dns_servers or None,
+        delivery_port=_port("delivery_port", raw["delivery_port"], raw["delivery_port"]),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        extra_ca_file=_file("extra_ca_file", raw["extra_ca_file"]),
+        secret_key=raw["secret_key"] or None,
+        system_from=raw["system_from"] or f"postroom@{smtp_host}",
+        domain_transfers=_flag("domain_transfers", raw["domain_transfers"]),
+        allow_private_targets=_flag("allow_private_targets", raw["allow_private_targets"]),
+    )

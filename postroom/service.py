@@ -1,0 +1,88 @@
+"""Service start-up: opens the root nursery with storage, the engine and the front doors.
+
+Order matters for a clean stop: the API stops taking requests first and lets those in flight
+finish, then the engine's actors are cancelled, then the group-commit writer drains what was
+handed to it and the database closes. Everything accepted was committed before it was
+acknowledged, so even a kill -9 loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from api.app import create_app
+from engine.clock import Clock
+from engine.dns import make_resolver
+from engine.key_cache import KeyCache
+from engine.runtime import Runtime
+from postroom.config import Settings
+from postroom.metrics import build_registry
+from storage import accounts, migrations
+from storage.database import Database, open_database
+
+log = logging.getLogger("postroom")
+
+
+@dataclass(frozen=True, slots=True)
+class RunningService:
+    """What a started service hands back: where it listens, and how to stop it."""
+
+    api_url: str
+    runtime: Runtime
+    stop: Callable[[], None]
+
+
+async def open_runtime(db: Database, settings: Settings) -> Runtime:
+    """Migrate the database and assemble the engine runtime over it."""
+    await db.transaction(migrations.apply_pending)
+    secret_key = settings.secret_key
+    if secret_key is None:
+        secret_key = await db.write(accounts.secret, "secret_key", secrets.token_urlsafe(48))
+    return Runtime(
+        db=db,
+        clock=Clock(),
+        resolver=make_resolver(settings.dns_servers),
+        secret_key=secret_key,
+        smtp_host=settings.smtp_host,
+        public_url=settings.public_url,
+        key_cache=KeyCache(),
+    )
+
+
+def _hypercorn_config(settings: Settings) -> HypercornConfig:
+    config = HypercornConfig()
+    host, port = settings.api_listen
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = 10.0
+    return config
+
+
+async def serve(
+    settings: Settings, *, task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the whole service until `stop()` is called or the task is cancelled."""
+    shutdown = trio.Event()
+    async with open_database(settings.database_url) as db:
+        rt = await open_runtime(db, settings)
+        app = create_app(rt, build_registry(db))
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                partial(
+                    hypercorn_serve,
+                    app,
+                    _hypercorn_config(settings),
+                    shutdown_trigger=shutdown.wait,
+                )
+            )
+            log.info("API listening on %s", binds[0])
+            task_status.started(RunningService(binds[0], rt, shutdown.set))
+        log.info("stopped cleanly")

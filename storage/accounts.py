@@ -1,0 +1,176 @@
+"""Users, workspaces, memberships, sessions and the service's own secrets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
+from storage.tx import Row, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: str
+    email: str
+    password_hash: str
+    is_admin: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    id: str
+    name: str
+    plan: str
+    owner_user_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: str
+    user_id: str
+    expires_at: datetime
+    reauth_until: datetime | None
+    revoked: bool
+
+
+def _user(row: Row) -> User:
+    return User(
+        id=row["id"],
+        email=row["email"],
+        password_hash=row["password_hash"],
+        is_admin=bool(row["is_admin"]),
+        created_at=parse_timestamp(row["created_at"]),
+    )
+
+
+def _workspace(row: Row) -> Workspace:
+    return Workspace(
+        id=row["id"],
+        name=row["name"],
+        plan=row["plan"],
+        owner_user_id=row["owner_user_id"],
+        created_at=parse_timestamp(row["created_at"]),
+    )
+
+
+def insert_user(tx: Tx, user: User) -> None:
+    tx.execute(
+        "INSERT INTO users (id, email, password_hash, is_admin, created_at)"
+        " VALUES (:id, :email, :password_hash, :is_admin, :created_at)",
+        {
+            "id": user.id,
+            "email": user.email,
+            "password_hash": user.password_hash,
+            "is_admin": user.is_admin,
+            "created_at": timestamp(user.created_at),
+        },
+    )
+
+
+def insert_workspace(tx: Tx, workspace: Workspace) -> None:
+    """Insert a workspace with its owner as its first member."""
+    created = timestamp(workspace.created_at)
+    tx.execute(
+        "INSERT INTO workspaces (id, name, plan, owner_user_id, created_at)"
+        " VALUES (:id, :name, :plan, :owner, :created_at)",
+        {
+            "id": workspace.id,
+            "name": workspace.name,
+            "plan": workspace.plan,
+            "owner": workspace.owner_user_id,
+            "created_at": created,
+        },
+    )
+    tx.execute(
+        "INSERT INTO workspace_members (workspace_id, user_id, role, created_at)"
+        " VALUES (:workspace_id, :user_id, 'owner', :created_at)",
+        {"workspace_id": workspace.id, "user_id": workspace.owner_user_id, "created_at": created},
+    )
+
+
+def user_by_email(tx: Tx, email: str) -> User | None:
+    row = tx.one("SELECT * FROM users WHERE email = :email", {"email": email})
+    return None if row is None else _user(row)
+
+
+def user_by_id(tx: Tx, user_id: str) -> User | None:
+    row = tx.one("SELECT * FROM users WHERE id = :id", {"id": user_id})
+    return None if row is None else _user(row)
+
+
+def workspaces_of(tx: Tx, user_id: str) -> list[Workspace]:
+    """The workspaces a user belongs to, oldest first."""
+    rows = tx.all(
+        "SELECT w.* FROM workspaces w JOIN workspace_members m ON m.workspace_id = w.id"
+        " WHERE m.user_id = :user_id ORDER BY w.created_at, w.id",
+        {"user_id": user_id},
+    )
+    return [_workspace(row) for row in rows]
+
+
+def owned_workspaces(tx: Tx, user_id: str) -> list[Workspace]:
+    rows = tx.all(
+        "SELECT * FROM workspaces WHERE owner_user_id = :user_id ORDER BY created_at, id",
+        {"user_id": user_id},
+    )
+    return [_workspace(row) for row in rows]
+
+
+def set_plan(tx: Tx, workspace_id: str, plan: str) -> None:
+    tx.execute(
+        "UPDATE workspaces SET plan = :plan WHERE id = :id", {"plan": plan, "id": workspace_id}
+    )
+
+
+def insert_session(tx: Tx, session: Session, created_at: datetime) -> None:
+    tx.execute(
+        "INSERT INTO sessions (id, user_id, created_at, expires_at)"
+        " VALUES (:id, :user_id, :created_at, :expires_at)",
+        {
+            "id": session.id,
+            "user_id": session.user_id,
+            "created_at": timestamp(created_at),
+            "expires_at": timestamp(session.expires_at),
+        },
+    )
+
+
+def session_by_id(tx: Tx, session_id: str) -> Session | None:
+    row = tx.one("SELECT * FROM sessions WHERE id = :id", {"id": session_id})
+    if row is None:
+        return None
+    return Session(
+        id=row["id"],
+        user_id=row["user_id"],
+        expires_at=parse_timestamp(row["expires_at"]),
+        reauth_until=parse_optional_timestamp(row["reauth_until"]),
+        revoked=row["revoked_at"] is not None,
+    )
+
+
+def revoke_session(tx: Tx, session_id: str, at: datetime) -> None:
+    tx.execute(
+        "UPDATE sessions SET revoked_at = :at WHERE id = :id AND revoked_at IS NULL",
+        {"at": timestamp(at), "id": session_id},
+    )
+
+
+def mark_reauthenticated(tx: Tx, session_id: str, until: datetime) -> None:
+    tx.execute(
+        "UPDATE sessions SET reauth_until = :until WHERE id = :id",
+        {"until": timestamp(until), "id": session_id},
+    )
+
+
+def secret(tx: Tx, name: str, generated: str) -> str:
+    """The stored secret called `name`, storing `generated` first if there is none."""
+    tx.execute(
+        "INSERT INTO service_secrets (name, value) VALUES (:name, :value)"
+        " ON CONFLICT (name) DO NOTHING",
+        {"name": name, "value": generated},
+    )
+    value: str = tx.value("SELECT value FROM service_secrets WHERE name = :name", {"name": name})
+    return value

@@ -1,0 +1,44 @@
+"""Values as the database holds them: ids, timestamps and JSON.
+
+Timestamps are stored as fixed-width UTC text (`2026-11-22T02:14:47.123456Z`), so they sort
+and compare as strings identically on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def new_id() -> str:
+    """A new random UUID string."""
+    return str(uuid.uuid4())
+
+
+def timestamp(value: datetime) -> str:
+    """The stored form of an aware datetime."""
+    return value.astimezone(UTC).strftime(_FORMAT)
+
+
+def parse_timestamp(value: str) -> datetime:
+    """The datetime of a stored timestamp."""
+    return datetime.strptime(value, _FORMAT).replace(tzinfo=UTC)
+
+
+def parse_optional_timestamp(value: str | None) -> datetime | None:
+    """The datetime of a nullable stored timestamp (None stays None)."""
+    return None if value is None else parse_timestamp(value)
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON text for a JSON column."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def from_json(value: str | None) -> Any:
+    """The value of a JSON column (None stays None)."""
+    return None if value is None else json.loads(value)

@@ -1,0 +1,205 @@
+"""Sending domains with their DKIM keys, and the sender addresses on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from storage.codec import from_json, parse_optional_timestamp, parse_timestamp, timestamp, to_json
+from storage.tx import Row, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    id: str
+    workspace_id: str
+    name: str
+    status: str
+    dkim_selector: str
+    dkim_private_key: str
+    dkim_public_key: str
+    record_status: dict[str, str]
+    open_tracking: bool
+    click_tracking: bool
+    created_at: datetime
+    verified_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    id: str
+    workspace_id: str
+    domain_id: str
+    email: str
+    name: str | None
+    is_active: bool
+    created_at: datetime
+
+
+def _domain(row: Row) -> Domain:
+    return Domain(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        name=row["name"],
+        status=row["status"],
+        dkim_selector=row["dkim_selector"],
+        dkim_private_key=row["dkim_private_key"],
+        dkim_public_key=row["dkim_public_key"],
+        record_status=from_json(row["record_status"]),
+        open_tracking=bool(row["open_tracking"]),
+        click_tracking=bool(row["click_tracking"]),
+        created_at=parse_timestamp(row["created_at"]),
+        verified_at=parse_optional_timestamp(row["verified_at"]),
+    )
+
+
+def _sender(row: Row) -> Sender:
+    return Sender(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        domain_id=row["domain_id"],
+        email=row["email"],
+        name=row["name"],
+        is_active=bool(row["is_active"]),
+        created_at=parse_timestamp(row["created_at"]),
+    )
+
+
+def insert(tx: Tx, domain: Domain) -> None:
+    tx.execute(
+        "INSERT INTO domains (id, workspace_id, name, status, dkim_selector, dkim_private_key,"
+        " dkim_public_key, record_status, open_tracking, click_tracking, created_at)"
+        " VALUES (:id, :ws, :name, :status, :selector, :private, :public, :records,"
+        " :open, :click, :created_at)",
+        {
+            "id": domain.id,
+            "ws": domain.workspace_id,
+            "name": domain.name,
+            "status": domain.status,
+            "selector": domain.dkim_selector,
+            "private": domain.dkim_private_key,
+            "public": domain.dkim_public_key,
+            "records": to_json(domain.record_status),
+            "open": domain.open_tracking,
+            "click": domain.click_tracking,
+            "created_at": timestamp(domain.created_at),
+        },
+    )
+
+
+def count(tx: Tx, workspace_id: str) -> int:
+    return int(
+        tx.value("SELECT COUNT(*) FROM domains WHERE workspace_id = :ws", {"ws": workspace_id})
+    )
+
+
+def get(tx: Tx, workspace_id: str, domain_id: str) -> Domain | None:
+    row = tx.one(
+        "SELECT * FROM domains WHERE workspace_id = :ws AND id = :id",
+        {"ws": workspace_id, "id": domain_id},
+    )
+    return None if row is None else _domain(row)
+
+
+def by_name(tx: Tx, workspace_id: str, name: str) -> Domain | None:
+    row = tx.one(
+        "SELECT * FROM domains WHERE workspace_id = :ws AND name = :name",
+        {"ws": workspace_id, "name": name},
+    )
+    return None if row is None else _domain(row)
+
+
+def list_all(tx: Tx, workspace_id: str) -> list[Domain]:
+    rows = tx.all(
+        "SELECT * FROM domains WHERE workspace_id = :ws ORDER BY created_at, id",
+        {"ws": workspace_id},
+    )
+    return [_domain(row) for row in rows]
+
+
+def verified_elsewhere(tx: Tx, workspace_id: str, name: str) -> bool:
+    """Whether another workspace already sends as this domain name."""
+    return (
+        tx.value(
+            "SELECT 1 FROM domains WHERE name = :name AND status = 'verified'"
+            " AND workspace_id <> :ws",
+            {"name": name, "ws": workspace_id},
+        )
+        is not None
+    )
+
+
+def record_check(
+    tx: Tx,
+    domain_id: str,
+    status: str,
+    record_status: dict[str, str],
+    checked_at: datetime,
+    verified_at: datetime | None,
+) -> None:
+    tx.execute(
+        "UPDATE domains SET status = :status, record_status = :records, checked_at = :checked,"
+        " verified_at = :verified WHERE id = :id",
+        {
+            "status": status,
+            "records": to_json(record_status),
+            "checked": timestamp(checked_at),
+            "verified": None if verified_at is None else timestamp(verified_at),
+            "id": domain_id,
+        },
+    )
+
+
+def set_tracking(tx: Tx, domain_id: str, open_tracking: bool, click_tracking: bool) -> None:
+    tx.execute(
+        "UPDATE domains SET open_tracking = :open, click_tracking = :click WHERE id = :id",
+        {"open": open_tracking, "click": click_tracking, "id": domain_id},
+    )
+
+
+def delete(tx: Tx, domain_id: str) -> None:
+    tx.execute("DELETE FROM senders WHERE domain_id = :id", {"id": domain_id})
+    tx.execute("DELETE FROM domains WHERE id = :id", {"id": domain_id})
+
+
+def insert_sender(tx: Tx, sender: Sender) -> None:
+    tx.execute(
+        "INSERT INTO senders (id, workspace_id, domain_id, email, name, is_active, created_at)"
+        " VALUES (:id, :ws, :domain_id, :email, :name, TRUE, :created_at)",
+        {
+            "id": sender.id,
+            "ws": sender.workspace_id,
+            "domain_id": sender.domain_id,
+            "email": sender.email,
+            "name": sender.name,
+            "created_at": timestamp(sender.created_at),
+        },
+    )
+
+
+def sender_by_email(tx: Tx, workspace_id: str, email: str) -> Sender | None:
+    row = tx.one(
+        "SELECT * FROM senders WHERE workspace_id = :ws AND email = :email",
+        {"ws": workspace_id, "email": email},
+    )
+    return None if row is None else _sender(row)
+
+
+def get_sender(tx: Tx, workspace_id: str, sender_id: str) -> Sender | None:
+    row = tx.one(
+        "SELECT * FROM senders WHERE workspace_id = :ws AND id = :id",
+        {"ws": workspace_id, "id": sender_id},
+    )
+    return None if row is None else _sender(row)
+
+
+def list_senders(tx: Tx, workspace_id: str) -> list[Sender]:
+    rows = tx.all(
+        "SELECT * FROM senders WHERE workspace_id = :ws ORDER BY created_at, id",
+        {"ws": workspace_id},
+    )
+    return [_sender(row) for row in rows]
+
+
+def delete_sender(tx: Tx, sender_id: str) -> None:
+    tx.execute("DELETE FROM senders WHERE id = :id", {"id": sender_id})

@@ -1,0 +1,88 @@
+"""The per-workspace suppression list: addresses mail is never sent to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from storage.codec import parse_timestamp, timestamp
+from storage.tx import Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression:
+    email: str
+    reason: str
+    created_at: datetime
+    source_email_id: str | None
+
+
+def add(tx: Tx, workspace_id: str, entry: Suppression) -> bool:
+    """Suppress an address; False when it was already suppressed (left unchanged)."""
+    return (
+        tx.execute(
+            "INSERT INTO suppressions (workspace_id, email, reason, source_email_id, created_at)"
+            " VALUES (:ws, :email, :reason, :source, :created_at) ON CONFLICT DO NOTHING",
+            {
+                "ws": workspace_id,
+                "email": entry.email,
+                "reason": entry.reason,
+                "source": entry.source_email_id,
+                "created_at": timestamp(entry.created_at),
+            },
+        )
+        == 1
+    )
+
+
+def get(tx: Tx, workspace_id: str, email: str) -> Suppression | None:
+    row = tx.one(
+        "SELECT * FROM suppressions WHERE workspace_id = :ws AND email = :email",
+        {"ws": workspace_id, "email": email},
+    )
+    if row is None:
+        return None
+    return Suppression(
+        email=row["email"],
+        reason=row["reason"],
+        created_at=parse_timestamp(row["created_at"]),
+        source_email_id=row["source_email_id"],
+    )
+
+
+def page(
+    tx: Tx, workspace_id: str, offset: int, limit: int, search: str | None
+) -> tuple[list[Suppression], int]:
+    """A page of suppressions, newest first, and the total matching."""
+    where = "workspace_id = :ws"
+    params: dict[str, object] = {"ws": workspace_id, "limit": limit, "offset": offset}
+    if search:
+        where += " AND email LIKE :pattern"
+        params["pattern"] = f"%{search.lower()}%"
+    total = int(tx.value(f"SELECT COUNT(*) FROM suppressions WHERE {where}", params))
+    rows = tx.all(
+        f"SELECT * FROM suppressions WHERE {where}"
+        " ORDER BY created_at DESC, email LIMIT :limit OFFSET :offset",
+        params,
+    )
+    items = [
+        Suppression(
+            email=row["email"],
+            reason=row["reason"],
+            created_at=parse_timestamp(row["created_at"]),
+            source_email_id=row["source_email_id"],
+        )
+        for row in rows
+    ]
+    return items, total
+
+
+def remove(tx: Tx, workspace_id: str, email: str) -> bool:
+    """Lift a suppression; False when the address was not suppressed."""
+    return (
+        tx.execute(
+            "DELETE FROM suppressions WHERE workspace_id = :ws AND email = :email",
+            {"ws": workspace_id, "email": email},
+        )
+        == 1
+    )

@@ -1,0 +1,81 @@
+"""One transaction's view of a connection, the same on both engines.
+
+SQL is written once with `:name` parameters; on PostgreSQL it is rewritten to psycopg's
+`%(name)s` style (cached per statement). Rows come back as plain dicts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any, Literal, Protocol
+
+Row = dict[str, Any]
+Params = Mapping[str, Any]
+Dialect = Literal["sqlite", "postgresql"]
+
+_NAMED_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@lru_cache(maxsize=1024)
+def to_pyformat(sql: str) -> str:
+    """Rewrite `:name` parameters as `%(name)s`, escaping literal percent signs."""
+    return _NAMED_PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+class Cursor(Protocol):
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    def execute(self, sql: str, params: Any = ..., /) -> Any: ...
+
+
+class Tx:
+    """Runs statements inside the current transaction of one connection."""
+
+    __slots__ = ("_conn", "dialect")
+
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        self._conn = conn
+        self.dialect: Dialect = dialect
+
+    def _sql(self, sql: str) -> str:
+        return to_pyformat(sql) if self.dialect == "postgresql" else sql
+
+    def execute(self, sql: str, params: Params | None = None) -> int:
+        """Run a statement; the number of rows it touched."""
+        cursor = self._conn.execute(self._sql(sql), params or {})
+        return int(cursor.rowcount)
+
+    def execute_many(self, sql: str, rows: Iterable[Params]) -> None:
+        """Run one statement for each parameter set, in one driver call."""
+        rows = list(rows)
+        if not rows:
+            return
+        if self.dialect == "postgresql":
+            with self._conn.cursor() as cursor:
+                cursor.executemany(self._sql(sql), rows)
+        else:
+            self._conn.executemany(sql, rows)
+
+    def one(self, sql: str, params: Params | None = None) -> Row | None:
+        """The first row of a query, or None."""
+        row = self._conn.execute(self._sql(sql), params or {}).fetchone()
+        return None if row is None else dict(row)
+
+    def all(self, sql: str, params: Params | None = None) -> list[Row]:
+        """Every row of a query."""
+        return [dict(row) for row in self._conn.execute(self._sql(sql), params or {}).fetchall()]
+
+    def value(self, sql: str, params: Params | None = None) -> Any:
+        """The first column of the first row, or None."""
+        row = self._conn.execute(self._sql(sql), params or {}).fetchone()
+        if row is None:
+            return None
+        return next(iter(dict(row).values()))
