@@ -7,6 +7,7 @@ from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
 from api import auth, errors
+from api.converters import IdConverter
 from api.routes import api_keys, audit_log, domains, health, senders, sessions, suppressions
 from engine.runtime import Runtime
 
@@ -30,6 +31,7 @@ def create_app(rt: Runtime, metrics: CollectorRegistry) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.strict_slashes = False
+    app.url_map.converters["id"] = IdConverter
     app.extensions["postroom"] = rt
     app.extensions["postroom.metrics"] = metrics
     QuartSchema(

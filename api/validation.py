@@ -32,12 +32,23 @@ def validation_error(exc: pydantic.ValidationError, source: str) -> Unprocessabl
     return Unprocessable(f"{where}: {first['msg']}", errors=errors)
 
 
-def parse_body(model: type[M], raw: bytes) -> M:
+def _nul_refused(source: str) -> Unprocessable:
+    # PostgreSQL cannot store NUL in text, and no field of ours has a use for one.
+    return Unprocessable(
+        "NUL characters are not allowed", errors=[{"loc": [source], "msg": "contains NUL"}]
+    )
+
+
+def parse_body(model: type[M], raw: str | bytes) -> M:
     """Validate a JSON body; Unprocessable when it is not JSON or not the model."""
     if not raw.strip():
         raise Unprocessable(
             "a JSON body is required", errors=[{"loc": ["body"], "msg": "body is empty"}]
         )
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if b"\x00" in raw or b"\\u0000" in raw:
+        raise _nul_refused("body")
     try:
         return model.model_validate_json(raw)
     except pydantic.ValidationError as exc:
@@ -64,8 +75,11 @@ def query_args(model: type[M]) -> Callable[[Handler], Handler]:
     def decorate(handler: Handler) -> Handler:
         @wraps(handler)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = request.args.to_dict()
+            if any("\x00" in key or "\x00" in value for key, value in given.items()):
+                raise _nul_refused("query")
             try:
-                query = model.model_validate(request.args.to_dict())
+                query = model.model_validate(given)
             except pydantic.ValidationError as exc:
                 raise validation_error(exc, "query") from None
             return await handler(*args, query=query, **kwargs)

@@ -52,4 +52,8 @@ def _remove(tx: Tx, who: Principal, email: str, now: datetime) -> None:
 
 async def remove(rt: Runtime, who: Principal, email: str) -> None:
     """Lift a suppression, so mail to the address is sent again."""
-    await rt.db.write(_remove, who, email.strip().lower(), rt.clock.now())
+    try:
+        address = normalize_email(email)
+    except Unprocessable:
+        raise NotFound(f"{email!r} is not suppressed") from None
+    await rt.db.write(_remove, who, address, rt.clock.now())

@@ -64,7 +64,7 @@ async def list_keys() -> list[dict[str, object]]:
     return [ApiKeyItem.model_validate(k).model_dump(mode="json") for k in keys]
 
 
-@blueprint.delete("/<key_id>")
+@blueprint.delete("/<id:key_id>")
 async def delete(key_id: str) -> Response:
     await api_keys.delete(runtime(), principal(), key_id)
-    return Response(status=204)
+    return Response(b"", status=204)

@@ -74,13 +74,13 @@ async def list_domains() -> list[dict[str, object]]:
     return [render(d) for d in await domains.list_all(runtime(), principal())]
 
 
-@blueprint.get("/<domain_id>")
+@blueprint.get("/<id:domain_id>")
 @document_response(DomainOut)
 async def get(domain_id: str) -> dict[str, object]:
     return render(await domains.get(runtime(), principal(), domain_id))
 
 
-@blueprint.patch("/<domain_id>")
+@blueprint.patch("/<id:domain_id>")
 @json_body(UpdateDomain)
 @document_response(DomainOut)
 async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
@@ -90,13 +90,13 @@ async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
     return render(domain)
 
 
-@blueprint.post("/<domain_id>/verify")
+@blueprint.post("/<id:domain_id>/verify")
 @document_response(DomainOut)
 async def verify(domain_id: str) -> dict[str, object]:
     return render(await domains.verify(runtime(), principal(), domain_id))
 
 
-@blueprint.delete("/<domain_id>")
+@blueprint.delete("/<id:domain_id>")
 async def delete(domain_id: str) -> Response:
     await domains.delete(runtime(), principal(), domain_id)
-    return Response(status=204)
+    return Response(b"", status=204)

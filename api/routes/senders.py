@@ -45,7 +45,7 @@ async def list_senders() -> list[dict[str, object]]:
     return [SenderOut.model_validate(s).model_dump(mode="json") for s in found]
 
 
-@blueprint.delete("/<sender_id>")
+@blueprint.delete("/<id:sender_id>")
 async def delete(sender_id: str) -> Response:
     await senders.delete(runtime(), principal(), sender_id)
-    return Response(status=204)
+    return Response(b"", status=204)

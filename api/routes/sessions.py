@@ -67,7 +67,7 @@ async def login(body: Login) -> Response:
 @blueprint.post("/logout")
 async def logout() -> Response:
     await accounts.logout(runtime(), principal())
-    response = Response(status=204)
+    response = Response(b"", status=204)
     response.delete_cookie(accounts.SESSION_COOKIE, path="/")
     return response
 

@@ -64,4 +64,4 @@ async def add(body: AddSuppression) -> tuple[dict[str, object], int]:
 @blueprint.delete("/<path:email>")
 async def remove(email: str) -> Response:
     await suppressions.remove(runtime(), principal(), email)
-    return Response(status=204)
+    return Response(b"", status=204)

@@ -1,0 +1,236 @@
+"""Postroom itself as a test peer: in-process on free ports, or as a subprocess.
+
+`database_url` is parametrised over SQLite and PostgreSQL, so every test that uses the
+service runs on both engines. PostgreSQL tests create a database of their own and drop it
+afterwards; they are skipped, saying why, when POSTROOM_TEST_POSTGRES is not set (the test
+command sets it whenever PostgreSQL is installed).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from engine import accounts
+from postroom import config
+from postroom.service import RunningService, serve
+from tests.harness.dns_server import DnsServer
+
+POSTGRES_ENV = "POSTROOM_TEST_POSTGRES"
+PUBLIC_URL = "http://postroom.test"
+SMTP_HOST = "mx.postroom.test"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _postgres_admin_url() -> str | None:
+    return os.environ.get(POSTGRES_ENV) or None
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database on each engine."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'postroom.db'}"
+        return
+    admin_url = _postgres_admin_url()
+    if admin_url is None:
+        pytest.skip(f"PostgreSQL not configured ({POSTGRES_ENV} unset): SQLite only")
+    import psycopg
+
+    name = "postroom_test_" + secrets.token_hex(6)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    base, _, _ = admin_url.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    """Virtual time that runs at real speed and can be jumped forward (`clock.jump`)."""
+    return trio.testing.MockClock(rate=1.0)
+
+
+def test_settings(
+    database_url: str, dns: DnsServer | None = None, **overrides: str
+) -> config.Settings:
+    env = {
+        "POSTROOM_DATABASE_URL": database_url,
+        "POSTROOM_API_LISTEN": "127.0.0.1:0",
+        "POSTROOM_SUBMISSION_LISTEN": "127.0.0.1:0",
+        "POSTROOM_INBOUND_LISTEN": "127.0.0.1:0",
+        "POSTROOM_SMTP_HOST": SMTP_HOST,
+        "POSTROOM_PUBLIC_URL": PUBLIC_URL,
+        "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
+    }
+    if dns is not None:
+        env["POSTROOM_DNS_SERVERS"] = dns.nameserver
+    env.update({"POSTROOM_" + k.upper(): v for k, v in overrides.items()})
+    return config.load(env)
+
+
+@dataclass
+class Account:
+    """A user with a workspace and an API key, plus a client that sends that key."""
+
+    user_id: str
+    workspace_id: str
+    email: str
+    password: str
+    plan: str
+    api_key: str
+    client: httpx.AsyncClient
+
+
+@dataclass
+class Service:
+    """A running in-process service and helpers to act on it as its users."""
+
+    running: RunningService
+    clock: trio.testing.MockClock
+    _clients: list[httpx.AsyncClient] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.running.api_url
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An HTTP client for the API, closed when the test ends."""
+        client = httpx.AsyncClient(base_url=self.url, timeout=30.0, **kwargs)
+        self._clients.append(client)
+        return client
+
+    async def account(self, plan: str = "free", *, admin: bool = False) -> Account:
+        """A new account created the way `postroom accounts create` does."""
+        email = f"user-{secrets.token_hex(4)}@example.org"
+        password = "correct horse battery staple"
+        created = await accounts.create_account(self.running.runtime, email, password, plan, admin)
+        client = self.client(headers={"Authorization": f"Bearer {created.api_key}"})
+        return Account(
+            created.user_id, created.workspace_id, email, password, plan, created.api_key, client
+        )
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+
+@pytest.fixture
+async def service(
+    nursery: trio.Nursery, database_url: str, dns_server: DnsServer, clock: trio.testing.MockClock
+) -> AsyncIterator[Service]:
+    """The whole service, in this process, on free ports, over a fresh database."""
+    running: RunningService = await nursery.start(serve, test_settings(database_url, dns_server))
+    service = Service(running, clock)
+    try:
+        yield service
+    finally:
+        await service.aclose()
+        running.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServiceProcess:
+    """`postroom serve` in a child process, for restart and signal tests."""
+
+    env: dict[str, str]
+    cwd: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return "http://" + self.env["POSTROOM_API_LISTEN"]
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a `postroom` subcommand against the same settings."""
+        return subprocess.run(
+            [sys.executable, "-m", "postroom", *args],
+            env=self.env,
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=check,
+        )
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "postroom", "serve"],
+            env=self.env,
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                output = self.process.stdout.read().decode() if self.process.stdout else ""
+                raise RuntimeError(f"postroom serve exited early:\n{output}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError("postroom serve did not become healthy in 30 s")
+
+    def signal(self, signum: signal.Signals) -> int:
+        """Send a signal and wait for the process to end; its exit status."""
+        assert self.process is not None
+        self.process.send_signal(signum)
+        return self.process.wait(timeout=30)
+
+    def output(self) -> str:
+        assert self.process is not None and self.process.stdout is not None
+        return self.process.stdout.read().decode()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def service_process(database_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
+    """A not-yet-started `postroom serve` child process over a fresh database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POSTROOM_")}
+    env.update(
+        {
+            "POSTROOM_DATABASE_URL": database_url,
+            "POSTROOM_API_LISTEN": f"127.0.0.1:{free_port()}",
+            "POSTROOM_SUBMISSION_LISTEN": f"127.0.0.1:{free_port()}",
+            "POSTROOM_INBOUND_LISTEN": f"127.0.0.1:{free_port()}",
+            "POSTROOM_SMTP_HOST": SMTP_HOST,
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    proc = ServiceProcess(env, tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -1,0 +1,399 @@
+"""An SMTP server on 127.0.0.1 that stands in for recipients' MX hosts in tests.
+
+It accepts mail and records it (``messages``, ``transcript``, ``connections``), and answers
+as the test tells it to:
+
+* ``reply_for(address, code, text)``: a fixed RCPT reply for one address;
+* local parts starting with ``tempfail`` get ``450 4.2.0``, ``permfail`` get ``550 5.1.1``;
+* ``fail_first(address, n)``: the first ``n`` RCPTs for an address fail, later ones pass;
+* ``data_reply(code, text, count)``: the reply after the next ``count`` DATA transfers.
+
+Explicit ``reply_for`` wins over ``fail_first``, which wins over the local-part convention.
+Addresses are matched case-insensitively. Timestamps use the Trio clock, so intervals
+between deliveries are meaningful under a virtual (``MockClock``) clock too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+HOST = "127.0.0.1"
+MAX_LINE = 4096  # bytes including CRLF; longer command or text lines get 500
+DEFAULT_MAX_MESSAGE_SIZE = 10 * 1024 * 1024
+_READ_CHUNK = 65536
+
+# "FROM:<path> PARAMS" / "TO:<path> PARAMS"; some clients put a space after the colon.
+_PATH_ARG = re.compile(r"^(FROM|TO):\s*<([^<>]*)>\s*(.*)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """One accepted DATA transfer, with only the recipients that were accepted."""
+
+    mail_from: str  # "" for the null reverse-path of bounces
+    rcpt_to: tuple[str, ...]
+    data: bytes  # dot-unstuffed, CRLF line endings, without the terminating "."
+    tls: bool  # whether the session had been upgraded with STARTTLS
+    received_at: float  # trio.current_time()
+
+
+@dataclass(frozen=True)
+class SmtpReply:
+    code: int
+    text: str
+
+    @property
+    def accepted(self) -> bool:
+        return 200 <= self.code < 300
+
+
+@dataclass
+class _Flaky:
+    remaining: int
+    reply: SmtpReply
+
+
+OK = SmtpReply(250, "2.0.0 OK")
+TEMPFAIL = SmtpReply(450, "4.2.0 try again later")
+PERMFAIL = SmtpReply(550, "5.1.1 no such user")
+
+
+class _LineTooLong(Exception):
+    pass
+
+
+class _LineReader:
+    """CRLF line reader whose stream can be swapped (STARTTLS) dropping buffered bytes."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+
+    def switch_to(self, stream: trio.abc.Stream) -> None:
+        # Plaintext pipelined after STARTTLS must not be obeyed (the CVE-2011-0411 class
+        # of command injection), so anything already buffered is thrown away.
+        self.stream = stream
+        self._buffer.clear()
+
+    async def readline(self) -> bytes | None:
+        """Next line without its line ending, or None at EOF.
+
+        An over-long line is consumed through its end, then reported as _LineTooLong.
+        """
+        too_long = False
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                if too_long or end + 1 > MAX_LINE:
+                    raise _LineTooLong
+                return line.removesuffix(b"\r")
+            if len(self._buffer) >= MAX_LINE:
+                too_long = True  # keep memory bounded: drop the rest of this line
+                self._buffer.clear()
+            chunk = await self.stream.receive_some(_READ_CHUNK)
+            if not chunk:
+                return None
+            self._buffer += chunk
+
+
+class SmtpSink:
+    """Scriptable SMTP peer; start it with ``await nursery.start(sink.run)``."""
+
+    def __init__(
+        self,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        hostname: str = "sink.test",
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        self.ssl_context = ssl_context  # None: STARTTLS is neither advertised nor accepted
+        self.hostname = hostname
+        self.max_message_size = max_message_size
+        self.messages: list[ReceivedMessage] = []
+        self.transcript: list[str] = []  # every command line, all connections, in order
+        self.connections = 0
+        self._rcpt_replies: dict[str, SmtpReply] = {}
+        self._flaky: dict[str, _Flaky] = {}
+        self._data_replies: deque[SmtpReply] = deque()
+        self._arrived = trio.Event()
+        self._port: int | None = None
+
+    # -- scripting -------------------------------------------------------------------
+
+    def reply_for(self, address: str, code: int, text: str) -> None:
+        """Answer every RCPT TO for ``address`` with ``code text`` (2xx accepts)."""
+        self._rcpt_replies[address.lower()] = SmtpReply(code, text)
+
+    def fail_first(self, address: str, n: int, code: int = 451, text: str | None = None) -> None:
+        """Refuse the first ``n`` RCPT attempts for ``address``, then treat it normally."""
+        default_text = "4.3.0 temporary failure" if code < 500 else "5.0.0 rejected"
+        self._flaky[address.lower()] = _Flaky(n, SmtpReply(code, text or default_text))
+
+    def data_reply(self, code: int, text: str, count: int = 1) -> None:
+        """Reply ``code text`` after the next ``count`` messages (2xx still records them)."""
+        self._data_replies.extend([SmtpReply(code, text)] * count)
+
+    def rcpt_reply(self, address: str) -> SmtpReply:
+        """The reply the next RCPT TO for ``address`` gets (consumes ``fail_first`` budget)."""
+        key = address.lower()
+        if key in self._rcpt_replies:
+            return self._rcpt_replies[key]
+        flaky = self._flaky.get(key)
+        if flaky is not None and flaky.remaining > 0:
+            flaky.remaining -= 1
+            return flaky.reply
+        local_part = key.rpartition("@")[0]
+        if local_part.startswith("tempfail"):
+            return TEMPFAIL
+        if local_part.startswith("permfail"):
+            return PERMFAIL
+        return SmtpReply(250, "2.1.5 OK")
+
+    def next_data_reply(self) -> SmtpReply:
+        """The reply for the DATA transfer now ending (consumes ``data_reply`` budget)."""
+        return self._data_replies.popleft() if self._data_replies else OK
+
+    def record(self, message: ReceivedMessage) -> None:
+        """Store an accepted message and wake ``wait_for_messages``."""
+        self.messages.append(message)
+        self._arrived.set()
+        self._arrived = trio.Event()
+
+    async def wait_for_messages(
+        self,
+        n: int,
+        timeout: float = 10,  # noqa: ASYNC109 - a built-in deadline keeps tests terse
+    ) -> list[ReceivedMessage]:
+        """Wait until at least ``n`` messages were accepted; return all received so far."""
+        with trio.fail_after(timeout):
+            while len(self.messages) < n:
+                await self._arrived.wait()
+        return list(self.messages)
+
+    # -- addressing and lifecycle ----------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("SmtpSink is not running yet")
+        return self._port
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``nursery.start`` returns the bound port."""
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, self._handle, 0, host=HOST))
+            self._port = listeners[0].socket.getsockname()[1]
+            task_status.started(self.port)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        # A client hanging up or rejecting our certificate is its business, not a crash of
+        # the sink (serve_tcp would otherwise take the whole server down).
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await _Session(self, stream).run()
+
+
+class _Session:
+    """One SMTP connection: the command loop and per-transaction state."""
+
+    def __init__(self, sink: SmtpSink, stream: trio.abc.Stream) -> None:
+        self.sink = sink
+        self.reader = _LineReader(stream)
+        self.tls = False
+        self.greeted = False
+        self.done = False
+        self.mail_from: str | None = None
+        self.rcpt_to: list[str] = []
+        self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
+            "EHLO": self.ehlo,
+            "HELO": self.helo,
+            "STARTTLS": self.starttls,
+            "MAIL": self.mail,
+            "RCPT": self.rcpt,
+            "DATA": self.data,
+            "RSET": self.rset,
+            "NOOP": self.noop,
+            "QUIT": self.quit,
+        }
+
+    async def reply(self, code: int, *lines: str) -> None:
+        # Multi-line replies use "code-" on all but the last line (RFC 5321 4.2.1).
+        rendered = [f"{code}-{line}" for line in lines[:-1]] + [f"{code} {lines[-1]}"]
+        await self.reader.stream.send_all("".join(f"{r}\r\n" for r in rendered).encode())
+
+    def reset_transaction(self) -> None:
+        self.mail_from = None
+        self.rcpt_to = []
+
+    async def run(self) -> None:
+        await self.reply(220, f"{self.sink.hostname} ESMTP Postroom test sink")
+        while not self.done:
+            try:
+                line = await self.reader.readline()
+            except _LineTooLong:
+                await self.reply(500, "5.5.2 line too long")
+                continue
+            if line is None:
+                return
+            command = line.decode("utf-8", "replace")
+            self.sink.transcript.append(command)
+            verb, _, argument = command.partition(" ")
+            handler = self.commands.get(verb.upper())
+            if handler is None:
+                await self.reply(500, "5.5.2 command not recognized")
+            else:
+                await handler(argument.strip())
+        with contextlib.suppress(trio.BrokenResourceError):
+            await self.reader.stream.aclose()  # graceful, so TLS sends close_notify
+
+    async def ehlo(self, argument: str) -> None:
+        if not argument:
+            await self.reply(501, "5.5.4 EHLO needs a domain")
+            return
+        self.greeted = True
+        self.reset_transaction()
+        extensions = [
+            "PIPELINING",
+            "8BITMIME",
+            "ENHANCEDSTATUSCODES",
+            f"SIZE {self.sink.max_message_size}",
+        ]
+        if self.sink.ssl_context is not None and not self.tls:
+            extensions.append("STARTTLS")
+        await self.reply(250, f"{self.sink.hostname} greets {argument}", *extensions)
+
+    async def helo(self, argument: str) -> None:
+        if not argument:
+            await self.reply(501, "5.5.4 HELO needs a domain")
+            return
+        self.greeted = True
+        self.reset_transaction()
+        await self.reply(250, self.sink.hostname)
+
+    async def starttls(self, argument: str) -> None:
+        if self.sink.ssl_context is None:
+            await self.reply(454, "4.7.0 TLS not available")
+            return
+        if self.tls:
+            await self.reply(503, "5.5.1 TLS already active")
+            return
+        await self.reply(220, "2.0.0 ready to start TLS")
+        tls_stream = trio.SSLStream(self.reader.stream, self.sink.ssl_context, server_side=True)
+        await tls_stream.do_handshake()
+        self.reader.switch_to(tls_stream)
+        # RFC 3207: the client must start over with EHLO; nothing from before carries over.
+        self.tls = True
+        self.greeted = False
+        self.reset_transaction()
+
+    async def mail(self, argument: str) -> None:
+        match = _PATH_ARG.match(argument)
+        if not self.greeted:
+            await self.reply(503, "5.5.1 say EHLO first")
+        elif self.mail_from is not None:
+            await self.reply(503, "5.5.1 nested MAIL command")
+        elif match is None or match[1].upper() != "FROM":
+            await self.reply(501, "5.5.4 syntax: MAIL FROM:<address>")
+        else:
+            await self.mail_with_params(match[2], match[3].split())
+
+    async def mail_with_params(self, sender: str, params: list[str]) -> None:
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.upper() == "SIZE" and value.isdigit():
+                if int(value) > self.sink.max_message_size:
+                    await self.reply(552, "5.3.4 message size exceeds fixed limit")
+                    return
+            elif key.upper() != "BODY":
+                # Strict on purpose: e.g. SMTPUTF8 was not advertised, so must not be used.
+                await self.reply(555, f"5.5.4 unsupported parameter {param}")
+                return
+        self.mail_from = sender
+        await self.reply(250, "2.1.0 OK")
+
+    async def rcpt(self, argument: str) -> None:
+        match = _PATH_ARG.match(argument)
+        if self.mail_from is None:
+            await self.reply(503, "5.5.1 need MAIL first")
+        elif match is None or match[1].upper() != "TO" or not match[2]:
+            await self.reply(501, "5.5.4 syntax: RCPT TO:<address>")
+        else:
+            answer = self.sink.rcpt_reply(match[2])
+            if answer.accepted:
+                self.rcpt_to.append(match[2])
+            await self.reply(answer.code, answer.text)
+
+    async def data(self, argument: str) -> None:
+        if self.mail_from is None:
+            await self.reply(503, "5.5.1 need MAIL first")
+            return
+        if not self.rcpt_to:
+            await self.reply(554, "5.5.1 no valid recipients")
+            return
+        await self.reply(354, "end data with <CR><LF>.<CR><LF>")
+        outcome, data = await self.receive_data()
+        if outcome is None:
+            outcome = self.sink.next_data_reply()
+            if outcome.accepted:
+                self.sink.record(
+                    ReceivedMessage(
+                        mail_from=self.mail_from,
+                        rcpt_to=tuple(self.rcpt_to),
+                        data=data,
+                        tls=self.tls,
+                        received_at=trio.current_time(),
+                    )
+                )
+        self.reset_transaction()
+        await self.reply(outcome.code, outcome.text)
+
+    async def receive_data(self) -> tuple[SmtpReply | None, bytes]:
+        """Read up to the lone "."; return (error reply or None, unstuffed content).
+
+        On an error the rest of the message is still consumed (but not kept), so the
+        session stays in sync with a pipelining client.
+        """
+        chunks: list[bytes] = []
+        size = 0
+        error: SmtpReply | None = None
+        while True:
+            try:
+                line = await self.reader.readline()
+            except _LineTooLong:
+                error = error or SmtpReply(500, "5.5.2 line too long")
+                continue
+            if line is None:
+                raise trio.BrokenResourceError("connection closed during DATA")
+            if line == b".":
+                return error, b"".join(chunks)
+            line = line[1:] if line.startswith(b".") else line  # RFC 5321 4.5.2
+            size += len(line) + 2
+            if size > self.sink.max_message_size:
+                error = error or SmtpReply(552, "5.3.4 message size exceeds fixed limit")
+            if error is None:
+                chunks.append(line + b"\r\n")
+
+    async def rset(self, argument: str) -> None:
+        self.reset_transaction()
+        await self.reply(250, "2.0.0 OK")
+
+    async def noop(self, argument: str) -> None:
+        await self.reply(250, "2.0.0 OK")
+
+    async def quit(self, argument: str) -> None:
+        await self.reply(221, "2.0.0 bye")
+        self.done = True
