@@ -20,21 +20,30 @@ class ServiceCollector(Collector):
         self._db = db
 
     def collect(self) -> Iterator[Metric]:
-        writer = self._db.writer_statistics()
-        yield CounterMetricFamily(
-            "postroom_commit_batches", "Group-commit transactions written", value=writer.batches
-        )
-        yield CounterMetricFamily(
-            "postroom_commit_units", "Units of work committed by group commit", value=writer.units
-        )
-        yield GaugeMetricFamily(
-            "postroom_commit_largest_batch",
-            "Largest group-commit batch",
-            value=writer.largest_batch,
-        )
-        yield GaugeMetricFamily(
-            "postroom_commit_waiting", "Units waiting for the writer", value=writer.waiting
-        )
+        for role, stats in (
+            ("write", self._db.writer_statistics()),
+            ("read", self._db.reader_statistics()),
+        ):
+            yield CounterMetricFamily(
+                f"postroom_db_{role}_batches",
+                f"Database {role} batches (one thread hop each)",
+                value=stats.batches,
+            )
+            yield CounterMetricFamily(
+                f"postroom_db_{role}_units",
+                f"Units of work in database {role} batches",
+                value=stats.units,
+            )
+            yield GaugeMetricFamily(
+                f"postroom_db_{role}_largest_batch",
+                f"Largest database {role} batch",
+                value=stats.largest_batch,
+            )
+            yield GaugeMetricFamily(
+                f"postroom_db_{role}_waiting",
+                f"Units waiting for a database {role} batch",
+                value=stats.waiting,
+            )
 
 
 def build_registry(db: Database) -> CollectorRegistry:

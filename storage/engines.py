@@ -3,6 +3,7 @@
 A unit of work is a function `unit(tx, *args)` that runs inside one transaction. `write_batch`
 runs many units in one transaction with one commit (group commit); each unit gets its own
 savepoint, so one unit's error rolls back only that unit and is handed back to its caller.
+`read_batch` runs many read-only units on one connection in one thread hop.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class StorageEngine(Protocol):
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]: ...
 
-    def read(self, unit: Unit, args: tuple[Any, ...]) -> Any: ...
+    def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]: ...
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any: ...
 
@@ -99,13 +100,14 @@ class SQLiteEngine:
             conn.execute("COMMIT")
             return result
 
-    def read(self, unit: Unit, args: tuple[Any, ...]) -> Any:
+    def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         conn = self._readers.get()
         try:
-            # One snapshot for the whole unit.
+            # One snapshot for the whole batch; a failed read leaves nothing to undo.
             conn.execute("BEGIN")
             try:
-                return unit(Tx(conn, "sqlite"), *args)
+                tx = Tx(conn, "sqlite")
+                return [outcome.capture(unit, tx, *args) for unit, args in jobs]
             finally:
                 conn.execute("COMMIT")
         finally:
@@ -146,9 +148,17 @@ class PostgresEngine:
         with self._pool.connection() as conn, conn.transaction():
             return unit(Tx(conn, "postgresql"), *args)
 
-    def read(self, unit: Unit, args: tuple[Any, ...]) -> Any:
-        with self._pool.connection() as conn, conn.transaction():
-            return unit(Tx(conn, "postgresql"), *args)
+    def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
+        with self._pool.connection() as conn:
+            tx = Tx(conn, "postgresql")
+            results: list[outcome.Outcome[Any]] = []
+            for unit, args in jobs:
+                result = outcome.capture(unit, tx, *args)
+                if isinstance(result, outcome.Error):
+                    conn.rollback()  # an error aborts the transaction; the next read opens anew
+                results.append(result)
+            conn.commit()
+            return results
 
     def close(self) -> None:
         self._pool.close()

@@ -1,0 +1,1 @@
+"""Load generators and benchmarks; run by hand, never by the test suite."""

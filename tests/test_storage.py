@@ -1,0 +1,114 @@
+"""Storage on both engines: group commit, per-unit isolation, migrations, durability."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from storage import migrations
+from storage.database import open_database
+from storage.tx import Tx, to_pyformat
+
+
+def _create_table(tx: Tx) -> None:
+    tx.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+
+
+def _insert(tx: Tx, note_id: int, body: str) -> int:
+    return tx.execute(
+        "INSERT INTO notes (id, body) VALUES (:id, :body)", {"id": note_id, "body": body}
+    )
+
+
+def _insert_then_fail(tx: Tx, note_id: int) -> None:
+    _insert(tx, note_id, "half-done")
+    raise LookupError("unit gave up after writing")
+
+
+def _bodies(tx: Tx) -> dict[int, str]:
+    return {row["id"]: row["body"] for row in tx.all("SELECT id, body FROM notes ORDER BY id")}
+
+
+async def test_concurrent_writes_share_transactions(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        async with trio.open_nursery() as nursery:
+            for i in range(300):
+                nursery.start_soon(db.write, _insert, i, f"note {i}")
+        stats = db.writer_statistics()
+        assert len(await db.read(_bodies)) == 300
+        assert stats.units >= 300
+        assert stats.batches < 300  # grouped: fewer commits than units
+        assert stats.largest_batch > 1
+
+
+async def test_a_failing_unit_rolls_back_alone(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        outcomes: dict[int, str] = {}
+
+        async def attempt(note_id: int) -> None:
+            try:
+                if note_id % 3 == 0:
+                    await db.write(_insert_then_fail, note_id)
+                else:
+                    await db.write(_insert, note_id, "kept")
+                outcomes[note_id] = "ok"
+            except LookupError:
+                outcomes[note_id] = "failed"
+
+        async with trio.open_nursery() as nursery:
+            for i in range(60):
+                nursery.start_soon(attempt, i)
+        bodies = await db.read(_bodies)
+        assert all(outcomes[i] == "failed" for i in range(0, 60, 3))
+        assert sorted(bodies) == [i for i in range(60) if i % 3]
+        assert set(bodies.values()) == {"kept"}
+
+
+async def test_a_constraint_violation_reaches_only_its_caller(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        await db.write(_insert, 1, "first")
+        with pytest.raises(Exception) as raised:
+            await db.write(_insert, 1, "duplicate")
+        assert "unique" in str(raised.value).lower() or "duplicate" in str(raised.value).lower()
+        await db.write(_insert, 2, "second")
+        assert await db.read(_bodies) == {1: "first", 2: "second"}
+
+
+async def test_committed_writes_survive_reopening(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        await db.write(_insert, 7, "durable")
+    async with open_database(database_url) as db:
+        assert await db.read(_bodies) == {7: "durable"}
+
+
+async def test_migrations_apply_once(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        first = await db.transaction(migrations.apply_pending)
+        second = await db.transaction(migrations.apply_pending)
+    assert first == [version for version, _ in migrations.available()]
+    assert second == []
+
+
+def _ids(tx: Tx, sql: str, params: dict[str, str]) -> list[int]:
+    return [row["id"] for row in tx.all(sql, params)]
+
+
+async def test_percent_signs_in_sql_and_parameters(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        await db.write(_insert, 1, "100% done")
+        await db.write(_insert, 2, "half")
+        assert await db.read(_ids, "SELECT id FROM notes WHERE body LIKE '%done'", {}) == [1]
+        pattern = {"pattern": "100%"}
+        assert await db.read(_ids, "SELECT id FROM notes WHERE body LIKE :pattern", pattern) == [1]
+
+
+def test_named_parameters_become_pyformat() -> None:
+    sql = "SELECT :a FROM t WHERE x LIKE '%a' AND y = :long_name_2 AND z = 'x'::text"
+    assert to_pyformat(sql) == (
+        "SELECT %(a)s FROM t WHERE x LIKE '%%a' AND y = %(long_name_2)s AND z = 'x'::text"
+    )
