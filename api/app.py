@@ -10,6 +10,7 @@ from api import auth, errors
 from api.converters import IdConverter
 from api.routes import api_keys, audit_log, domains, health, senders, sessions, suppressions
 from engine.runtime import Runtime
+from engine.supervisor import Supervisor
 
 # Attachments may total 24 MiB, which base64 makes ~32 MiB; anything larger is refused early.
 MAX_BODY_BYTES = 40 * 1024 * 1024
@@ -25,7 +26,7 @@ BLUEPRINTS = (
 )
 
 
-def create_app(rt: Runtime, metrics: CollectorRegistry) -> QuartTrio:
+def create_app(rt: Runtime, supervisor: Supervisor, metrics: CollectorRegistry) -> QuartTrio:
     """The `/v1` API over one engine runtime."""
     app = QuartTrio(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -34,6 +35,7 @@ def create_app(rt: Runtime, metrics: CollectorRegistry) -> QuartTrio:
     app.url_map.converters["id"] = IdConverter
     app.extensions["postroom"] = rt
     app.extensions["postroom.metrics"] = metrics
+    app.extensions["postroom.supervisor"] = supervisor
     QuartSchema(
         app,
         info={"title": "Postroom", "version": "1"},

@@ -224,15 +224,20 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
 
 
 def _record_verification(
-    tx: Tx, who: Principal, domain: Domain, statuses: dict[str, str], now: datetime
+    tx: Tx,
+    actor: str,
+    domain: Domain,
+    statuses: dict[str, str],
+    now: datetime,
+    log_every_check: bool,
 ) -> Domain:
-    current = domains.get(tx, who.workspace_id, domain.id)
+    current = domains.get(tx, domain.workspace_id, domain.id)
     if current is None:
         raise NotFound("domain not found")
     mismatch = statuses.pop("dkim_mismatch", None) is not None
     dkim = statuses["dkim"]
     if dkim == VERIFIED:
-        if domains.verified_elsewhere(tx, who.workspace_id, current.name):
+        if domains.verified_elsewhere(tx, current.workspace_id, current.name):
             raise Conflict(
                 f"{current.name} is verified by another workspace; transfer it instead",
                 code="domain_taken",
@@ -244,21 +249,27 @@ def _record_verification(
         status = current.status
     verified_at = (current.verified_at or now) if status == VERIFIED else None
     domains.record_check(tx, current.id, status, statuses, now, verified_at)
-    action = "domain.verified" if status == VERIFIED else "domain.verification_failed"
-    record(
-        tx,
-        who.workspace_id,
-        who.user_email,
-        Change(action, current.name, current.id, {"status": status, "records": statuses}),
-        now,
-    )
-    updated = domains.get(tx, who.workspace_id, domain.id)
+    if log_every_check or status != current.status:
+        action = "domain.verified" if status == VERIFIED else "domain.verification_failed"
+        meta = {"status": status, "records": statuses}
+        record(tx, current.workspace_id, actor, Change(action, current.name, current.id, meta), now)
+    updated = domains.get(tx, current.workspace_id, domain.id)
     assert updated is not None
     return updated
 
 
-async def verify(rt: Runtime, who: Principal, domain_id: str) -> Domain:
-    """Look the domain's records up in DNS and record what was found."""
-    domain = await get(rt, who, domain_id)
+async def check(rt: Runtime, actor: str, domain: Domain, *, log_every_check: bool) -> Domain:
+    """Look the domain's records up in DNS and record what was found.
+
+    A person's check is always logged; the background checker logs only a change of status.
+    """
     statuses = await _check_records(rt, domain)
-    return await rt.db.write(_record_verification, who, domain, statuses, rt.clock.now())
+    return await rt.db.write(
+        _record_verification, actor, domain, statuses, rt.clock.now(), log_every_check
+    )
+
+
+async def verify(rt: Runtime, who: Principal, domain_id: str) -> Domain:
+    """Check the domain's records now, on the principal's request."""
+    domain = await get(rt, who, domain_id)
+    return await check(rt, who.user_email, domain, log_every_check=True)

@@ -33,7 +33,8 @@ def _add(tx: Tx, who: Principal, entry: Suppression) -> tuple[Suppression, bool]
 async def add(rt: Runtime, who: Principal, email: str, reason: str) -> tuple[Suppression, bool]:
     """Suppress an address; the entry and whether it is new (an existing one is kept)."""
     if reason not in REASONS:
-        raise Unprocessable(f"reason must be one of {', '.join(REASONS)}")
+        message = f"reason must be one of {', '.join(REASONS)}"
+        raise Unprocessable(message, errors=[{"loc": ["body", "reason"], "msg": message}])
     entry = Suppression(normalize_email(email), reason, rt.clock.now(), None)
     return await rt.db.write(_add, who, entry)
 

@@ -6,18 +6,21 @@ snapshot, so measuring costs nothing between scrapes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from engine.supervisor import Supervisor
 from storage.database import Database
 
 
 class ServiceCollector(Collector):
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, supervisor: Supervisor) -> None:
         self._db = db
+        self._supervisor = supervisor
 
     def collect(self) -> Iterator[Metric]:
         for role, stats in (
@@ -44,10 +47,17 @@ class ServiceCollector(Collector):
                 f"Units waiting for a database {role} batch",
                 value=stats.waiting,
             )
+        for actor, snapshot in self._supervisor.statistics().items():
+            for field in dataclasses.fields(snapshot):
+                yield GaugeMetricFamily(
+                    f"postroom_{actor}_{field.name}",
+                    f"{actor}: {field.name}",
+                    value=getattr(snapshot, field.name),
+                )
 
 
-def build_registry(db: Database) -> CollectorRegistry:
+def build_registry(db: Database, supervisor: Supervisor) -> CollectorRegistry:
     """A registry of its own per service, so several services can share one process."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(ServiceCollector(db))
+    registry.register(ServiceCollector(db, supervisor))
     return registry

@@ -21,8 +21,10 @@ from hypercorn.trio import serve as hypercorn_serve
 from api.app import create_app
 from engine.clock import Clock
 from engine.dns import make_resolver
+from engine.domain_checker import DomainChecker
 from engine.key_cache import KeyCache
 from engine.runtime import Runtime
+from engine.supervisor import Supervisor
 from postroom.config import Settings
 from postroom.metrics import build_registry
 from storage import accounts, migrations
@@ -73,16 +75,22 @@ async def serve(
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
-        app = create_app(rt, build_registry(db))
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(
-                partial(
-                    hypercorn_serve,
-                    app,
-                    _hypercorn_config(settings),
-                    shutdown_trigger=shutdown.wait,
+        supervisor = Supervisor([DomainChecker(rt)])
+        app = create_app(rt, supervisor, build_registry(db, supervisor))
+        async with trio.open_nursery() as engine:
+            await engine.start(supervisor.run)
+            async with trio.open_nursery() as front_doors:
+                binds = await front_doors.start(
+                    partial(
+                        hypercorn_serve,
+                        app,
+                        _hypercorn_config(settings),
+                        shutdown_trigger=shutdown.wait,
+                    )
                 )
-            )
-            log.info("API listening on %s", binds[0])
-            task_status.started(RunningService(binds[0], rt, shutdown.set))
+                log.info("API listening on %s", binds[0])
+                task_status.started(RunningService(binds[0], rt, shutdown.set))
+            # The front doors have closed and finished their requests; the actors' work is in
+            # the database and resumes on the next start.
+            engine.cancel_scope.cancel()
         log.info("stopped cleanly")

@@ -117,6 +117,16 @@ def list_all(tx: Tx, workspace_id: str) -> list[Domain]:
     return [_domain(row) for row in rows]
 
 
+def pending_since(tx: Tx, created_after: datetime) -> list[Domain]:
+    """Every workspace's pending domains registered after a time, oldest first."""
+    rows = tx.all(
+        "SELECT * FROM domains WHERE status = 'pending' AND created_at > :after"
+        " ORDER BY created_at, id",
+        {"after": timestamp(created_after)},
+    )
+    return [_domain(row) for row in rows]
+
+
 def verified_elsewhere(tx: Tx, workspace_id: str, name: str) -> bool:
     """Whether another workspace already sends as this domain name."""
     return (

@@ -57,8 +57,10 @@ def page(
     where = "workspace_id = :ws"
     params: dict[str, object] = {"ws": workspace_id, "limit": limit, "offset": offset}
     if search:
-        where += " AND email LIKE :pattern"
-        params["pattern"] = f"%{search.lower()}%"
+        # A plain substring: `_` and `%` in the search are literal, not LIKE wildcards.
+        where += " AND email LIKE :pattern ESCAPE '!'"
+        literal = search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        params["pattern"] = f"%{literal}%"
     total = int(tx.value(f"SELECT COUNT(*) FROM suppressions WHERE {where}", params))
     rows = tx.all(
         f"SELECT * FROM suppressions WHERE {where}"

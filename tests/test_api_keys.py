@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from trio.testing import MockClock
+
 from tests.harness.service import Service
 
 
@@ -82,7 +84,9 @@ async def test_deleted_key_gets_401_and_leaves_the_list(service: Service) -> Non
     assert (await account.client.delete(f"/v1/api-keys/{created['id']}")).status_code == 404
 
 
-async def test_deleted_key_stays_refused_after_the_cache_window(service: Service) -> None:
+async def test_deleted_key_stays_refused_after_the_cache_window(
+    service: Service, clock: MockClock
+) -> None:
     account = await service.account("starter")
     created = (await account.client.post("/v1/api-keys/", json={"name": "doomed"})).json()
     doomed = service.client(headers={"Authorization": f"Bearer {created['key']}"})

@@ -17,6 +17,8 @@ HEALTH_TIMEOUT = 2.0
 @blueprint.get("/healthz")
 @public
 async def healthz() -> Response:
+    if not current_app.extensions["postroom.supervisor"].running:
+        return error_response(503, "unavailable", "the engine's actors are not running")
     with trio.move_on_after(HEALTH_TIMEOUT):
         await runtime().db.read(lambda tx: tx.value("SELECT 1"))
         return Response('{"status":"ok"}', content_type="application/json")

@@ -104,15 +104,30 @@ class Service:
     """A running in-process service and helpers to act on it as its users."""
 
     running: RunningService
-    clock: trio.testing.MockClock
+    _clock: trio.testing.MockClock
     _clients: list[httpx.AsyncClient] = field(default_factory=list)
+
+    @property
+    def clock(self) -> trio.testing.MockClock:
+        """The virtual clock driving the service; the test must take `clock` as an argument."""
+        # pytest-trio runs a test under a clock only when the test function itself asks for
+        # it, so a jump would otherwise do nothing and a time test would pass vacuously.
+        if trio.lowlevel.current_clock() is not self._clock:
+            raise RuntimeError("add the `clock` fixture to the test's arguments to move time")
+        return self._clock
 
     @property
     def url(self) -> str:
         return self.running.api_url
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        """An HTTP client for the API, closed when the test ends."""
+        """An HTTP client for the API, closed when the test ends.
+
+        It opens a connection per request: a kept-alive connection left idle across a clock
+        jump can be half-closed by the server's keep-alive timer while the client, whose pool
+        expiry runs on real time, still reuses it and waits for an answer that never comes.
+        """
+        kwargs.setdefault("limits", httpx.Limits(max_keepalive_connections=0))
         client = httpx.AsyncClient(base_url=self.url, timeout=30.0, **kwargs)
         self._clients.append(client)
         return client
