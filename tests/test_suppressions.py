@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trio.testing import MockClock
+
 from tests.harness.service import Account, Service
 
 SUPPRESSION_FIELDS = {"email", "reason", "created_at", "source_email_id"}
