@@ -1,0 +1,33 @@
+"""The service's own endpoints: health, metrics and the OpenAPI description."""
+
+from __future__ import annotations
+
+from tests.harness.service import Service
+
+
+async def test_healthz_answers_without_authentication(service: Service) -> None:
+    response = await service.client().get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_metrics_report_database_batches_and_actors(service: Service) -> None:
+    account = await service.account()
+    await account.client.post("/v1/api-keys/", json={"name": "metered"})
+    text = (await service.client().get("/metrics")).text
+    writes = next(
+        line for line in text.splitlines() if line.startswith("postroom_db_write_units_total ")
+    )
+    assert float(writes.split()[1]) >= 2  # the account, then the key
+    assert "postroom_domain_checker_rounds" in text
+
+
+async def test_openapi_describes_the_api(service: Service) -> None:
+    spec = (await service.client().get("/openapi.json")).json()
+    paths = spec["paths"]
+    for path in ("/v1/api-keys/", "/v1/domains/", "/v1/senders/", "/v1/suppressions/"):
+        assert path in paths
+    assert "/v1/audit-log" in paths
+    create_key = paths["/v1/api-keys/"]["post"]
+    assert "201" in create_key["responses"]
+    assert create_key["requestBody"]["content"]["application/json"]["schema"]
