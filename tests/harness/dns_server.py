@@ -31,7 +31,8 @@ import dns.rdtypes.ANY.TXT
 import dns.rrset
 import trio
 
-HOST = "127.0.0.1"
+from tests.harness.peer import HOST, LoopbackPeer
+
 _UDP_DEFAULT_PAYLOAD = 512  # RFC 1035 limit for clients that do not speak EDNS
 _TXT_CHUNK = 255  # a TXT character-string holds at most 255 bytes
 _TCP_BIND_ATTEMPTS = 20
@@ -74,13 +75,12 @@ def _make_rrset(name: str, rdtype: str, values: list[str], ttl: int) -> dns.rrse
     )
 
 
-class DnsServer:
+class DnsServer(LoopbackPeer):
     """Scriptable authoritative server; start it with ``await nursery.start(server.run)``."""
 
     def __init__(self) -> None:
         self._zone: dict[dns.name.Name, dict[dns.rdatatype.RdataType, dns.rrset.RRset]] = {}
         self._failing: set[dns.name.Name] = set()
-        self._port: int | None = None
         self.queries: list[DnsQuery] = []
 
     # -- scripting -------------------------------------------------------------------
@@ -112,16 +112,6 @@ class DnsServer:
         self._failing.clear()
 
     # -- addressing ------------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("DnsServer is not running yet")
-        return self._port
 
     @property
     def nameserver(self) -> str:

@@ -23,7 +23,8 @@ from typing import Any
 import h11
 import trio
 
-HOST = "127.0.0.1"
+from tests.harness.peer import HOST, Arrivals, LoopbackPeer
+
 MAX_BODY = 10 * 1024 * 1024
 _MAX_HEADER_BYTES = 64 * 1024
 _READ_CHUNK = 65536
@@ -65,17 +66,16 @@ class _TooLarge(Exception):
     pass
 
 
-class HttpsReceiver:
+class HttpsReceiver(LoopbackPeer):
     """Scriptable HTTPS endpoint; start it with ``await nursery.start(receiver.run)``."""
 
     def __init__(self, ssl_context: ssl.SSLContext) -> None:
         self.ssl_context = ssl_context
-        self.requests: list[ReceivedRequest] = []
+        self._arrivals: Arrivals[ReceivedRequest] = Arrivals()
+        self.requests = self._arrivals.items
         self.connections = 0  # accepted TCP connections, to observe keep-alive
         self._default = HttpReply(200, b"{}")
         self._script: deque[HttpReply] = deque()
-        self._arrived = trio.Event()
-        self._port: int | None = None
 
     # -- scripting -------------------------------------------------------------------
 
@@ -103,28 +103,13 @@ class HttpsReceiver:
         timeout: float = 10,  # noqa: ASYNC109 - a built-in deadline keeps tests terse
     ) -> list[ReceivedRequest]:
         """Wait until at least ``n`` requests were recorded; return all so far."""
-        with trio.fail_after(timeout):
-            while len(self.requests) < n:
-                await self._arrived.wait()
-        return list(self.requests)
+        return await self._arrivals.wait_for(n, timeout)
 
     def record(self, request: ReceivedRequest) -> None:
         """Store a request and wake ``wait_for_requests``."""
-        self.requests.append(request)
-        self._arrived.set()
-        self._arrived = trio.Event()
+        self._arrivals.add(request)
 
     # -- addressing and lifecycle ----------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("HttpsReceiver is not running yet")
-        return self._port
 
     @property
     def url(self) -> str:

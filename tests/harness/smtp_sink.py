@@ -25,7 +25,8 @@ from functools import partial
 
 import trio
 
-HOST = "127.0.0.1"
+from tests.harness.peer import HOST, Arrivals, LoopbackPeer
+
 MAX_LINE = 4096  # bytes including CRLF; longer command or text lines get 500
 DEFAULT_MAX_MESSAGE_SIZE = 10 * 1024 * 1024
 _READ_CHUNK = 65536
@@ -106,7 +107,7 @@ class _LineReader:
             self._buffer += chunk
 
 
-class SmtpSink:
+class SmtpSink(LoopbackPeer):
     """Scriptable SMTP peer; start it with ``await nursery.start(sink.run)``."""
 
     def __init__(
@@ -119,14 +120,13 @@ class SmtpSink:
         self.ssl_context = ssl_context  # None: STARTTLS is neither advertised nor accepted
         self.hostname = hostname
         self.max_message_size = max_message_size
-        self.messages: list[ReceivedMessage] = []
+        self._arrivals: Arrivals[ReceivedMessage] = Arrivals()
+        self.messages = self._arrivals.items
         self.transcript: list[str] = []  # every command line, all connections, in order
         self.connections = 0
         self._rcpt_replies: dict[str, SmtpReply] = {}
         self._flaky: dict[str, _Flaky] = {}
         self._data_replies: deque[SmtpReply] = deque()
-        self._arrived = trio.Event()
-        self._port: int | None = None
 
     # -- scripting -------------------------------------------------------------------
 
@@ -165,9 +165,7 @@ class SmtpSink:
 
     def record(self, message: ReceivedMessage) -> None:
         """Store an accepted message and wake ``wait_for_messages``."""
-        self.messages.append(message)
-        self._arrived.set()
-        self._arrived = trio.Event()
+        self._arrivals.add(message)
 
     async def wait_for_messages(
         self,
@@ -175,22 +173,9 @@ class SmtpSink:
         timeout: float = 10,  # noqa: ASYNC109 - a built-in deadline keeps tests terse
     ) -> list[ReceivedMessage]:
         """Wait until at least ``n`` messages were accepted; return all received so far."""
-        with trio.fail_after(timeout):
-            while len(self.messages) < n:
-                await self._arrived.wait()
-        return list(self.messages)
+        return await self._arrivals.wait_for(n, timeout)
 
-    # -- addressing and lifecycle ----------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("SmtpSink is not running yet")
-        return self._port
+    # -- lifecycle -------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``nursery.start`` returns the bound port."""
