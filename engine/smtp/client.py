@@ -1,0 +1,239 @@
+"""The client side of SMTP as a sans-I/O state machine (RFC 5321, 2920, 3207, 1870, 6152).
+
+Feed it what the server sent (`receive_data`), take replies out (`next_reply`) and ask it
+for the bytes of each command (`ehlo`, `mail_from`, ...); the caller moves the bytes. No
+socket, no Trio, no clock: timeouts and TLS belong to the driver (`engine.smtp.session`).
+
+Rules. The state says which commands may be sent next (`ClientState`); commands advance it
+when they are produced, so a driver may pipeline MAIL, RCPT... and DATA before any reply is
+read, and replies are matched to commands in order. Only replies that change what may be
+sent next act on the state: the greeting, EHLO/HELO, STARTTLS (a 2xx resets the session:
+the driver wraps the stream in TLS and must say EHLO again), a refused MAIL, DATA (354
+opens the message content) and 421 (the server is closing). Bad input raises before any
+state changes, so a refused command leaves the machine as it was.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from engine.smtp.errors import ProtocolError
+from engine.smtp.grammar import (
+    ReplyParser,
+    check_helo_name,
+    check_path,
+    encode_message,
+    parse_extensions,
+)
+from engine.smtp.replies import SmtpReply
+
+
+class NeedData(enum.Enum):
+    """The type of `NEED_DATA`."""
+
+    NEED_DATA = "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData.NEED_DATA
+"""Returned by `SmtpClient.next_reply` until a whole reply has been received."""
+
+
+class ClientState(enum.Enum):
+    """What the client may send next."""
+
+    GREETING = "greeting"  # nothing: the server speaks first
+    REFUSED = "refused"  # the greeting was not 2xx: QUIT only
+    CONNECTED = "connected"  # greeted, but not (or no longer, after STARTTLS) said EHLO/HELO
+    READY = "ready"  # EHLO/HELO accepted, no transaction: MAIL, STARTTLS, RSET, QUIT
+    STARTING_TLS = "starting_tls"  # nothing until the STARTTLS reply has been read
+    MAIL = "mail"  # MAIL sent: RCPT, RSET, QUIT
+    RCPT = "rcpt"  # RCPT sent: RCPT, DATA, RSET, QUIT
+    DATA = "data"  # nothing until the DATA reply has been read
+    MESSAGE = "message"  # DATA answered 354: the message content, nothing else
+    ABORTED = "aborted"  # DATA refused, the server's transaction state unknown: RSET, QUIT
+    CLOSED = "closed"  # QUIT sent or 421 received: nothing
+
+
+class _Command(enum.Enum):
+    GREETING = "greeting"
+    EHLO = "EHLO"
+    HELO = "HELO"
+    STARTTLS = "STARTTLS"
+    MAIL = "MAIL"
+    RCPT = "RCPT"
+    DATA = "DATA"
+    MESSAGE = "message"
+    RSET = "RSET"
+    QUIT = "QUIT"
+
+
+_S = ClientState
+_IDLE = (_S.READY, _S.MAIL, _S.RCPT, _S.ABORTED)  # a transaction may be open, RSET ends it
+
+
+class SmtpClient:
+    """One SMTP client connection, from the greeting to QUIT, without the connection."""
+
+    def __init__(self) -> None:
+        self._state = ClientState.GREETING
+        self._parser = ReplyParser()
+        self._pending: deque[_Command] = deque([_Command.GREETING])
+        self._extensions: dict[str, str] = {}
+        self._utf8_transaction = False
+
+    @property
+    def state(self) -> ClientState:
+        """What may be sent next."""
+        return self._state
+
+    @property
+    def extensions(self) -> Mapping[str, str]:
+        """Extensions from the last accepted EHLO (upper-case keyword -> parameters).
+
+        Empty before EHLO, after HELO and after STARTTLS until the next EHLO.
+        """
+        return MappingProxyType(self._extensions)
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Add bytes received from the server; ``b""`` when the server closed."""
+        self._parser.feed(data)
+
+    def next_reply(self) -> SmtpReply | NeedData:
+        """The next reply, in the order commands were sent, or `NEED_DATA`.
+
+        Raises `ProtocolError` when the server broke the grammar or the order of replies.
+        """
+        reply = self._parser.next_reply()
+        if reply is None:
+            return NEED_DATA
+        if reply.code == 421:  # may come instead of any reply, or unasked (RFC 5321 3.8)
+            self._pending.clear()
+            self._state = ClientState.CLOSED
+            return reply
+        if not self._pending:
+            raise ProtocolError(f"reply nobody asked for: {reply}")
+        self._on_reply(self._pending.popleft(), reply)
+        return reply
+
+    def _on_reply(self, command: _Command, reply: SmtpReply) -> None:
+        success_class = 3 if command is _Command.DATA else 2  # 354 is DATA's only "yes"
+        if reply.is_positive and reply.code // 100 != success_class:
+            raise ProtocolError(f"reply {reply} does not fit {command.value}")
+        if command is _Command.GREETING:
+            self._state = _S.CONNECTED if reply.is_success else _S.REFUSED
+        elif command in (_Command.EHLO, _Command.HELO) and reply.is_success:
+            is_ehlo = command is _Command.EHLO
+            self._extensions = parse_extensions(reply) if is_ehlo else {}
+            self._state = _S.READY
+        elif command is _Command.STARTTLS:
+            if reply.is_success:
+                # Anything after the 220 arrived in plaintext before the handshake: an
+                # attacker's injected replies (the client side of CVE-2011-0411). Drop it.
+                self._parser.clear()
+                self._extensions = {}
+                self._state = _S.CONNECTED
+            else:
+                self._state = _S.READY
+        elif command is _Command.MAIL and not reply.is_success and self._state is _S.MAIL:
+            self._state = _S.READY  # no transaction was opened, nothing else was sent
+        elif command is _Command.DATA:
+            self._state = _S.MESSAGE if reply.code == 354 else _S.ABORTED
+
+    # -- sending -----------------------------------------------------------------------
+
+    def ehlo(self, name: str) -> bytes:
+        """EHLO with our host name; on a 5xx reply the driver may try `helo` instead."""
+        return self._hello(_Command.EHLO, name)
+
+    def helo(self, name: str) -> bytes:
+        """HELO, for servers that do not know EHLO; no extensions."""
+        return self._hello(_Command.HELO, name)
+
+    def _hello(self, command: _Command, name: str) -> bytes:
+        check_helo_name(name)
+        self._require(command, _S.CONNECTED, _S.READY)
+        self._extensions = {}
+        return self._send(command, _S.CONNECTED, f"{command.value} {name}")
+
+    def starttls(self) -> bytes:
+        """STARTTLS; after its 2xx reply, wrap the stream in TLS and send EHLO again."""
+        self._require(_Command.STARTTLS, _S.READY)
+        return self._send(_Command.STARTTLS, _S.STARTING_TLS, "STARTTLS")
+
+    def mail_from(
+        self,
+        address: str,
+        size: int | None = None,
+        *,
+        eight_bit: bool = False,
+        smtputf8: bool = False,
+    ) -> bytes:
+        """MAIL FROM, opening a transaction; ``""`` is the null sender of bounces.
+
+        ``size`` becomes SIZE= (RFC 1870) when the server offers SIZE. ``eight_bit`` says
+        the message has 8-bit bytes, sent as BODY=8BITMIME when the server offers it (and
+        as they are otherwise, as MTAs do). ``smtputf8`` asks for an internationalised
+        transaction (RFC 6531), which a non-ASCII address needs; ValueError when it is
+        needed but the server does not offer SMTPUTF8, or the address is unfit.
+        """
+        check_path(address, allow_null=True)
+        smtputf8 = smtputf8 or not address.isascii()
+        if smtputf8 and "SMTPUTF8" not in self._extensions:
+            raise ValueError("SMTPUTF8 is needed, but the server does not offer it")
+        self._require(_Command.MAIL, _S.READY)
+        params = [f"MAIL FROM:<{address}>"]
+        if size is not None and "SIZE" in self._extensions:
+            params.append(f"SIZE={size:d}")
+        if eight_bit and "8BITMIME" in self._extensions:
+            params.append("BODY=8BITMIME")
+        if smtputf8:
+            params.append("SMTPUTF8")
+        self._utf8_transaction = smtputf8
+        return self._send(_Command.MAIL, _S.MAIL, " ".join(params))
+
+    def rcpt_to(self, address: str) -> bytes:
+        """RCPT TO for one recipient; a non-ASCII one needs a ``smtputf8`` transaction."""
+        check_path(address)
+        if not address.isascii() and not self._utf8_transaction:
+            raise ValueError(f"{address!r} needs a transaction opened with smtputf8=True")
+        self._require(_Command.RCPT, _S.MAIL, _S.RCPT)
+        return self._send(_Command.RCPT, _S.RCPT, f"RCPT TO:<{address}>")
+
+    def data(self) -> bytes:
+        """DATA; after its 354 reply, send `message`."""
+        self._require(_Command.DATA, _S.RCPT)
+        return self._send(_Command.DATA, _S.DATA, "DATA")
+
+    def message(self, data: bytes) -> bytes:
+        """The message content, ready to send: CRLF line endings, dot-stuffed, ending in
+        CRLF "." CRLF. Its reply (250 or a refusal) ends the transaction either way.
+        """
+        self._require(_Command.MESSAGE, _S.MESSAGE)
+        self._pending.append(_Command.MESSAGE)
+        self._state = _S.READY
+        return encode_message(data)
+
+    def rset(self) -> bytes:
+        """RSET, abandoning any transaction."""
+        self._require(_Command.RSET, *_IDLE)
+        return self._send(_Command.RSET, _S.READY, "RSET")
+
+    def quit(self) -> bytes:
+        """QUIT; the server answers 221 and closes the connection."""
+        self._require(_Command.QUIT, _S.REFUSED, _S.CONNECTED, *_IDLE)
+        return self._send(_Command.QUIT, _S.CLOSED, "QUIT")
+
+    def _require(self, command: _Command, *allowed: ClientState) -> None:
+        if self._state not in allowed:
+            raise RuntimeError(f"cannot send {command.value} in state {self._state.value}")
+
+    def _send(self, command: _Command, then: ClientState, line: str) -> bytes:
+        self._pending.append(command)
+        self._state = then
+        return f"{line}\r\n".encode()

@@ -1,0 +1,52 @@
+"""Errors of the SMTP client, named by who is to blame and what the caller should do.
+
+Flat and few. The sans-I/O machine raises only `ProtocolError` (for what the server sent)
+and the built-in `ValueError` (a command that must not be sent, such as an address with a
+line break) or `RuntimeError` (a command out of sequence: a bug in the driver). The Trio
+driver translates everything foreign at its edge (OSError, trio's stream errors, timeouts,
+TLS errors, `ProtocolError`) into `TransientFailure`, so a caller deciding between "retry
+later" and "bounce" needs to catch only `TransientFailure` and `PermanentFailure`.
+Replies to individual recipients are results, not errors: see `TransferResult`.
+"""
+
+from __future__ import annotations
+
+from engine.smtp.replies import SmtpReply
+
+
+class SmtpError(Exception):
+    """Base of the errors below."""
+
+
+class ProtocolError(SmtpError):
+    """Raised by the client machine when the server breaks the SMTP grammar.
+
+    A malformed or over-long reply line, a reply of more than 100 lines, continuation lines
+    with different codes, a reply of the wrong class for its command (354 to MAIL), a reply
+    nobody asked for, or the connection closing in the middle of a reply.
+    """
+
+
+class TransientFailure(SmtpError):
+    """Raised when the attempt failed for now and may succeed later, on a new connection.
+
+    When: the server greeted or answered EHLO/HELO with 4xx, or answered anything with 421;
+    the connection could not be opened or broke; a reply did not come within its timeout;
+    the TLS handshake failed (the caller may retry without TLS); the server broke the
+    protocol. ``reply`` is the server's reply when there was one, else None. The session
+    that raised it is unusable; close it.
+    """
+
+    def __init__(self, reply: SmtpReply | None, message: str | None = None) -> None:
+        super().__init__(message or (str(reply) if reply is not None else "transient failure"))
+        self.reply = reply
+
+
+class PermanentFailure(SmtpError):
+    """Raised when the server refused the whole connection for good: a 5xx greeting (554),
+    or 5xx to both EHLO and HELO. Every recipient routed to this server fails with ``reply``.
+    """
+
+    def __init__(self, reply: SmtpReply, message: str | None = None) -> None:
+        super().__init__(message or str(reply))
+        self.reply = reply

@@ -1,0 +1,292 @@
+"""The Trio driver of the SMTP client: one connection to one server, one or more messages.
+
+`connect` opens the connection (greeting, EHLO or HELO, opportunistic STARTTLS) and returns
+an `SmtpSession`; `SmtpSession.send` runs one mail transaction and reports every
+recipient's reply in a `TransferResult`. The protocol is decided by `SmtpClient`; this
+module only moves bytes and keeps time. Rules: every read and write has a deadline
+(RFC 5321 4.5.3.2, shortened); foreign errors are translated here, at the edge, into
+`TransientFailure`; after any error the session is unusable and must be closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import trio
+
+from engine.smtp.client import ClientState, SmtpClient
+from engine.smtp.errors import PermanentFailure, ProtocolError, SmtpError, TransientFailure
+from engine.smtp.grammar import check_helo_name, check_path, to_crlf
+from engine.smtp.replies import S553_NEEDS_SMTPUTF8, SmtpReply
+
+DEFAULT_TIMEOUT = 60.0  # each command's reply, connecting, the TLS handshake
+DEFAULT_DATA_TIMEOUT = 120.0  # sending the message content, and the reply to the final dot
+_RECEIVE_SIZE = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class TransferResult:
+    """What the server said in one transaction.
+
+    ``mail_reply`` answered MAIL FROM (or was made up locally, `S553_NEEDS_SMTPUTF8`, when
+    the transaction could not be started). ``recipient_replies`` holds each recipient's
+    RCPT reply, empty when MAIL was refused. ``data_reply`` answered DATA or the message
+    content and applies to every accepted recipient; None when no data was sent.
+    """
+
+    mail_reply: SmtpReply
+    recipient_replies: dict[str, SmtpReply]
+    data_reply: SmtpReply | None
+
+    def outcome_for(self, recipient: str) -> SmtpReply:
+        """The reply that decides ``recipient``'s fate (one of those passed to `send`):
+        its RCPT reply if that refused it, else the data reply, else the MAIL reply.
+        """
+        reply = self.recipient_replies.get(recipient)
+        if reply is not None and not reply.is_success:
+            return reply
+        if self.data_reply is not None:
+            return self.data_reply
+        return self.mail_reply
+
+
+@contextlib.contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Turn foreign errors into `TransientFailure` (httpcore's ``map_exceptions``)."""
+    try:
+        yield
+    except trio.TooSlowError as exc:
+        raise TransientFailure(None, f"{what}: timed out") from exc
+    except (OSError, trio.BrokenResourceError, ProtocolError) as exc:
+        detail = str(exc) or repr(exc.__cause__ or exc)
+        raise TransientFailure(None, f"{what}: {detail}") from exc
+
+
+def _refusal(reply: SmtpReply, what: str) -> SmtpError:
+    if reply.is_permanent:
+        return PermanentFailure(reply, f"{what}: {reply}")
+    return TransientFailure(reply, f"{what}: {reply}")
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    helo_name: str,
+    tls: ssl.SSLContext | None,
+    timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - per command, not for the call
+    data_timeout: float = DEFAULT_DATA_TIMEOUT,
+    pipelining: bool = True,
+) -> SmtpSession:
+    """Connect to an SMTP server and greet it; the session is ready to `send`.
+
+    With ``tls``, STARTTLS is used when the server offers it, verifying the certificate
+    against ``host`` as the context says (opportunistic: a server that does not offer it is
+    spoken to in plaintext; check `SmtpSession.tls_active`). ``timeout`` bounds each step,
+    ``data_timeout`` sending the message and its final reply. ``pipelining=False`` never
+    pipelines, for servers that offer PIPELINING but mishandle it.
+
+    Raises `TransientFailure` when the server cannot be reached, does not answer in time,
+    greets with 4xx, or the TLS handshake fails (the caller may retry with ``tls=None``);
+    `PermanentFailure` when it greets with 5xx or refuses both EHLO and HELO.
+    """
+    check_helo_name(helo_name)
+    with _translated(f"connecting to {host}:{port}"), trio.fail_after(timeout):
+        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+    session = SmtpSession(
+        stream, host=host, timeout=timeout, data_timeout=data_timeout, pipelining=pipelining
+    )
+    try:
+        await session._open(helo_name, tls)
+    except BaseException:
+        await trio.aclose_forcefully(session._stream)
+        raise
+    return session
+
+
+class SmtpSession(trio.abc.AsyncResource):
+    """An open SMTP connection, made by `connect`; close it with `quit` or `aclose`."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        host: str,
+        timeout: float,
+        data_timeout: float,
+        pipelining: bool,
+    ) -> None:
+        self._stream = stream
+        self._client = SmtpClient()
+        self._host = host
+        self._timeout = timeout
+        self._data_timeout = data_timeout
+        self._pipelining = pipelining
+        self._tls_active = False
+        self._broken = False  # commands and replies may be out of step: never reuse
+
+    @property
+    def tls_active(self) -> bool:
+        """Whether the conversation was upgraded with STARTTLS."""
+        return self._tls_active
+
+    @property
+    def extensions(self) -> Mapping[str, str]:
+        """The server's EHLO extensions (upper-case keyword -> parameters); empty after HELO."""
+        return self._client.extensions
+
+    # -- opening -----------------------------------------------------------------------
+
+    async def _open(self, helo_name: str, tls: ssl.SSLContext | None) -> None:
+        with self._conversation("greeting"):
+            greeting = await self._read()
+            if not greeting.is_success:
+                raise _refusal(greeting, f"{self._host} refused the connection")
+            await self._hello(helo_name)
+            if tls is None or "STARTTLS" not in self._client.extensions:
+                return
+            await self._write(self._client.starttls())
+            if not (await self._read()).is_success:
+                return  # opportunistic: go on in plaintext
+        with self._conversation("TLS handshake with"):
+            tls_stream = trio.SSLStream(self._stream, tls, server_hostname=self._host)
+            self._stream = tls_stream
+            with trio.fail_after(self._timeout):
+                await tls_stream.do_handshake()
+            self._tls_active = True
+        with self._conversation("greeting over TLS"):
+            await self._hello(helo_name)
+
+    async def _hello(self, helo_name: str) -> None:
+        await self._write(self._client.ehlo(helo_name))
+        reply = await self._read()
+        if reply.is_permanent:  # an old server that does not know EHLO
+            await self._write(self._client.helo(helo_name))
+            reply = await self._read()
+        if not reply.is_success:
+            raise _refusal(reply, f"{self._host} refused our greeting")
+
+    # -- sending -----------------------------------------------------------------------
+
+    async def send(self, mail_from: str, recipients: list[str], message: bytes) -> TransferResult:
+        """Send ``message`` from ``mail_from`` ("" for a bounce) to ``recipients``.
+
+        One transaction: MAIL, one RCPT per distinct recipient, DATA and the message when
+        at least one recipient was accepted (RSET otherwise). With PIPELINING, MAIL, the
+        RCPTs and DATA go out in one write. Refusals are results, not errors; a recipient
+        with a non-ASCII local part is refused locally (`S553_NEEDS_SMTPUTF8`) when the
+        server lacks SMTPUTF8. The session may send again afterwards.
+
+        Raises ValueError for an address that cannot be sent (see `check_path`) or no
+        recipients, and `TransientFailure` when the connection fails, the server answers
+        421, or an earlier error or cancellation left the session unusable; the outcome of
+        every recipient is then unknown and the session must be closed.
+        """
+        if not recipients:
+            raise ValueError("a message needs at least one recipient")
+        check_path(mail_from, allow_null=True)
+        unique = list(dict.fromkeys(check_path(address) for address in recipients))
+        utf8_offered = "SMTPUTF8" in self._client.extensions
+        if not (mail_from.isascii() or utf8_offered):
+            return TransferResult(S553_NEEDS_SMTPUTF8, {}, None)
+        refused = {a: S553_NEEDS_SMTPUTF8 for a in unique if not (a.isascii() or utf8_offered)}
+        to_send = [address for address in unique if address not in refused]
+        if not to_send:
+            return TransferResult(S553_NEEDS_SMTPUTF8, refused, None)
+        with self._conversation("sending to"):
+            mail_reply, replies, data_reply = await self._transaction(mail_from, to_send, message)
+        answered = refused | replies
+        return TransferResult(
+            mail_reply, {a: answered[a] for a in unique if a in answered}, data_reply
+        )
+
+    async def _transaction(
+        self, mail_from: str, recipients: list[str], message: bytes
+    ) -> tuple[SmtpReply, dict[str, SmtpReply], SmtpReply | None]:
+        client = self._client
+        body = to_crlf(message)
+        utf8 = not (mail_from.isascii() and all(a.isascii() for a in recipients))
+        mail = client.mail_from(mail_from, len(body), eight_bit=not body.isascii(), smtputf8=utf8)
+        replies: dict[str, SmtpReply] = {}
+        data_answer: SmtpReply | None = None
+        if self._pipelining and "PIPELINING" in client.extensions:
+            await self._write(mail + b"".join(map(client.rcpt_to, recipients)) + client.data())
+            mail_reply = await self._read()
+            for address in recipients:
+                replies[address] = await self._read()
+            data_answer = await self._read()
+        else:
+            await self._write(mail)
+            mail_reply = await self._read()
+            if mail_reply.is_success:
+                for address in recipients:
+                    await self._write(client.rcpt_to(address))
+                    replies[address] = await self._read()
+            if any(reply.is_success for reply in replies.values()):
+                await self._write(client.data())
+                data_answer = await self._read()
+        if not mail_reply.is_success:
+            replies = {}  # their 503s only echo the refused MAIL
+        accepted = any(reply.is_success for reply in replies.values())
+        data_reply = data_answer if accepted else None
+        if client.state is ClientState.MESSAGE:
+            # A server that says 354 with no recipient accepted gets an empty message.
+            await self._write(client.message(body if accepted else b""), self._data_timeout)
+            final_reply = await self._read(self._data_timeout)
+            data_reply = final_reply if accepted else None
+        if client.state is not ClientState.READY:
+            await self._write(client.rset())
+            self._broken = not (await self._read()).is_success
+        return mail_reply, replies, data_reply
+
+    # -- closing -----------------------------------------------------------------------
+
+    async def quit(self) -> None:
+        """Say QUIT, wait for the goodbye, and close. A server that hangs up or stays silent
+        at this point is not an error: whatever was sent has been answered already.
+        """
+        try:
+            if not self._broken and self._client.state is not ClientState.CLOSED:
+                with contextlib.suppress(TransientFailure), self._conversation("leaving"):
+                    await self._write(self._client.quit())
+                    await self._read()
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection at once, without QUIT."""
+        self._broken = True
+        with trio.move_on_after(self._timeout), contextlib.suppress(trio.BrokenResourceError):
+            await self._stream.aclose()
+
+    # -- the edge ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _conversation(self, what: str) -> Iterator[None]:
+        """Translate errors into `TransientFailure` and retire the session after any error."""
+        if self._broken:
+            raise TransientFailure(None, f"the connection to {self._host} is no longer usable")
+        try:
+            with _translated(f"{what} {self._host}"):
+                yield
+        except BaseException:
+            self._broken = True
+            raise
+
+    async def _write(self, data: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        with trio.fail_after(timeout or self._timeout):
+            await self._stream.send_all(data)
+
+    async def _read(self, timeout: float | None = None) -> SmtpReply:  # noqa: ASYNC109
+        with trio.fail_after(timeout or self._timeout):
+            while True:
+                reply = self._client.next_reply()
+                if isinstance(reply, SmtpReply):
+                    break
+                self._client.receive_data(await self._stream.receive_some(_RECEIVE_SIZE))
+        if reply.code == 421:
+            raise TransientFailure(reply, f"{self._host} is closing the connection: {reply}")
+        return reply
