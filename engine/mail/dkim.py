@@ -1,0 +1,148 @@
+"""DKIM signatures (RFC 6376) for outgoing mail: rsa-sha256, relaxed/relaxed.
+
+dkimpy parses the header, selects, canonicalises and hashes the signed headers, and is the
+verifier in the tests. Two parts are done here for speed: the RSA signature is OpenSSL's
+(through `cryptography`, the key loaded once per process), where dkimpy's pure-Python RSA
+takes ~7 ms a message for a 2048-bit key, a whole core at the delivery rates Postroom
+targets; and the relaxed body canonicalisation works on the whole body at once, where
+dkimpy's takes ~20 ms per MB of attachments (`relaxed_body`, checked against dkimpy's).
+
+Rules: only the headers in `SIGNED_HEADERS` that the message has are signed (From always;
+a message without one is refused), and the signature is prepended, so it covers exactly
+the bytes that follow it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from datetime import datetime
+from functools import lru_cache
+
+import dkim as dkimpy
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
+from dkim.canonicalization import CanonicalizationPolicy
+
+# What a recipient sees and RFC 8058 requires to be signed (both List-Unsubscribe headers).
+SIGNED_HEADERS: tuple[str, ...] = (
+    "From",
+    "To",
+    "Cc",
+    "Subject",
+    "Date",
+    "Message-ID",
+    "Reply-To",
+    "MIME-Version",
+    "Content-Type",
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
+)
+
+_RELAXED = CanonicalizationPolicy.from_c_value(b"relaxed/relaxed")
+_HEADER_NAME = b"DKIM-Signature"
+_SIGNATURE_LINE = 72  # characters of b= per continuation line
+_TAG_VALUE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?", re.IGNORECASE)
+_WHITESPACE_RUN = re.compile(rb"[\t ]+")
+_KEY_CACHE_SIZE = 4096  # distinct keys (sending domains) kept loaded
+
+
+def sign(
+    message: bytes,
+    *,
+    domain: str,
+    selector: str,
+    private_key_pem: str,
+    timestamp: datetime | None = None,
+) -> bytes:
+    """The message with a DKIM-Signature header prepended.
+
+    `message` is CRLF-terminated, as it will be sent; one that does not end in CRLF gets
+    one, as SMTP DATA would add it. `private_key_pem` is an RSA key in PKCS#8 or PKCS#1
+    PEM, as `engine.dkim_keys` makes them. `timestamp`, when given, is recorded as the
+    signature time (t=). Raises ValueError for a message without a From header or whose
+    header does not parse, an unusable key, or a malformed domain or selector.
+    """
+    for what, value in (("domain", domain), ("selector", selector)):
+        if not _TAG_VALUE.fullmatch(value):
+            raise ValueError(f"DKIM {what} {value!r} is malformed")
+    key = load_private_key(private_key_pem)
+    if not message.endswith(b"\r\n"):
+        message += b"\r\n"
+    end_of_header = message.find(b"\r\n\r\n")
+    if end_of_header == -1:
+        header_block, body = message, b""
+    else:
+        header_block, body = message[: end_of_header + 2], message[end_of_header + 4 :]
+    try:
+        headers = dkimpy.rfc822_parse(header_block)[0]
+    except dkimpy.MessageFormatError as exc:
+        raise ValueError(f"cannot sign a malformed message: {exc}") from None
+    present = {name.lower() for name, _ in headers}
+    signed = [name.lower().encode() for name in SIGNED_HEADERS]
+    signed = [name for name in signed if name in present]
+    if b"from" not in signed:
+        raise ValueError("cannot sign a message without a From header")
+
+    tags = [
+        (b"v", b"1"),
+        (b"a", b"rsa-sha256"),
+        (b"c", b"relaxed/relaxed"),
+        (b"d", domain.lower().encode()),
+        (b"s", selector.encode()),
+    ]
+    if timestamp is not None:
+        tags.append((b"t", str(int(timestamp.timestamp())).encode()))
+    body_hash = hashlib.sha256(relaxed_body(body)).digest()
+    tags += [(b"h", b" : ".join(signed)), (b"bh", base64.b64encode(body_hash))]
+    # Folded before hashing: what is hashed is the header exactly as sent, minus b='s value.
+    unsigned: bytes = dkimpy.fold(
+        b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(_HEADER_NAME) + 2
+    )
+    hasher = hashlib.sha256()
+    dkimpy.hash_headers(
+        hasher,
+        _RELAXED,
+        _RELAXED.canonicalize_headers(headers),
+        signed,
+        (_HEADER_NAME, b" " + unsigned),
+        None,
+    )
+    signature = key.sign(hasher.digest(), padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
+    encoded = base64.b64encode(signature)
+    # b= on continuation lines of its own: folding whitespace inside b= is ignored (RFC 6376
+    # 3.5), so the signed prefix stays byte-for-byte what was hashed.
+    folded = b"".join(
+        b"\r\n " + encoded[i : i + _SIGNATURE_LINE] for i in range(0, len(encoded), _SIGNATURE_LINE)
+    )
+    return _HEADER_NAME + b": " + unsigned + folded + b"\r\n" + message
+
+
+def relaxed_body(body: bytes) -> bytes:
+    """The relaxed canonical form of a CRLF-terminated body (RFC 6376 3.4.4).
+
+    What dkimpy computes, at whole-body speed: its line-by-line regular expressions take
+    ~20 ms per MB, which a message with attachments would spend on every send.
+    """
+    if b"\t" in body or b"  " in body:
+        body = _WHITESPACE_RUN.sub(b" ", body)
+    if b" \r\n" in body:  # after the above, at most one space ends a line
+        body = body.replace(b" \r\n", b"\r\n")
+    end = len(body)
+    while end >= 2 and body.startswith(b"\r\n", end - 2):
+        end -= 2
+    return body[:end] + b"\r\n" if end else b""
+
+
+@lru_cache(maxsize=_KEY_CACHE_SIZE)
+def load_private_key(private_key_pem: str) -> rsa.RSAPrivateKey:
+    """The RSA key in a PEM, loaded once per process (loading checks it, ~35 ms)."""
+    try:
+        key = serialization.load_pem_private_key(private_key_pem.encode(), password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"unusable DKIM private key: {exc}") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise ValueError("DKIM private key is not an RSA key")
+    return key
