@@ -11,11 +11,13 @@ import argparse
 import json
 import logging
 import signal
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import trio
 
 from engine import accounts, plans
@@ -101,22 +103,42 @@ def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     return 0
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    # Trio nurseries wrap a failure in exception groups, however deep it was raised.
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _operator_error(exc: BaseException) -> str | None:
+    """One line for a failure the operator can fix; None for anything else (a bug)."""
+    leaves = _leaves(exc)
+    if len(leaves) != 1:
+        return None
+    leaf = leaves[0]
+    if isinstance(leaf, EngineError):
+        return leaf.detail
+    if isinstance(leaf, sqlite3.Error | psycopg.Error):
+        return f"cannot use the database: {leaf}; check POSTROOM_DATABASE_URL"
+    if isinstance(leaf, OSError):
+        return f"{leaf}; check POSTROOM_DATABASE_URL and the listen addresses"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = config.load(file=args.config)
     except config.SettingsError as exc:
-        sys.exit(f"postroom: {exc}")
+        print(f"postroom: {exc}", file=sys.stderr)
+        sys.exit(2)
     try:
         code = _run(args, settings)
-    except EngineError as exc:
-        print(f"postroom: {exc.detail}", file=sys.stderr)
-        code = 1
-    except OSError as exc:
-        print(
-            f"postroom: {exc}; check POSTROOM_DATABASE_URL and the listen addresses",
-            file=sys.stderr,
-        )
+    except Exception as exc:
+        message = _operator_error(exc)
+        if message is None:
+            raise
+        print(f"postroom: {' '.join(message.split())}", file=sys.stderr)
         code = 1
     sys.exit(code)
