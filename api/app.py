@@ -6,9 +6,18 @@ from prometheus_client import CollectorRegistry
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
-from api import auth, errors
+from api import auth, errors, validation
 from api.converters import IdConverter
-from api.routes import api_keys, audit_log, domains, health, senders, sessions, suppressions
+from api.routes import (
+    api_keys,
+    audit_log,
+    domains,
+    emails,
+    health,
+    senders,
+    sessions,
+    suppressions,
+)
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
 
@@ -23,6 +32,7 @@ BLUEPRINTS = (
     senders.blueprint,
     suppressions.blueprint,
     audit_log.blueprint,
+    emails.blueprint,
 )
 
 
@@ -45,5 +55,6 @@ def create_app(rt: Runtime, supervisor: Supervisor, metrics: CollectorRegistry) 
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     errors.install(app)
+    validation.install(app)
     auth.install(app, rt)
     return app

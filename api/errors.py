@@ -18,6 +18,7 @@ from engine.errors import (
     Forbidden,
     InvalidRequest,
     NotFound,
+    PayloadTooLarge,
     Unauthorized,
     Unprocessable,
 )
@@ -30,6 +31,7 @@ _STATUS_OF = (
     (NotFound, 404),
     (Conflict, 409),
     (InvalidRequest, 400),
+    (PayloadTooLarge, 413),
     (Unprocessable, 422),
 )
 

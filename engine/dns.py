@@ -60,3 +60,13 @@ async def mx(resolver: dns.asyncresolver.Resolver, name: str) -> list[tuple[int,
         for rdata in answer
     ]
     return sorted(records)
+
+
+async def addresses(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
+    """The IPv4 then IPv6 addresses of a host name."""
+    found: list[str] = []
+    for rdtype in ("A", "AAAA"):
+        answer = await _answer(resolver, name, rdtype)
+        if answer is not None:
+            found.extend(rdata.to_text() for rdata in answer)
+    return found

@@ -65,6 +65,12 @@ class InvalidRequest(EngineError):
     code = "invalid_request"
 
 
+class PayloadTooLarge(EngineError):
+    """Raised when a part of the request is over its size limit (HTTP 413)."""
+
+    code = "payload_too_large"
+
+
 class Unprocessable(EngineError):
     """Raised for a well-formed request that fails a rule (HTTP 422)."""
 

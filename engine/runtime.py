@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import dns.asyncresolver
 
 from engine.clock import Clock
+from engine.delivery.wakeups import Wakeups
 from engine.key_cache import KeyCache
 from storage.database import Database
 
@@ -25,6 +26,9 @@ class Runtime:
     smtp_host: str
     public_url: str
     key_cache: KeyCache
+    delivery: Wakeups
+    delivery_port: int
+    node: str
 
 
 @dataclass(frozen=True, slots=True)

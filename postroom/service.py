@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +21,8 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from api.app import create_app
 from engine.clock import Clock
+from engine.delivery.router import DeliveryRouter
+from engine.delivery.wakeups import Wakeups
 from engine.dns import make_resolver
 from engine.domain_checker import DomainChecker
 from engine.key_cache import KeyCache
@@ -56,6 +59,10 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         smtp_host=settings.smtp_host,
         public_url=settings.public_url,
         key_cache=KeyCache(),
+        delivery=Wakeups(),
+        delivery_port=settings.delivery_port,
+        # Leases held under this name are taken back when the node restarts.
+        node=socket.gethostname(),
     )
 
 
@@ -75,7 +82,7 @@ async def serve(
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
-        supervisor = Supervisor([DomainChecker(rt)])
+        supervisor = Supervisor([DeliveryRouter(rt), DomainChecker(rt)])
         app = create_app(rt, supervisor, build_registry(db, supervisor))
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)

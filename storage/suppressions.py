@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from storage.codec import parse_timestamp, timestamp
+from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
 from storage.tx import Tx
 
 
@@ -88,3 +88,50 @@ def remove(tx: Tx, workspace_id: str, email: str) -> bool:
         )
         == 1
     )
+
+
+def overrides(
+    tx: Tx, workspace_id: str, emails: list[str]
+) -> dict[str, tuple[datetime, datetime | None]]:
+    """The override windows of the given addresses: (rejected_at, used_at) by address."""
+    found: dict[str, tuple[datetime, datetime | None]] = {}
+    for email in emails:
+        row = tx.one(
+            "SELECT rejected_at, used_at FROM suppression_overrides"
+            " WHERE workspace_id = :ws AND email = :email",
+            {"ws": workspace_id, "email": email},
+        )
+        if row is not None:
+            found[email] = (
+                parse_timestamp(row["rejected_at"]),
+                parse_optional_timestamp(row["used_at"]),
+            )
+    return found
+
+
+def open_override_window(tx: Tx, workspace_id: str, email: str, at: datetime) -> None:
+    tx.execute(
+        "INSERT INTO suppression_overrides (workspace_id, email, rejected_at) VALUES (:ws, :email, :at)"
+        " ON CONFLICT (workspace_id, email) DO UPDATE SET rejected_at = :at, used_at = NULL",
+        {"ws": workspace_id, "email": email, "at": timestamp(at)},
+    )
+
+
+def use_override(tx: Tx, workspace_id: str, email: str, at: datetime) -> None:
+    tx.execute(
+        "UPDATE suppression_overrides SET used_at = :at WHERE workspace_id = :ws AND email = :email",
+        {"ws": workspace_id, "email": email, "at": timestamp(at)},
+    )
+
+
+def suppressed_among(tx: Tx, workspace_id: str, emails: list[str]) -> dict[str, str]:
+    """Which of the addresses are suppressed, with the reason."""
+    found: dict[str, str] = {}
+    for email in emails:
+        reason = tx.value(
+            "SELECT reason FROM suppressions WHERE workspace_id = :ws AND email = :email",
+            {"ws": workspace_id, "email": email},
+        )
+        if reason is not None:
+            found[email] = reason
+    return found

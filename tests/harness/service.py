@@ -29,6 +29,7 @@ from engine import accounts
 from postroom import config
 from postroom.service import RunningService, serve
 from tests.harness.dns_server import DnsServer
+from tests.harness.smtp_sink import SmtpSink
 
 POSTGRES_ENV = "POSTROOM_TEST_POSTGRES"
 PUBLIC_URL = "http://postroom.test"
@@ -149,10 +150,19 @@ class Service:
 
 @pytest.fixture
 async def service(
-    nursery: trio.Nursery, database_url: str, dns_server: DnsServer, clock: trio.testing.MockClock
+    nursery: trio.Nursery,
+    database_url: str,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: trio.testing.MockClock,
 ) -> AsyncIterator[Service]:
-    """The whole service, in this process, on free ports, over a fresh database."""
-    running: RunningService = await nursery.start(serve, test_settings(database_url, dns_server))
+    """The whole service, in this process, on free ports, over a fresh database.
+
+    Recipients' MX hosts are reached at the SMTP sink's port on whatever address the DNS
+    server gives them (use 127.0.0.1).
+    """
+    settings = test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
+    running: RunningService = await nursery.start(serve, settings)
     service = Service(running, clock)
     try:
         yield service

@@ -1,0 +1,237 @@
+"""`/v1/emails/`: send, validate, the email log, one email with its events, retry."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from quart import Blueprint
+from quart_schema import document_response
+
+from api.auth import principal, runtime
+from api.models import EmailText, Out, PageQuery
+from api.validation import json_body, query_args
+from engine import email_log, sending
+from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult
+from storage.emails import Email
+
+blueprint = Blueprint("emails", __name__, url_prefix="/v1/emails")
+
+STATUSES = (
+    "scheduled",
+    "queued",
+    "sending",
+    "delivered",
+    "deferred",
+    "bounced",
+    "failed",
+    "rejected",
+    "cancelled",
+)
+
+
+class Address(BaseModel):
+    email: EmailText
+    name: str | None = Field(None, max_length=200)
+
+
+class Attachment(BaseModel):
+    filename: str = Field(min_length=1, max_length=255)
+    content_base64: str
+    content_type: str = Field("application/octet-stream", max_length=200)
+
+
+class SendBody(BaseModel):
+    from_: Address
+    to: list[Address] = Field(max_length=50)
+    subject: str = Field(max_length=998)
+    html: str | None = None
+    text: str | None = None
+    cc: list[Address] = Field(default_factory=list, max_length=50)
+    bcc: list[Address] = Field(default_factory=list, max_length=50)
+    reply_to: Address | None = None
+    headers: dict[str, str] = Field(default_factory=dict, max_length=50)
+    tags: list[str] = Field(default_factory=list, max_length=20)
+    send_at: datetime | None = None
+    attachments: list[Attachment] = Field(default_factory=list, max_length=100)
+
+    def to_request(self) -> SendRequest:
+        def box(a: Address) -> Mailbox:
+            return Mailbox(a.email, a.name)
+
+        return SendRequest(
+            from_=box(self.from_),
+            to=tuple(box(a) for a in self.to),
+            subject=self.subject,
+            html=self.html,
+            text=self.text,
+            cc=tuple(box(a) for a in self.cc),
+            bcc=tuple(box(a) for a in self.bcc),
+            reply_to=None if self.reply_to is None else box(self.reply_to),
+            headers=self.headers,
+            tags=tuple(self.tags),
+            send_at=self.send_at,
+            attachments=tuple(
+                AttachmentIn(a.filename, a.content_base64, a.content_type) for a in self.attachments
+            ),
+        )
+
+
+class SendResponse(BaseModel):
+    id: str
+    status: str
+    message_id: str
+    rejection_reason: str | None
+
+
+class IssueOut(BaseModel):
+    field: str
+    error: str
+
+
+class ValidationOut(BaseModel):
+    valid: bool
+    can_send: bool
+    issues: list[IssueOut]
+
+
+class EmailItem(Out):
+    id: str
+    from_address: str
+    to_addresses: list[str]
+    subject: str
+    status: str
+    tags: list[str]
+    source: str
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class EventOut(Out):
+    event_type: str
+    recipient: str | None
+    metadata: dict[str, Any] | None
+    created_at: datetime
+
+
+class RecipientOut(Out):
+    address: str
+    kind: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_response: str | None
+
+
+class EmailDetailOut(EmailItem):
+    from_name: str | None
+    cc: list[dict[str, Any]]
+    bcc: list[dict[str, Any]]
+    reply_to: dict[str, Any] | None
+    html: str | None
+    text: str | None
+    headers: dict[str, str]
+    attachments: list[dict[str, Any]]
+    message_id: str
+    rejection_reason: str | None
+    retry_of_id: str | None
+    send_at: datetime | None
+    recipients: list[RecipientOut]
+    events: list[EventOut]
+
+
+class ListQuery(PageQuery):
+    status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
+
+
+def _send_response(result: SendResult) -> dict[str, Any]:
+    return SendResponse(
+        id=result.id,
+        status=result.status,
+        message_id=result.message_id,
+        rejection_reason=result.rejection_reason,
+    ).model_dump(mode="json")
+
+
+def _item(email: Email) -> dict[str, Any]:
+    return EmailItem(
+        id=email.id,
+        from_address=email.from_address,
+        to_addresses=[t["email"] for t in email.to],
+        subject=email.subject,
+        status=email.status,
+        tags=email.tags,
+        source=email.source,
+        created_at=email.created_at,
+        delivered_at=email.delivered_at,
+    ).model_dump(mode="json")
+
+
+@blueprint.post("/")
+@json_body(SendBody)
+@document_response(SendResponse, 202)
+async def send(body: SendBody) -> tuple[dict[str, Any], int]:
+    result = await sending.send(runtime(), principal(), body.to_request())
+    return _send_response(result), 202
+
+
+@blueprint.post("/validate")
+@json_body(SendBody)
+@document_response(ValidationOut)
+async def validate(body: SendBody) -> dict[str, Any]:
+    checked = await sending.validate(runtime(), principal(), body.to_request())
+    return ValidationOut(
+        valid=checked.valid,
+        can_send=checked.can_send,
+        issues=[IssueOut(field=i.field, error=i.error) for i in checked.issues],
+    ).model_dump(mode="json")
+
+
+@blueprint.get("/")
+@query_args(ListQuery)
+@document_response(list[EmailItem])
+async def list_emails(query: ListQuery) -> list[dict[str, Any]]:
+    found = await email_log.page(runtime(), principal(), query.status, query.page, query.limit)
+    return [_item(e) for e in found]
+
+
+@blueprint.get("/<id:email_id>")
+@document_response(EmailDetailOut)
+async def get(email_id: str) -> dict[str, Any]:
+    found = await email_log.detail(runtime(), principal(), email_id)
+    email = found.email
+    out = EmailDetailOut(
+        **_item(email),
+        from_name=email.from_name,
+        cc=email.cc,
+        bcc=email.bcc,
+        reply_to=email.reply_to,
+        html=email.html,
+        text=email.text,
+        headers=email.headers,
+        attachments=[
+            {"filename": a["filename"], "content_type": a["content_type"]}
+            for a in email.attachments
+        ],
+        message_id=email.message_id,
+        rejection_reason=email.rejection_reason,
+        retry_of_id=email.retry_of_id,
+        send_at=email.send_at,
+        recipients=[RecipientOut.model_validate(r) for r in found.recipients],
+        events=[EventOut.model_validate(e) for e in found.events],
+    )
+    return out.model_dump(mode="json")
+
+
+@blueprint.get("/<id:email_id>/events")
+@document_response(list[EventOut])
+async def events(email_id: str) -> list[dict[str, Any]]:
+    found = await email_log.detail(runtime(), principal(), email_id)
+    return [EventOut.model_validate(e).model_dump(mode="json") for e in found.events]
+
+
+@blueprint.post("/<id:email_id>/retry")
+@document_response(SendResponse, 202)
+async def retry(email_id: str) -> tuple[dict[str, Any], int]:
+    return _send_response(await email_log.retry(runtime(), principal(), email_id)), 202

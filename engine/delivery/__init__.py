@@ -1,0 +1,1 @@
+"""The delivery engine: a router and one queue actor per recipient domain (DESIGN.md 1)."""

@@ -1,0 +1,250 @@
+"""`DomainQueue`: the actor that delivers every recipient of one domain.
+
+It claims due recipients from the database with a lease, builds and signs their messages in
+one thread hop, finds the domain's MX hosts, and sends over one reused SMTP connection,
+opportunistically upgraded with STARTTLS. The outcome of a whole round is written in one
+unit of work: 2xx -> `delivered`; 4xx or a network failure -> `deferred` on the retry
+schedule (`failed` after 72 h); 5xx -> `bounced`, and the address is suppressed.
+
+When nothing is due it sleeps until the next retry or until woken; after `IDLE_EXIT` with no
+work at all it returns, and the router starts it again when work arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import trio
+
+from engine import dns as lookups
+from engine.delivery import mx, retry
+from engine.delivery.messages import WireMessage, build_all
+from engine.runtime import Runtime
+from engine.smtp.errors import SmtpError
+from engine.smtp.replies import SmtpReply
+from engine.smtp.session import SmtpSession, connect
+from storage import delivery, emails
+from storage.codec import new_id
+from storage.emails import Email, Event, Recipient, RecipientUpdate
+from storage.suppressions import Suppression
+
+BATCH = 200
+LEASE = timedelta(minutes=10)
+IDLE_EXIT = timedelta(minutes=5)
+
+log = logging.getLogger("postroom.delivery")
+
+
+def opportunistic_tls() -> ssl.SSLContext:
+    """STARTTLS as MTAs use it between each other: encrypt when offered, verify nothing."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@dataclass(frozen=True, slots=True)
+class DomainQueueStatistics:
+    domain: str
+    rounds: int
+    delivered: int
+    deferred: int
+    bounced: int
+    failed: int
+
+
+class _Round:
+    """The outcomes gathered in one delivery round, written together at its end."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.updates: list[RecipientUpdate] = []
+        self.events: list[Event] = []
+        self.bounces: list[tuple[str, Suppression]] = []
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def _event(self, email: Email, kind: str, recipient: str, **meta: Any) -> None:
+        metadata = {"subject": email.subject, "tags": email.tags, **meta}
+        # A microsecond apart, so a timeline reads in the order things happened (sent, then
+        # delivered) even though the round records them all at once.
+        at = self.now + timedelta(microseconds=len(self.events))
+        event_type = f"email.{kind}"
+        self.events.append(
+            Event(new_id(), email.id, email.workspace_id, event_type, recipient, metadata, at)
+        )
+
+    def delivered(self, email: Email, recipient: Recipient, reply: SmtpReply) -> None:
+        domain = recipient.domain
+        self._event(email, "sent", recipient.address, domain=domain)
+        self._event(email, "delivered", recipient.address, domain=domain, smtp_response=str(reply))
+        self.updates.append(
+            RecipientUpdate(email.id, recipient.address, "delivered", None, str(reply))
+        )
+        self.counts["delivered"] += 1
+
+    def bounced(self, email: Email, recipient: Recipient, response: str) -> None:
+        self._event(
+            email, "bounced", recipient.address, dsn=None, response=response, bounce_type="hard"
+        )
+        self.updates.append(RecipientUpdate(email.id, recipient.address, "bounced", None, response))
+        self.bounces.append(
+            (email.workspace_id, Suppression(recipient.address, "hard_bounce", self.now, email.id))
+        )
+        self.counts["bounced"] += 1
+
+    def temporary(self, email: Email, recipient: Recipient, response: str) -> None:
+        when = retry.next_attempt(recipient.attempts + 1, recipient.queued_at, self.now)
+        if when is None:
+            self._event(
+                email, "failed", recipient.address, error=f"gave up after 72 hours: {response}"
+            )
+            self.updates.append(
+                RecipientUpdate(email.id, recipient.address, "failed", None, response)
+            )
+            self.counts["failed"] += 1
+        else:
+            self._event(
+                email,
+                "deferred",
+                recipient.address,
+                response=response,
+                next_attempt_at=when.isoformat(),
+            )
+            self.updates.append(
+                RecipientUpdate(email.id, recipient.address, "deferred", when, response)
+            )
+            self.counts["deferred"] += 1
+
+    def failed(self, email: Email, recipient: Recipient, error: str) -> None:
+        self._event(email, "failed", recipient.address, error=error)
+        self.updates.append(RecipientUpdate(email.id, recipient.address, "failed", None, error))
+        self.counts["failed"] += 1
+
+
+class DomainQueue:
+    def __init__(self, rt: Runtime, domain: str, tls: ssl.SSLContext) -> None:
+        self._rt = rt
+        self.domain = domain
+        self._tls = tls
+        self._woken = trio.Event()
+        self._rounds = 0
+        self._counts: dict[str, int] = defaultdict(int)
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    async def run(self) -> None:
+        """Deliver until there has been no work for IDLE_EXIT."""
+        clock = self._rt.clock
+        while True:
+            self._woken = trio.Event()  # reset before claiming: a wake-up now is not lost
+            now = clock.now()
+            claimed, next_due = await self._rt.db.write(
+                emails.claim, self.domain, now, now + LEASE, self._rt.node, BATCH
+            )
+            if claimed:
+                await self._deliver(claimed)
+                continue
+            wait_until = next_due if next_due is not None else now + IDLE_EXIT
+            with trio.move_on_at(clock.deadline_for(wait_until)):
+                await self._woken.wait()
+            if next_due is None and not self._woken.is_set():
+                return
+
+    async def _deliver(self, claimed: list[Recipient]) -> None:
+        self._rounds += 1
+        by_email: dict[str, list[Recipient]] = defaultdict(list)
+        for recipient in claimed:
+            by_email[recipient.email_id].append(recipient)
+        pairs = await self._rt.db.read(delivery.emails_with_domains, list(by_email))
+        built = await trio.to_thread.run_sync(build_all, pairs)
+        stored = {email.id: email for email, _ in pairs}
+        outcome = _Round(self._rt.clock.now())
+        try:
+            targets = await mx.targets(self._rt.resolver, self.domain)
+        except mx.NoMailService as exc:
+            for email_id, recipients in by_email.items():
+                for recipient in recipients:
+                    outcome.bounced(stored[email_id], recipient, str(exc))
+            targets = []
+        except lookups.TemporaryDnsError as exc:
+            for email_id, recipients in by_email.items():
+                for recipient in recipients:
+                    outcome.temporary(stored[email_id], recipient, str(exc))
+            targets = []
+        if targets:
+            await self._send_all(targets, by_email, stored, built, outcome)
+        await self._rt.db.write(
+            delivery.record_outcomes, outcome.updates, outcome.events, outcome.bounces, outcome.now
+        )
+        for kind, count in outcome.counts.items():
+            self._counts[kind] += count
+
+    async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | str:
+        """A session with the first MX host that answers, or why none did."""
+        problems = []
+        for target in targets:
+            for address in target.addresses:
+                try:
+                    return await connect(
+                        address, self._rt.delivery_port, helo_name=self._rt.smtp_host, tls=self._tls
+                    )
+                except SmtpError as exc:
+                    problems.append(f"{target.host} [{address}]: {exc}")
+        return "; ".join(problems) or "no MX host to try"
+
+    async def _send_all(
+        self,
+        targets: list[mx.MxTarget],
+        by_email: dict[str, list[Recipient]],
+        stored: dict[str, Email],
+        built: dict[str, WireMessage | str],
+        outcome: _Round,
+    ) -> None:
+        session = await self._open(targets)
+        pending = list(by_email.items())
+        try:
+            for index, (email_id, recipients) in enumerate(pending):
+                email = stored[email_id]
+                message = built.get(email_id, "the email no longer exists")
+                if isinstance(message, str):
+                    for recipient in recipients:
+                        outcome.failed(email, recipient, message)
+                    continue
+                if isinstance(session, str):
+                    for recipient in recipients:
+                        outcome.temporary(email, recipient, session)
+                    continue
+                try:
+                    result = await session.send(
+                        message.envelope_from, [r.address for r in recipients], message.data
+                    )
+                except SmtpError as exc:
+                    # The connection broke: this email and the rest wait for the next round.
+                    for _, rest in pending[index:]:
+                        for recipient in rest:
+                            outcome.temporary(stored[recipient.email_id], recipient, str(exc))
+                    break
+                for recipient in recipients:
+                    reply = result.outcome_for(recipient.address)
+                    if reply.is_positive:
+                        outcome.delivered(email, recipient, reply)
+                    elif reply.is_permanent:
+                        outcome.bounced(email, recipient, str(reply))
+                    else:
+                        outcome.temporary(email, recipient, str(reply))
+        finally:
+            if not isinstance(session, str):
+                with trio.move_on_after(5):
+                    await session.aclose()
+
+    def statistics(self) -> DomainQueueStatistics:
+        c = self._counts
+        return DomainQueueStatistics(
+            self.domain, self._rounds, c["delivered"], c["deferred"], c["bounced"], c["failed"]
+        )

@@ -1,0 +1,68 @@
+"""Turning a stored email into the signed bytes that go on the wire (pure, CPU-bound).
+
+Composition and DKIM signing run in a worker thread, one hop for a whole batch of emails.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.mail.addresses import bounce_address
+from engine.mail.compose import Attachment, OutgoingMessage, compose
+from engine.mail.dkim import sign
+from storage.domains import Domain
+from storage.emails import Email
+
+
+@dataclass(frozen=True, slots=True)
+class WireMessage:
+    email_id: str
+    envelope_from: str
+    data: bytes
+
+
+def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
+    return str(entry["email"]), entry.get("name")
+
+
+def build(email: Email, domain: Domain) -> WireMessage:
+    """The DKIM-signed message of an email, and its per-email bounce address."""
+    outgoing = OutgoingMessage(
+        from_address=email.from_address,
+        from_name=email.from_name,
+        to=tuple(_mailbox(e) for e in email.to),
+        cc=tuple(_mailbox(e) for e in email.cc),
+        reply_to=None if email.reply_to is None else _mailbox(email.reply_to),
+        subject=email.subject,
+        text=email.text,
+        html=email.html,
+        headers=tuple(email.headers.items()),
+        attachments=tuple(
+            Attachment(a["filename"], a["content_type"], base64.b64decode(a["content_base64"]))
+            for a in email.attachments
+        ),
+        message_id=email.message_id,
+        date=email.created_at,
+        tags=tuple(email.tags),
+        list_unsubscribe=None,
+    )
+    signed = sign(
+        compose(outgoing),
+        domain=domain.name,
+        selector=domain.dkim_selector,
+        private_key_pem=domain.dkim_private_key,
+    )
+    return WireMessage(email.id, bounce_address(email.id, domain.name), signed)
+
+
+def build_all(pairs: Sequence[tuple[Email, Domain]]) -> dict[str, WireMessage | str]:
+    """Every message of a batch; an email that cannot be built maps to the reason why."""
+    built: dict[str, WireMessage | str] = {}
+    for email, domain in pairs:
+        try:
+            built[email.id] = build(email, domain)
+        except (ValueError, KeyError) as exc:
+            built[email.id] = f"cannot build the message: {exc}"
+    return built

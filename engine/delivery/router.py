@@ -1,0 +1,89 @@
+"""The delivery router: one `DomainQueue` actor per recipient domain with work.
+
+On start it gives back the leases this node held before a restart and wakes a queue for
+every domain with recipients still to try, so nothing accepted before a crash is left
+behind. Afterwards it wakes (or starts) a domain's queue whenever accepting code reports new
+work; a queue that ran out of work has returned and is started afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, opportunistic_tls
+from engine.runtime import Runtime
+from storage import emails
+
+log = logging.getLogger("postroom.delivery")
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStatistics:
+    active_queues: int
+    delivered: int
+    deferred: int
+    bounced: int
+    failed: int
+
+
+class DeliveryRouter:
+    name = "delivery"
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._queues: dict[str, DomainQueue] = {}
+        self._finished = RouterStatistics(0, 0, 0, 0, 0)  # totals of queues that returned
+        self._tls = opportunistic_tls()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        db = self._rt.db
+        released = await db.write(emails.release_leases, self._rt.node)
+        if released:
+            log.info("took back %d recipients leased before a restart", released)
+        async with trio.open_nursery() as nursery:
+            for domain in await db.read(emails.domains_with_work):
+                self._wake(nursery, domain)
+            task_status.started()
+            wakeups = self._rt.delivery
+            async for domain in wakeups.receive:
+                self._wake(nursery, domain)
+                if wakeups.overflowed:
+                    wakeups.overflowed = False
+                    for pending in await db.read(emails.domains_with_work):
+                        self._wake(nursery, pending)
+
+    def _wake(self, nursery: trio.Nursery, domain: str) -> None:
+        queue = self._queues.get(domain)
+        if queue is None:
+            queue = DomainQueue(self._rt, domain, self._tls)
+            self._queues[domain] = queue
+            nursery.start_soon(self._run_queue, queue)
+        queue.wake()
+
+    async def _run_queue(self, queue: DomainQueue) -> None:
+        try:
+            await queue.run()
+        finally:
+            del self._queues[queue.domain]
+            done, f = queue.statistics(), self._finished
+            self._finished = RouterStatistics(
+                0,
+                f.delivered + done.delivered,
+                f.deferred + done.deferred,
+                f.bounced + done.bounced,
+                f.failed + done.failed,
+            )
+
+    def statistics(self) -> RouterStatistics:
+        every: list[DomainQueueStatistics | RouterStatistics] = [self._finished]
+        every.extend(q.statistics() for q in self._queues.values())
+        return RouterStatistics(
+            active_queues=len(self._queues),
+            delivered=sum(s.delivered for s in every),
+            deferred=sum(s.deferred for s in every),
+            bounced=sum(s.bounced for s in every),
+            failed=sum(s.failed for s in every),
+        )

@@ -1,0 +1,385 @@
+"""Accepting email: the rules of the send body, the plan, senders and suppressions.
+
+`check` finds every problem with a send request without changing anything (the validate
+endpoint shows them all); `send` raises the first one as the matching error, then stores the
+email, its recipients and its first event in one durable unit of work before the caller
+answers 202. Suppressed recipients do not make an error: the email is stored `rejected`, and
+the one-time override (engine/suppression_override.py) is applied in the same unit of work.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from engine import plans
+from engine.addresses import normalize_email
+from engine.errors import (
+    EngineError,
+    InvalidRequest,
+    PayloadTooLarge,
+    PlanFeature,
+    PlanLimit,
+    Unprocessable,
+)
+from engine.mail.addresses import message_id as new_message_id
+from engine.mail.compose import validate_custom_headers
+from engine.runtime import Principal, Runtime
+from engine.suppression_override import OverrideState, Verdict, decide
+from storage import domains, emails, suppressions
+from storage.codec import new_id
+from storage.emails import Email, Event, Recipient
+from storage.tx import Tx
+
+ATTACHMENT_LIMIT = 24 * 1024 * 1024  # per file and combined
+SEND_AT_MIN = timedelta(minutes=1)
+SEND_AT_MAX = timedelta(days=30)
+FIELDS = ("account", "from", "limits", "to", "content")
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox:
+    email: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentIn:
+    filename: str
+    content_base64: str
+    content_type: str = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    from_: Mailbox
+    to: tuple[Mailbox, ...]
+    subject: str
+    html: str | None = None
+    text: str | None = None
+    cc: tuple[Mailbox, ...] = ()
+    bcc: tuple[Mailbox, ...] = ()
+    reply_to: Mailbox | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    send_at: datetime | None = None
+    attachments: tuple[AttachmentIn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem with a send request, and the error that sending would raise for it."""
+
+    field: str
+    error: str
+    # None: not an error (a suppressed recipient makes the email `rejected`, still a 202).
+    raises: type[EngineError] | None = Unprocessable
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    id: str
+    status: str
+    message_id: str
+    rejection_reason: str | None
+
+
+def _addresses(req: SendRequest, issues: list[Issue]) -> dict[str, list[Mailbox]] | None:
+    """The request's recipients, normalised by kind; None (with issues) if any is invalid."""
+    normalised: dict[str, list[Mailbox]] = {"to": [], "cc": [], "bcc": []}
+    valid = True
+    for kind, boxes in (("to", req.to), ("cc", req.cc), ("bcc", req.bcc)):
+        for box in boxes:
+            try:
+                normalised[kind].append(Mailbox(normalize_email(box.email, kind), box.name))
+            except Unprocessable as exc:
+                issues.append(Issue("to", exc.detail))
+                valid = False
+    if not req.to:
+        issues.append(Issue("to", "at least one `to` recipient is required"))
+        valid = False
+    return normalised if valid else None
+
+
+def _decoded_attachments(req: SendRequest, issues: list[Issue]) -> list[bytes]:
+    decoded: list[bytes] = []
+    for attachment in req.attachments:
+        if (
+            any(bad in attachment.filename for bad in ("/", "\\", "\x00"))
+            or not attachment.filename
+        ):
+            issues.append(
+                Issue(
+                    "content",
+                    f"attachment filename {attachment.filename!r} may not contain /, \\ or NUL",
+                )
+            )
+            continue
+        try:
+            content = base64.b64decode(attachment.content_base64, validate=True)
+        except (binascii.Error, ValueError):
+            issues.append(
+                Issue(
+                    "content",
+                    f"attachment {attachment.filename!r} is not valid base64",
+                    InvalidRequest,
+                )
+            )
+            continue
+        if len(content) > ATTACHMENT_LIMIT:
+            issues.append(
+                Issue(
+                    "content", f"attachment {attachment.filename!r} is over 24 MiB", PayloadTooLarge
+                )
+            )
+        decoded.append(content)
+    if sum(len(c) for c in decoded) > ATTACHMENT_LIMIT:
+        issues.append(Issue("content", "attachments are over 24 MiB combined", PayloadTooLarge))
+    return decoded
+
+
+def _request_issues(req: SendRequest, plan: plans.Plan, now: datetime) -> list[Issue]:
+    """Problems that need no database: content, addresses, attachments, headers, send_at."""
+    issues: list[Issue] = []
+    try:
+        normalize_email(req.from_.email, "from")
+    except Unprocessable as exc:
+        issues.append(Issue("from", exc.detail))
+    _addresses(req, issues)
+    if not (req.html or req.text):
+        issues.append(Issue("content", "at least one of html or text is required"))
+    issues.extend(Issue("content", problem) for problem in validate_custom_headers(req.headers))
+    _decoded_attachments(req, issues)
+    if req.send_at is not None:
+        send_at = req.send_at if req.send_at.tzinfo else req.send_at.replace(tzinfo=UTC)
+        if not plan.scheduled_send:
+            issues.append(
+                Issue(
+                    "account",
+                    f"scheduled sending is not available on the {plan.name} plan",
+                    PlanFeature,
+                )
+            )
+        elif not now + SEND_AT_MIN <= send_at <= now + SEND_AT_MAX:
+            issues.append(
+                Issue(
+                    "limits", "send_at must be between 1 minute and 30 days ahead", InvalidRequest
+                )
+            )
+    return issues
+
+
+def _month_start(now: datetime) -> datetime:
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What the database says about a request: sender, volume, suppressions, overrides."""
+
+    domain_id: str | None
+    from_issue: str | None
+    sent_this_month: int
+    suppressed: dict[str, str]
+    overrides: dict[str, OverrideState]
+
+
+def _context(
+    tx: Tx, workspace_id: str, from_email: str, recipients: list[str], now: datetime
+) -> _Context:
+    sender = domains.sender_by_email(tx, workspace_id, from_email)
+    domain = None if sender is None else domains.get(tx, workspace_id, sender.domain_id)
+    if sender is None or not sender.is_active:
+        domain_id, from_issue = None, f"{from_email} is not a registered sender of this workspace"
+    elif domain is None or domain.status != "verified":
+        domain_id, from_issue = None, f"the domain of {from_email} is not verified"
+    else:
+        domain_id, from_issue = domain.id, None
+    suppressed = suppressions.suppressed_among(tx, workspace_id, recipients)
+    overrides = {
+        email: OverrideState(rejected, used)
+        for email, (rejected, used) in suppressions.overrides(
+            tx, workspace_id, list(suppressed)
+        ).items()
+    }
+    return _Context(
+        domain_id,
+        from_issue,
+        emails.count_since(tx, workspace_id, _month_start(now)),
+        suppressed,
+        overrides,
+    )
+
+
+def _context_issues(ctx: _Context, plan: plans.Plan) -> list[Issue]:
+    issues: list[Issue] = []
+    if ctx.from_issue is not None:
+        issues.append(Issue("from", ctx.from_issue))
+    if plan.emails_per_month != plans.UNLIMITED and ctx.sent_this_month >= plan.emails_per_month:
+        issues.append(
+            Issue(
+                "limits",
+                f"the {plan.name} plan allows {plan.emails_per_month} emails a month",
+                PlanLimit,
+            )
+        )
+    return issues
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    valid: bool
+    can_send: bool
+    issues: list[Issue]
+
+
+async def validate(rt: Runtime, who: Principal, req: SendRequest) -> Validation:
+    """Every problem with a request, sending nothing and counting no override attempt."""
+    now = rt.clock.now()
+    plan = plans.plan(who.plan)
+    issues = _request_issues(req, plan, now)
+    recipients = _recipient_list(req)
+    ctx = await rt.db.read(_context, who.workspace_id, _from_email(req), recipients, now)
+    issues.extend(_context_issues(ctx, plan))
+    for email, reason in ctx.suppressed.items():
+        if decide(ctx.overrides.get(email), now) is not Verdict.ALLOW_ONCE:
+            issues.append(Issue("to", f"{email} is suppressed ({reason})", raises=None))
+    valid = all(issue.raises is None for issue in issues)
+    return Validation(valid=valid, can_send=not issues, issues=issues)
+
+
+def _from_email(req: SendRequest) -> str:
+    try:
+        return normalize_email(req.from_.email, "from")
+    except Unprocessable:
+        return req.from_.email
+
+
+def _recipient_list(req: SendRequest) -> list[str]:
+    issues: list[Issue] = []
+    boxes = _addresses(req, issues) or {"to": [], "cc": [], "bcc": []}
+    return list(dict.fromkeys(box.email for kind in ("to", "cc", "bcc") for box in boxes[kind]))
+
+
+def _raise_first(issues: list[Issue]) -> None:
+    for issue in issues:
+        if issue.raises is not None:
+            error = issue.raises(
+                issue.error, errors=[{"loc": ["body", issue.field], "msg": issue.error}]
+            )
+            raise error
+
+
+def _store(
+    tx: Tx,
+    who: Principal,
+    req: SendRequest,
+    plan: plans.Plan,
+    now: datetime,
+    source: str,
+    retry_of_id: str | None,
+) -> tuple[SendResult, list[str]]:
+    """Store the email; its result and the recipient domains now queued for delivery."""
+    boxes = _addresses(req, []) or {"to": [], "cc": [], "bcc": []}
+    recipients = list(
+        dict.fromkeys(box.email for kind in ("to", "cc", "bcc") for box in boxes[kind])
+    )
+    ctx = _context(tx, who.workspace_id, _from_email(req), recipients, now)
+    _raise_first(_context_issues(ctx, plan))
+    assert ctx.domain_id is not None
+    rejection = None
+    for email, reason in ctx.suppressed.items():
+        verdict = decide(ctx.overrides.get(email), now)
+        if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
+            suppressions.open_override_window(tx, who.workspace_id, email, now)
+        if verdict is not Verdict.ALLOW_ONCE and rejection is None:
+            rejection = f"{email} is suppressed ({reason}); a retry within 24 hours of the first rejection is delivered once"
+    if rejection is None:
+        for email in ctx.suppressed:
+            suppressions.use_override(tx, who.workspace_id, email, now)
+    email_id = new_id()
+    from_email = _from_email(req)
+    status = "rejected" if rejection else "scheduled" if req.send_at else "queued"
+    due = req.send_at or now
+    record = Email(
+        id=email_id,
+        workspace_id=who.workspace_id,
+        domain_id=ctx.domain_id,
+        from_address=from_email,
+        from_name=req.from_.name,
+        to=[{"email": b.email, "name": b.name} for b in boxes["to"]],
+        cc=[{"email": b.email, "name": b.name} for b in boxes["cc"]],
+        bcc=[{"email": b.email, "name": b.name} for b in boxes["bcc"]],
+        reply_to=None
+        if req.reply_to is None
+        else {"email": req.reply_to.email, "name": req.reply_to.name},
+        subject=req.subject,
+        html=req.html,
+        text=req.text,
+        headers=dict(req.headers),
+        tags=list(req.tags),
+        attachments=[
+            {
+                "filename": a.filename,
+                "content_type": a.content_type,
+                "content_base64": a.content_base64,
+            }
+            for a in req.attachments
+        ],
+        status=status,
+        source=source,
+        message_id=new_message_id(from_email.rsplit("@", 1)[1]),
+        rejection_reason=rejection,
+        retry_of_id=retry_of_id,
+        send_at=req.send_at,
+        created_at=now,
+        updated_at=now,
+        delivered_at=None,
+    )
+    kinds = {box.email: kind for kind in ("bcc", "cc", "to") for box in boxes[kind]}
+    rows = (
+        []
+        if rejection
+        else [
+            Recipient(
+                email_id,
+                address,
+                kinds[address],
+                address.rsplit("@", 1)[1],
+                "queued",
+                0,
+                due,
+                None,
+                now,
+            )
+            for address in recipients
+        ]
+    )
+    event_type = {"rejected": "rejected", "scheduled": "scheduled", "queued": "queued"}[status]
+    meta: dict[str, Any] = {"subject": req.subject, "tags": list(req.tags)}
+    if rejection:
+        meta["reason"] = rejection
+    event = Event(new_id(), email_id, who.workspace_id, f"email.{event_type}", None, meta, now)
+    emails.insert(tx, [record], rows, [event])
+    queued = sorted({r.domain for r in rows}) if req.send_at is None else []
+    return SendResult(email_id, status, record.message_id, rejection), queued
+
+
+async def send(
+    rt: Runtime,
+    who: Principal,
+    req: SendRequest,
+    *,
+    source: str = "api",
+    retry_of_id: str | None = None,
+) -> SendResult:
+    """Accept an email: stored durably before this returns; delivery is woken."""
+    now = rt.clock.now()
+    plan = plans.plan(who.plan)
+    _raise_first(_request_issues(req, plan, now))
+    result, queued = await rt.db.write(_store, who, req, plan, now, source, retry_of_id)
+    rt.delivery.wake(queued)
+    return result

@@ -1,0 +1,377 @@
+"""Emails, their per-recipient delivery state, and their events.
+
+Delivery is tracked per recipient; an email's `status` summarises its recipients and is
+recomputed in the same unit of work that changes them. Recipients are claimed for delivery
+with a lease (`lease_until`, `leased_by`), so a crashed node's work is taken over once its
+leases lapse, and a restarted node takes back its own at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from storage.codec import from_json, parse_optional_timestamp, parse_timestamp, timestamp, to_json
+from storage.tx import Row, Tx
+
+ACTIVE = ("queued", "deferred")  # recipients still to be tried
+
+
+@dataclass(frozen=True, slots=True)
+class Email:
+    id: str
+    workspace_id: str
+    domain_id: str
+    from_address: str
+    from_name: str | None
+    to: list[dict[str, Any]]
+    cc: list[dict[str, Any]]
+    bcc: list[dict[str, Any]]
+    reply_to: dict[str, Any] | None
+    subject: str
+    html: str | None
+    text: str | None
+    headers: dict[str, str]
+    tags: list[str]
+    attachments: list[dict[str, str]]
+    status: str
+    source: str
+    message_id: str
+    rejection_reason: str | None
+    retry_of_id: str | None
+    send_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    delivered_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    email_id: str
+    address: str
+    kind: str  # to, cc or bcc
+    domain: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_response: str | None
+    queued_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: str
+    email_id: str
+    workspace_id: str
+    event_type: str
+    recipient: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientUpdate:
+    """The outcome of one delivery attempt for one recipient."""
+
+    email_id: str
+    address: str
+    status: str
+    next_attempt_at: datetime | None
+    last_response: str | None
+
+
+def _email(row: Row) -> Email:
+    return Email(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        domain_id=row["domain_id"],
+        from_address=row["from_address"],
+        from_name=row["from_name"],
+        to=from_json(row["to_addresses"]),
+        cc=from_json(row["cc_addresses"]),
+        bcc=from_json(row["bcc_addresses"]),
+        reply_to=from_json(row["reply_to"]),
+        subject=row["subject"],
+        html=row["html"],
+        text=row["text_body"],
+        headers=from_json(row["headers"]),
+        tags=from_json(row["tags"]),
+        attachments=from_json(row["attachments"]),
+        status=row["status"],
+        source=row["source"],
+        message_id=row["message_id"],
+        rejection_reason=row["rejection_reason"],
+        retry_of_id=row["retry_of_id"],
+        send_at=parse_optional_timestamp(row["send_at"]),
+        created_at=parse_timestamp(row["created_at"]),
+        updated_at=parse_timestamp(row["updated_at"]),
+        delivered_at=parse_optional_timestamp(row["delivered_at"]),
+    )
+
+
+def _recipient(row: Row) -> Recipient:
+    return Recipient(
+        email_id=row["email_id"],
+        address=row["address"],
+        kind=row["kind"],
+        domain=row["domain"],
+        status=row["status"],
+        attempts=int(row["attempts"]),
+        next_attempt_at=parse_optional_timestamp(row["next_attempt_at"]),
+        last_response=row["last_response"],
+        queued_at=parse_timestamp(row["queued_at"]),
+    )
+
+
+def _event(row: Row) -> Event:
+    return Event(
+        id=row["id"],
+        email_id=row["email_id"],
+        workspace_id=row["workspace_id"],
+        event_type=row["event_type"],
+        recipient=row["recipient"],
+        metadata=from_json(row["metadata"]),
+        created_at=parse_timestamp(row["created_at"]),
+    )
+
+
+def insert(
+    tx: Tx, emails: Sequence[Email], recipients: Sequence[Recipient], events: Sequence[Event]
+) -> None:
+    """Store accepted emails with their recipients and first events, in multi-row statements."""
+    tx.execute_many(
+        "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
+        " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
+        " attachments, status, source, message_id, rejection_reason, retry_of_id, send_at,"
+        " created_at, updated_at) VALUES (:id, :ws, :domain_id, :from_address, :from_name, :to,"
+        " :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags, :attachments, :status,"
+        " :source, :message_id, :rejection_reason, :retry_of_id, :send_at, :created_at,"
+        " :created_at)",
+        (
+            {
+                "id": e.id,
+                "ws": e.workspace_id,
+                "domain_id": e.domain_id,
+                "from_address": e.from_address,
+                "from_name": e.from_name,
+                "to": to_json(e.to),
+                "cc": to_json(e.cc),
+                "bcc": to_json(e.bcc),
+                "reply_to": None if e.reply_to is None else to_json(e.reply_to),
+                "subject": e.subject,
+                "html": e.html,
+                "text": e.text,
+                "headers": to_json(e.headers),
+                "tags": to_json(e.tags),
+                "attachments": to_json(e.attachments),
+                "status": e.status,
+                "source": e.source,
+                "message_id": e.message_id,
+                "rejection_reason": e.rejection_reason,
+                "retry_of_id": e.retry_of_id,
+                "send_at": None if e.send_at is None else timestamp(e.send_at),
+                "created_at": timestamp(e.created_at),
+            }
+            for e in emails
+        ),
+    )
+    tx.execute_many(
+        "INSERT INTO email_recipients (email_id, address, kind, domain, status, attempts,"
+        " next_attempt_at, queued_at, updated_at) VALUES (:email_id, :address, :kind, :domain,"
+        " :status, 0, :next_attempt_at, :queued_at, :queued_at)",
+        (
+            {
+                "email_id": r.email_id,
+                "address": r.address,
+                "kind": r.kind,
+                "domain": r.domain,
+                "status": r.status,
+                "next_attempt_at": None
+                if r.next_attempt_at is None
+                else timestamp(r.next_attempt_at),
+                "queued_at": timestamp(r.queued_at),
+            }
+            for r in recipients
+        ),
+    )
+    insert_events(tx, events)
+
+
+def insert_events(tx: Tx, events: Iterable[Event]) -> None:
+    tx.execute_many(
+        "INSERT INTO email_events (id, email_id, workspace_id, event_type, recipient, metadata,"
+        " created_at) VALUES (:id, :email_id, :ws, :type, :recipient, :metadata, :created_at)",
+        (
+            {
+                "id": e.id,
+                "email_id": e.email_id,
+                "ws": e.workspace_id,
+                "type": e.event_type,
+                "recipient": e.recipient,
+                "metadata": to_json(e.metadata),
+                "created_at": timestamp(e.created_at),
+            }
+            for e in events
+        ),
+    )
+
+
+def get(tx: Tx, workspace_id: str, email_id: str) -> Email | None:
+    row = tx.one(
+        "SELECT * FROM emails WHERE workspace_id = :ws AND id = :id",
+        {"ws": workspace_id, "id": email_id},
+    )
+    return None if row is None else _email(row)
+
+
+def count_since(tx: Tx, workspace_id: str, since: datetime) -> int:
+    """Emails the workspace sent (not rejected) since a time, for the monthly volume."""
+    return int(
+        tx.value(
+            "SELECT COUNT(*) FROM emails WHERE workspace_id = :ws AND created_at >= :since"
+            " AND status <> 'rejected'",
+            {"ws": workspace_id, "since": timestamp(since)},
+        )
+    )
+
+
+def by_ids(tx: Tx, email_ids: Sequence[str]) -> dict[str, Email]:
+    found: dict[str, Email] = {}
+    for email_id in email_ids:
+        row = tx.one("SELECT * FROM emails WHERE id = :id", {"id": email_id})
+        if row is not None:
+            found[email_id] = _email(row)
+    return found
+
+
+def recipients_of(tx: Tx, email_id: str) -> list[Recipient]:
+    rows = tx.all(
+        "SELECT * FROM email_recipients WHERE email_id = :id ORDER BY kind DESC, address",
+        {"id": email_id},
+    )
+    return [_recipient(row) for row in rows]
+
+
+def events_of(tx: Tx, email_id: str) -> list[Event]:
+    rows = tx.all(
+        "SELECT * FROM email_events WHERE email_id = :id ORDER BY created_at, id", {"id": email_id}
+    )
+    return [_event(row) for row in rows]
+
+
+def page(tx: Tx, workspace_id: str, status: str | None, offset: int, limit: int) -> list[Email]:
+    """Emails newest first, optionally of one status."""
+    where = "workspace_id = :ws"
+    params: dict[str, Any] = {"ws": workspace_id, "limit": limit, "offset": offset}
+    if status is not None:
+        where += " AND status = :status"
+        params["status"] = status
+    rows = tx.all(
+        f"SELECT * FROM emails WHERE {where} ORDER BY created_at DESC, id DESC"
+        " LIMIT :limit OFFSET :offset",
+        params,
+    )
+    return [_email(row) for row in rows]
+
+
+def domains_with_work(tx: Tx) -> list[str]:
+    """Every recipient domain that has recipients still to try."""
+    rows = tx.all(
+        "SELECT DISTINCT domain FROM email_recipients WHERE status IN ('queued', 'deferred')"
+    )
+    return [row["domain"] for row in rows]
+
+
+def release_leases(tx: Tx, node: str) -> int:
+    """Give back the leases a node held before it restarted; how many there were."""
+    return tx.execute(
+        "UPDATE email_recipients SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
+        {"node": node},
+    )
+
+
+def claim(
+    tx: Tx, domain: str, now: datetime, lease_until: datetime, node: str, limit: int
+) -> tuple[list[Recipient], datetime | None]:
+    """Lease up to `limit` due recipients of a domain; and when the next one falls due."""
+    params: dict[str, Any] = {"domain": domain, "now": timestamp(now), "limit": limit}
+    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    rows = tx.all(
+        "SELECT * FROM email_recipients WHERE domain = :domain"
+        " AND status IN ('queued', 'deferred') AND next_attempt_at <= :now"
+        " AND (lease_until IS NULL OR lease_until < :now)"
+        f" ORDER BY next_attempt_at, email_id LIMIT :limit{lock}",
+        params,
+    )
+    claimed = [_recipient(row) for row in rows]
+    tx.execute_many(
+        "UPDATE email_recipients SET lease_until = :lease, leased_by = :node"
+        " WHERE email_id = :email_id AND address = :address",
+        (
+            {
+                "lease": timestamp(lease_until),
+                "node": node,
+                "email_id": r.email_id,
+                "address": r.address,
+            }
+            for r in claimed
+        ),
+    )
+    following = tx.value(
+        "SELECT MIN(next_attempt_at) FROM email_recipients WHERE domain = :domain"
+        " AND status IN ('queued', 'deferred') AND (lease_until IS NULL OR lease_until < :now)",
+        {"domain": domain, "now": timestamp(now)},
+    )
+    return claimed, parse_optional_timestamp(following)
+
+
+def summary_status(statuses: Sequence[str]) -> str:
+    """An email's status from its recipients' (DESIGN.md: delivery is per recipient)."""
+    if any(s in ("queued", "sending") for s in statuses):
+        return "queued"
+    if "deferred" in statuses:
+        return "deferred"
+    if "delivered" in statuses:
+        return "delivered"
+    if "bounced" in statuses:
+        return "bounced"
+    return "failed"
+
+
+def record_attempts(
+    tx: Tx, updates: Sequence[RecipientUpdate], events: Sequence[Event], now: datetime
+) -> None:
+    """Store attempt outcomes and events, then re-summarise each touched email."""
+    tx.execute_many(
+        "UPDATE email_recipients SET status = :status, attempts = attempts + 1,"
+        " next_attempt_at = :next, last_response = :response, lease_until = NULL,"
+        " leased_by = NULL, updated_at = :now WHERE email_id = :email_id AND address = :address",
+        (
+            {
+                "status": u.status,
+                "next": None if u.next_attempt_at is None else timestamp(u.next_attempt_at),
+                "response": u.last_response,
+                "now": timestamp(now),
+                "email_id": u.email_id,
+                "address": u.address,
+            }
+            for u in updates
+        ),
+    )
+    insert_events(tx, events)
+    for email_id in dict.fromkeys(u.email_id for u in updates):
+        statuses = [
+            row["status"]
+            for row in tx.all(
+                "SELECT status FROM email_recipients WHERE email_id = :id", {"id": email_id}
+            )
+        ]
+        status = summary_status(statuses)
+        tx.execute(
+            "UPDATE emails SET status = :status, updated_at = :now,"
+            " delivered_at = CASE WHEN :status = 'delivered' THEN :now ELSE delivered_at END"
+            " WHERE id = :id AND status NOT IN ('cancelled', 'rejected')",
+            {"status": status, "now": timestamp(now), "id": email_id},
+        )

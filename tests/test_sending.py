@@ -1,0 +1,297 @@
+"""Sending end to end: API accept, MX lookup, SMTP to the sink, DKIM, retries, bounces."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import dkim
+import dns.message
+import dns.query
+import trio
+from trio.testing import MockClock
+
+from tests.harness.dns_server import DnsServer
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+
+SENDING_DOMAIN = "mail.example.org"
+SENDER = f"hello@{SENDING_DOMAIN}"
+FINAL = ("delivered", "bounced", "failed", "rejected", "cancelled")
+
+
+async def ready_account(service: Service, dns_server: DnsServer, plan: str = "starter") -> Account:
+    """An account with a verified domain and a registered sender."""
+    account = await service.account(plan)
+    domain = (await account.client.post("/v1/domains/", json={"name": SENDING_DOMAIN})).json()
+    dkim_record = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
+    dns_server.set(dkim_record["host"], "TXT", [dkim_record["value"]])
+    verified = await account.client.post(f"/v1/domains/{domain['id']}/verify")
+    assert verified.json()["status"] == "verified"
+    created = await account.client.post("/v1/senders/", json={"email": SENDER, "name": "Hello"})
+    assert created.status_code == 201
+    return account
+
+
+def route_mail(dns_server: DnsServer, domain: str) -> None:
+    dns_server.set(domain, "MX", [f"10 mx.{domain}."])
+    dns_server.set(f"mx.{domain}", "A", ["127.0.0.1"])
+
+
+def message(to: str | list[str], **extra: Any) -> dict[str, Any]:
+    recipients = [to] if isinstance(to, str) else to
+    body: dict[str, Any] = {
+        "from_": {"email": SENDER, "name": "Hello"},
+        "to": [{"email": r} for r in recipients],
+        "subject": "Your receipt",
+        "text": "Thanks for your order.",
+        "html": "<p>Thanks for your <b>order</b>.</p>",
+    }
+    body.update(extra)
+    return body
+
+
+async def wait_for_email(
+    account: Account, email_id: str, done: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Poll the email's detail until `done` says so (the engine works in the background)."""
+    with trio.fail_after(15):
+        while True:
+            email: dict[str, Any] = (await account.client.get(f"/v1/emails/{email_id}")).json()
+            if done(email):
+                return email
+            await trio.sleep(0.05)
+
+
+async def wait_for_status(
+    account: Account, email_id: str, wanted: tuple[str, ...] = FINAL
+) -> dict[str, Any]:
+    return await wait_for_email(account, email_id, lambda email: email["status"] in wanted)
+
+
+def dkim_verifies(data: bytes, dns_server: DnsServer) -> bool:
+    def lookup(name: bytes, timeout: int = 5) -> bytes:
+        query = dns.message.make_query(name.decode().rstrip("."), "TXT")
+        answer = dns.query.tcp(query, dns_server.host, port=dns_server.port, timeout=timeout)
+        return b"".join(b"".join(rdata.strings) for rrset in answer.answer for rdata in rrset)
+
+    return bool(dkim.verify(data, dnsfunc=lookup))
+
+
+async def test_sent_email_arrives_signed_and_is_delivered(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    response = await account.client.post(
+        "/v1/emails/", json=message("ann@customer.example", tags=["receipt"])
+    )
+    assert response.status_code == 202
+    sent = response.json()
+    assert sent["status"] == "queued"
+    assert sent["rejection_reason"] is None
+    assert sent["message_id"].endswith(f"@{SENDING_DOMAIN}>")
+
+    [received] = await smtp_sink.wait_for_messages(1)
+    assert received.rcpt_to == ("ann@customer.example",)
+    assert received.mail_from.startswith("bounces+") and received.mail_from.endswith(
+        f"@{SENDING_DOMAIN}"
+    )
+    assert received.tls  # opportunistic STARTTLS was offered and taken
+    assert await trio.to_thread.run_sync(dkim_verifies, received.data, dns_server)
+    assert sent["message_id"].encode() in received.data
+
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "delivered"
+    assert email["delivered_at"] is not None
+    types = [e["event_type"] for e in email["events"]]
+    assert types == ["email.queued", "email.sent", "email.delivered"]
+    delivered = email["events"][-1]
+    assert delivered["metadata"]["domain"] == "customer.example"
+    assert delivered["metadata"]["smtp_response"].startswith("250")
+
+
+async def test_recipients_on_several_domains_are_delivered_per_domain(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    for domain in ("one.example", "two.example"):
+        route_mail(dns_server, domain)
+    body = message(
+        ["a@one.example", "b@two.example"],
+        cc=[{"email": "c@one.example"}],
+        bcc=[{"email": "d@two.example"}],
+    )
+    sent = (await account.client.post("/v1/emails/", json=body)).json()
+    received = await smtp_sink.wait_for_messages(2)
+    by_rcpts = sorted(tuple(sorted(m.rcpt_to)) for m in received)
+    assert by_rcpts == [("a@one.example", "c@one.example"), ("b@two.example", "d@two.example")]
+    assert all(b"d@two.example" not in m.data for m in received)  # bcc stays off the headers
+    assert (await wait_for_status(account, sent["id"]))["status"] == "delivered"
+
+
+async def test_temporary_failure_is_retried_until_delivered(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "slow.example")
+    smtp_sink.fail_first("bob@slow.example", 2, code=451)
+    sent = (await account.client.post("/v1/emails/", json=message("bob@slow.example"))).json()
+    deferred = await wait_for_status(account, sent["id"], ("deferred",))
+    assert deferred["recipients"][0]["attempts"] == 1
+    clock.jump(61)  # first back-off step: 1 minute
+    await wait_for_status(account, sent["id"], ("deferred",))
+    await wait_for_email(account, sent["id"], lambda email: email["recipients"][0]["attempts"] == 2)
+    clock.jump(5 * 60 + 1)  # second step: 5 minutes
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "delivered"
+    assert [e["event_type"] for e in email["events"]].count("email.deferred") == 2
+    assert len(smtp_sink.messages) == 1
+
+
+async def test_temporary_failures_for_72_hours_fail_the_recipient(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "down.example")
+    sent = (await account.client.post("/v1/emails/", json=message("tempfail@down.example"))).json()
+    await wait_for_status(account, sent["id"], ("deferred",))
+    for _ in range(40):
+        clock.jump(8 * 3600)
+        await trio.sleep(0.1)
+        email = (await account.client.get(f"/v1/emails/{sent['id']}")).json()
+        if email["status"] == "failed":
+            break
+    assert email["status"] == "failed"
+    assert email["events"][-1]["event_type"] == "email.failed"
+
+
+async def test_permanent_failure_bounces_and_suppresses(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "gone.example")
+    sent = (await account.client.post("/v1/emails/", json=message("permfail@gone.example"))).json()
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "bounced"
+    bounced = email["events"][-1]
+    assert bounced["event_type"] == "email.bounced"
+    assert bounced["metadata"]["bounce_type"] == "hard"
+    assert bounced["metadata"]["response"].startswith("550")
+    listed = (await account.client.get("/v1/suppressions/")).json()["items"]
+    assert [(s["email"], s["reason"], s["source_email_id"]) for s in listed] == [
+        ("permfail@gone.example", "hard_bounce", sent["id"])
+    ]
+
+
+async def test_suppression_override_sequence(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "blocked.example")
+    await account.client.post("/v1/suppressions/", json={"email": "zoe@blocked.example"})
+
+    first = await account.client.post("/v1/emails/", json=message("zoe@blocked.example"))
+    assert first.status_code == 202
+    assert first.json()["status"] == "rejected"
+    assert "suppressed" in first.json()["rejection_reason"]
+
+    # Validation never counts as an attempt.
+    checked = (
+        await account.client.post("/v1/emails/validate", json=message("zoe@blocked.example"))
+    ).json()
+    assert checked["can_send"] is True
+
+    retried = await account.client.post(f"/v1/emails/{first.json()['id']}/retry")
+    assert retried.status_code == 202
+    assert retried.json()["status"] == "queued"
+    await smtp_sink.wait_for_messages(1)
+    assert (await wait_for_status(account, retried.json()["id"]))["retry_of_id"] == first.json()[
+        "id"
+    ]
+
+    third = (await account.client.post("/v1/emails/", json=message("zoe@blocked.example"))).json()
+    assert third["status"] == "rejected"
+
+    clock.jump(25 * 3600)
+    fresh = (await account.client.post("/v1/emails/", json=message("zoe@blocked.example"))).json()
+    assert fresh["status"] == "rejected"  # a new first attempt, opening a new window
+    again = (await account.client.post("/v1/emails/", json=message("zoe@blocked.example"))).json()
+    assert again["status"] == "queued"
+    await smtp_sink.wait_for_messages(2)
+    assert len(smtp_sink.messages) == 2
+
+
+async def test_send_refusals_have_the_spec_status_codes(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    post = account.client.post
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", from_={"email": "no@else.example"}))
+    ).status_code == 422
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", text=None, html=None))
+    ).status_code == 422
+    assert (await post("/v1/emails/", json=message([]))).status_code == 422
+    bad_name = [{"filename": "../etc", "content_base64": "aGk="}]
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", attachments=bad_name))
+    ).status_code == 422
+    bad_base64 = [{"filename": "a.txt", "content_base64": "not base64!"}]
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", attachments=bad_base64))
+    ).status_code == 400
+    huge = base64.b64encode(b"\0" * (24 * 1024 * 1024 + 1)).decode()
+    too_big = [{"filename": "big.bin", "content_base64": huge}]
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", attachments=too_big))
+    ).status_code == 413
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", send_at="2020-01-01T00:00:00Z"))
+    ).status_code == 400
+    injected = {"X-Ok": "fine\r\nBcc: victim@example.com"}
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", headers=injected))
+    ).status_code == 422
+    structural = {"From": "ceo@example.com"}
+    assert (
+        await post("/v1/emails/", json=message("x@y.example", headers=structural))
+    ).status_code == 422
+    assert (await post("/v1/emails/00000000-0000-0000-0000-000000000000/retry")).status_code == 404
+    assert len(smtp_sink.messages) == 0
+
+
+async def test_free_plan_cannot_schedule(service: Service, dns_server: DnsServer) -> None:
+    account = await ready_account(service, dns_server, plan="free")
+    response = await account.client.post(
+        "/v1/emails/", json=message("x@y.example", send_at="2099-01-01T00:00:00Z")
+    )
+    assert response.status_code == 403
+    assert response.json()["code"] == "plan_feature"
+
+
+async def test_retry_of_a_delivered_email_is_409(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "ok.example")
+    sent = (await account.client.post("/v1/emails/", json=message("amy@ok.example"))).json()
+    await wait_for_status(account, sent["id"])
+    response = await account.client.post(f"/v1/emails/{sent['id']}/retry")
+    assert response.status_code == 409
+
+
+async def test_another_workspaces_email_is_404(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    other = await service.account()
+    route_mail(dns_server, "ok.example")
+    sent = (await account.client.post("/v1/emails/", json=message("amy@ok.example"))).json()
+    assert (await other.client.get(f"/v1/emails/{sent['id']}")).status_code == 404
+    assert (await other.client.get(f"/v1/emails/{sent['id']}/events")).status_code == 404
+    assert (await other.client.get("/v1/emails/")).json() == []
+    listed = (await account.client.get("/v1/emails/")).json()
+    assert [e["id"] for e in listed] == [sent["id"]]
