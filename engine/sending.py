@@ -364,7 +364,8 @@ def _store(
         meta["reason"] = rejection
     event = Event(new_id(), email_id, who.workspace_id, f"email.{event_type}", None, meta, now)
     emails.insert(tx, [record], rows, [event])
-    queued = sorted({r.domain for r in rows}) if req.send_at is None else []
+    # Scheduled ones too: the domain's queue then sleeps until their time comes.
+    queued = sorted({r.domain for r in rows})
     return SendResult(email_id, status, record.message_id, rejection), queued
 
 

@@ -276,6 +276,63 @@ def page(tx: Tx, workspace_id: str, status: str | None, offset: int, limit: int)
     return [_email(row) for row in rows]
 
 
+def scheduled(tx: Tx, workspace_id: str) -> list[Email]:
+    """The workspace's emails still waiting for their send_at, soonest first."""
+    rows = tx.all(
+        "SELECT * FROM emails WHERE workspace_id = :ws AND status = 'scheduled'"
+        " ORDER BY send_at, id",
+        {"ws": workspace_id},
+    )
+    return [_email(row) for row in rows]
+
+
+def cancel_scheduled(tx: Tx, workspace_id: str, email_id: str, now: datetime) -> bool:
+    """Cancel an email still waiting for its send_at; False if it is not scheduled."""
+    changed = tx.execute(
+        "UPDATE emails SET status = 'cancelled', updated_at = :now"
+        " WHERE workspace_id = :ws AND id = :id AND status = 'scheduled'",
+        {"now": timestamp(now), "ws": workspace_id, "id": email_id},
+    )
+    if changed:
+        tx.execute(
+            "UPDATE email_recipients SET status = 'cancelled', updated_at = :now"
+            " WHERE email_id = :id AND status IN ('queued', 'deferred')",
+            {"now": timestamp(now), "id": email_id},
+        )
+    return changed == 1
+
+
+def make_due(tx: Tx, email_id: str, now: datetime) -> list[str]:
+    """Move a scheduled email's recipients to now; their domains."""
+    tx.execute(
+        "UPDATE email_recipients SET next_attempt_at = :now, updated_at = :now"
+        " WHERE email_id = :id AND status = 'queued'",
+        {"now": timestamp(now), "id": email_id},
+    )
+    tx.execute(
+        "UPDATE emails SET status = 'queued', updated_at = :now WHERE id = :id",
+        {"now": timestamp(now), "id": email_id},
+    )
+    rows = tx.all(
+        "SELECT DISTINCT domain FROM email_recipients WHERE email_id = :id", {"id": email_id}
+    )
+    return [row["domain"] for row in rows]
+
+
+def reject(tx: Tx, email_id: str, reason: str, now: datetime) -> None:
+    """Mark an email rejected (nothing of it will be sent)."""
+    tx.execute(
+        "UPDATE emails SET status = 'rejected', rejection_reason = :reason, updated_at = :now"
+        " WHERE id = :id",
+        {"reason": reason, "now": timestamp(now), "id": email_id},
+    )
+    tx.execute(
+        "UPDATE email_recipients SET status = 'cancelled', updated_at = :now"
+        " WHERE email_id = :id AND status IN ('queued', 'deferred')",
+        {"now": timestamp(now), "id": email_id},
+    )
+
+
 def domains_with_work(tx: Tx) -> list[str]:
     """Every recipient domain that has recipients still to try."""
     rows = tx.all(

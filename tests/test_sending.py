@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dkim
@@ -295,3 +296,71 @@ async def test_another_workspaces_email_is_404(
     assert (await other.client.get("/v1/emails/")).json() == []
     listed = (await account.client.get("/v1/emails/")).json()
     assert [e["id"] for e in listed] == [sent["id"]]
+
+
+async def test_scheduled_email_is_sent_at_its_time(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "later.example")
+    send_at = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+    sent = (
+        await account.client.post("/v1/emails/", json=message("kim@later.example", send_at=send_at))
+    ).json()
+    assert sent["status"] == "scheduled"
+    listed = (await account.client.get("/v1/emails/scheduled")).json()
+    assert [e["id"] for e in listed] == [sent["id"]]
+    await trio.sleep(0.3)
+    assert smtp_sink.messages == []
+    clock.jump(2 * 3600 + 1)
+    await smtp_sink.wait_for_messages(1)
+    assert (await wait_for_status(account, sent["id"]))["status"] == "delivered"
+    assert (await account.client.get("/v1/emails/scheduled")).json() == []
+
+
+async def test_cancel_and_send_now(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "later.example")
+    send_at = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    first = (
+        await account.client.post("/v1/emails/", json=message("a@later.example", send_at=send_at))
+    ).json()
+    second = (
+        await account.client.post("/v1/emails/", json=message("b@later.example", send_at=send_at))
+    ).json()
+
+    cancelled = await account.client.post(f"/v1/emails/{first['id']}/cancel")
+    assert cancelled.status_code == 200
+    assert cancelled.json() == {"id": first["id"], "status": "cancelled"}
+    assert (await account.client.post(f"/v1/emails/{first['id']}/cancel")).status_code == 404
+
+    now = await account.client.post(f"/v1/emails/{second['id']}/send-now")
+    assert now.status_code == 200
+    assert now.json()["status"] == "queued"
+    [received] = await smtp_sink.wait_for_messages(1)
+    assert received.rcpt_to == ("b@later.example",)
+    assert (await account.client.post(f"/v1/emails/{second['id']}/send-now")).status_code == 404
+
+    clock.jump(2 * 86400)
+    await trio.sleep(0.3)
+    assert len(smtp_sink.messages) == 1  # the cancelled one never went out
+    events = (await account.client.get(f"/v1/emails/{first['id']}/events")).json()
+    assert [e["event_type"] for e in events] == ["email.scheduled", "email.cancelled"]
+
+
+async def test_send_now_to_a_suppressed_recipient_is_422_and_rejects(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "later.example")
+    send_at = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    sent = (
+        await account.client.post("/v1/emails/", json=message("c@later.example", send_at=send_at))
+    ).json()
+    await account.client.post("/v1/suppressions/", json={"email": "c@later.example"})
+    refused = await account.client.post(f"/v1/emails/{sent['id']}/send-now")
+    assert refused.status_code == 422
+    email = (await account.client.get(f"/v1/emails/{sent['id']}")).json()
+    assert email["status"] == "rejected"

@@ -12,7 +12,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery
 from api.validation import json_body, query_args
-from engine import email_log, sending
+from engine import email_log, scheduling, sending
 from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult
 from storage.emails import Email
 
@@ -186,6 +186,35 @@ async def validate(body: SendBody) -> dict[str, Any]:
         can_send=checked.can_send,
         issues=[IssueOut(field=i.field, error=i.error) for i in checked.issues],
     ).model_dump(mode="json")
+
+
+class ScheduledItem(EmailItem):
+    send_at: datetime | None
+
+
+class Cancelled(BaseModel):
+    id: str
+    status: str
+
+
+@blueprint.get("/scheduled")
+@document_response(list[ScheduledItem])
+async def list_scheduled() -> list[dict[str, Any]]:
+    found = await scheduling.scheduled(runtime(), principal())
+    return [ScheduledItem(**_item(e), send_at=e.send_at).model_dump(mode="json") for e in found]
+
+
+@blueprint.post("/<id:email_id>/cancel")
+@document_response(Cancelled)
+async def cancel(email_id: str) -> dict[str, Any]:
+    await scheduling.cancel(runtime(), principal(), email_id)
+    return Cancelled(id=email_id, status="cancelled").model_dump()
+
+
+@blueprint.post("/<id:email_id>/send-now")
+@document_response(SendResponse)
+async def send_now(email_id: str) -> dict[str, Any]:
+    return _send_response(await scheduling.send_now(runtime(), principal(), email_id))
 
 
 @blueprint.get("/")

@@ -1,0 +1,75 @@
+"""Scheduled emails: list, cancel, and send now.
+
+A scheduled email's recipients wait in the delivery queue with `next_attempt_at = send_at`;
+the domain's queue sleeps until then. Sending now moves that time to now, after checking the
+suppression list again (the address may have been suppressed since): a suppressed recipient
+without an override makes the email `rejected` and the call a 422.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from engine.errors import NotFound, Unprocessable
+from engine.runtime import Principal, Runtime
+from engine.sending import SendResult
+from engine.suppression_override import OverrideState, Verdict, decide
+from storage import emails, suppressions
+from storage.codec import new_id
+from storage.emails import Email, Event
+from storage.tx import Tx
+
+
+async def scheduled(rt: Runtime, who: Principal) -> list[Email]:
+    return await rt.db.read(emails.scheduled, who.workspace_id)
+
+
+def _cancel(tx: Tx, who: Principal, email_id: str, now: datetime) -> None:
+    if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now):
+        raise NotFound("no scheduled email with this id")
+    emails.insert_events(
+        tx, [Event(new_id(), email_id, who.workspace_id, "email.cancelled", None, {}, now)]
+    )
+
+
+async def cancel(rt: Runtime, who: Principal, email_id: str) -> None:
+    """Cancel a scheduled email; NotFound unless it is still scheduled."""
+    await rt.db.write(_cancel, who, email_id, rt.clock.now())
+
+
+def _send_now(
+    tx: Tx, who: Principal, email_id: str, now: datetime
+) -> tuple[Email, str | None, list[str]]:
+    email = emails.get(tx, who.workspace_id, email_id)
+    if email is None or email.status != "scheduled":
+        raise NotFound("no scheduled email with this id")
+    addresses = [r.address for r in emails.recipients_of(tx, email_id)]
+    suppressed = suppressions.suppressed_among(tx, who.workspace_id, addresses)
+    states = suppressions.overrides(tx, who.workspace_id, list(suppressed))
+    rejection = None
+    for address, reason in suppressed.items():
+        state = states.get(address)
+        verdict = decide(None if state is None else OverrideState(*state), now)
+        if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
+            suppressions.open_override_window(tx, who.workspace_id, address, now)
+        if verdict is not Verdict.ALLOW_ONCE and rejection is None:
+            rejection = f"{address} is suppressed ({reason})"
+    if rejection is not None:
+        emails.reject(tx, email_id, rejection, now)
+        meta = {"reason": rejection}
+        emails.insert_events(
+            tx, [Event(new_id(), email_id, who.workspace_id, "email.rejected", None, meta, now)]
+        )
+        return email, rejection, []
+    for address in suppressed:
+        suppressions.use_override(tx, who.workspace_id, address, now)
+    return email, None, emails.make_due(tx, email_id, now)
+
+
+async def send_now(rt: Runtime, who: Principal, email_id: str) -> SendResult:
+    """Dispatch a scheduled email at once; Unprocessable (after rejecting it) if suppressed."""
+    email, rejection, domains = await rt.db.write(_send_now, who, email_id, rt.clock.now())
+    if rejection is not None:
+        raise Unprocessable(rejection, code="recipient_suppressed")
+    rt.delivery.wake(domains)
+    return SendResult(email.id, "queued", email.message_id, None)
