@@ -3,15 +3,46 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from engine.errors import Conflict, NotFound
 from engine.runtime import Principal, Runtime
 from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult, send
 from storage import emails
-from storage.emails import Email, Event, Recipient
+from storage.emails import Email, Event, Recipient, Search
 from storage.tx import Tx
 
 RETRYABLE = ("bounced", "rejected", "failed")
+UPDATES_LIMIT = 50
+_TOKENS = {"to": "to", "from": "sender", "status": "status", "domain": "domain", "tag": "tags"}
+
+
+def parse_query(q: str, status: str | None = None, tag: str | None = None) -> Search:
+    """The search a `q` string asks for: `to:`, `from:`, `status:`, `domain:`, `tag:` tokens,
+    every other word free text across sender, subject and recipients."""
+    parts: dict[str, list[str]] = {name: [] for name in (*_TOKENS.values(), "words")}
+    for word in q.split():
+        name, sep, value = word.partition(":")
+        if sep and name.lower() in _TOKENS and value:
+            parts[_TOKENS[name.lower()]].append(value)
+        else:
+            parts["words"].append(word)
+    if status:
+        parts["status"].append(status)
+    if tag:
+        parts["tags"].append(tag)
+    return Search(**parts)
+
+
+async def search(
+    rt: Runtime, who: Principal, query: Search, page_number: int, limit: int
+) -> list[Email]:
+    return await rt.db.read(emails.search, who.workspace_id, query, page_number * limit, limit)
+
+
+async def updates(rt: Runtime, who: Principal, since: datetime) -> list[Email]:
+    """Up to 50 emails created or updated after `since`, oldest change first."""
+    return await rt.db.read(emails.updated_since, who.workspace_id, since, UPDATES_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)

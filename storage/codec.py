@@ -42,3 +42,12 @@ def to_json(value: Any) -> str:
 def from_json(value: str | None) -> Any:
     """The value of a JSON column (None stays None)."""
     return None if value is None else json.loads(value)
+
+
+def contains(text: str) -> str:
+    """A LIKE pattern (used with `ESCAPE '!'`) matching `text` as a plain substring.
+
+    `%` and `_` in the text are literal, not wildcards.
+    """
+    literal = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return f"%{literal}%"

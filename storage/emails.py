@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from storage.codec import from_json, parse_optional_timestamp, parse_timestamp, timestamp, to_json
+from storage.codec import (
+    contains,
+    from_json,
+    parse_optional_timestamp,
+    parse_timestamp,
+    timestamp,
+    to_json,
+)
 from storage.tx import Row, Tx
 
 ACTIVE = ("queued", "deferred")  # recipients still to be tried
@@ -331,6 +338,62 @@ def reject(tx: Tx, email_id: str, reason: str, now: datetime) -> None:
         " WHERE email_id = :id AND status IN ('queued', 'deferred')",
         {"now": timestamp(now), "id": email_id},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """What the email log is filtered by; every part is optional and they all apply."""
+
+    to: list[str]
+    sender: list[str]
+    status: list[str]
+    domain: list[str]
+    tags: list[str]
+    words: list[str]
+
+
+def search(tx: Tx, workspace_id: str, query: Search, offset: int, limit: int) -> list[Email]:
+    """Emails matching every part of the search, newest first."""
+    clauses = ["workspace_id = :ws"]
+    params: dict[str, Any] = {"ws": workspace_id, "limit": limit, "offset": offset}
+
+    def add(sql: str, value: str) -> None:
+        name = f"p{len(params)}"
+        clauses.append(sql.replace(":p", f":{name}"))
+        params[name] = value
+
+    for text in query.to:
+        add("LOWER(to_addresses || cc_addresses) LIKE :p ESCAPE '!'", contains(text.lower()))
+    for text in query.sender:
+        add("LOWER(from_address) LIKE :p ESCAPE '!'", contains(text.lower()))
+    for status in query.status:
+        add("status = :p", status)
+    for text in query.domain:
+        add("LOWER(from_address) LIKE :p ESCAPE '!'", "%@" + contains(text.lower()))
+    for tag in query.tags:
+        add("tags LIKE :p ESCAPE '!'", contains(to_json(tag)))  # the tag as a whole JSON string
+    for word in query.words:
+        add(
+            "LOWER(from_address || ' ' || subject || ' ' || to_addresses || cc_addresses)"
+            " LIKE :p ESCAPE '!'",
+            contains(word.lower()),
+        )
+    rows = tx.all(
+        f"SELECT * FROM emails WHERE {' AND '.join(clauses)}"
+        " ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset",
+        params,
+    )
+    return [_email(row) for row in rows]
+
+
+def updated_since(tx: Tx, workspace_id: str, since: datetime, limit: int) -> list[Email]:
+    """Emails created or changed after a time, oldest change first."""
+    rows = tx.all(
+        "SELECT * FROM emails WHERE workspace_id = :ws AND updated_at > :since"
+        " ORDER BY updated_at, id LIMIT :limit",
+        {"ws": workspace_id, "since": timestamp(since), "limit": limit},
+    )
+    return [_email(row) for row in rows]
 
 
 def domains_with_work(tx: Tx) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
+from storage.codec import contains, parse_optional_timestamp, parse_timestamp, timestamp
 from storage.tx import Tx
 
 
@@ -57,10 +57,8 @@ def page(
     where = "workspace_id = :ws"
     params: dict[str, object] = {"ws": workspace_id, "limit": limit, "offset": offset}
     if search:
-        # A plain substring: `_` and `%` in the search are literal, not LIKE wildcards.
         where += " AND email LIKE :pattern ESCAPE '!'"
-        literal = search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
-        params["pattern"] = f"%{literal}%"
+        params["pattern"] = contains(search.lower())
     total = int(tx.value(f"SELECT COUNT(*) FROM suppressions WHERE {where}", params))
     rows = tx.all(
         f"SELECT * FROM suppressions WHERE {where}"

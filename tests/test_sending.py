@@ -364,3 +364,68 @@ async def test_send_now_to_a_suppressed_recipient_is_422_and_rejects(
     assert refused.status_code == 422
     email = (await account.client.get(f"/v1/emails/{sent['id']}")).json()
     assert email["status"] == "rejected"
+
+
+async def test_search_tokens_and_free_text(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "shop.example")
+    route_mail(dns_server, "club.example")
+    receipt = (
+        await account.client.post(
+            "/v1/emails/",
+            json=message("ann@shop.example", subject="Receipt 100%", tags=["receipt"]),
+        )
+    ).json()
+    news = (
+        await account.client.post(
+            "/v1/emails/",
+            json=message("bob@club.example", subject="Weekly news", tags=["news", "weekly"]),
+        )
+    ).json()
+    await wait_for_status(account, receipt["id"])
+    await wait_for_status(account, news["id"])
+
+    async def ids(**params: str) -> set[str]:
+        found = (await account.client.get("/v1/emails/search", params=params)).json()
+        return {e["id"] for e in found}
+
+    both = {receipt["id"], news["id"]}
+    assert await ids(q="") == both
+    assert await ids(q="to:shop.example") == {receipt["id"]}
+    assert await ids(q="to:ANN@") == {receipt["id"]}
+    assert await ids(q=f"from:{SENDER}") == both
+    assert await ids(q="from:nobody") == set()
+    assert await ids(q="status:delivered") == both
+    assert await ids(q="status:bounced") == set()
+    assert await ids(q=f"domain:{SENDING_DOMAIN}") == both
+    assert await ids(q="tag:news") == {news["id"]}
+    assert await ids(q="tag:new") == set()  # tags match exactly
+    assert await ids(tag="receipt") == {receipt["id"]}
+    assert await ids(q="weekly") == {news["id"]}
+    assert await ids(q="100%") == {receipt["id"]}
+    assert await ids(q="receipt to:club.example") == set()  # every part applies
+    assert await ids(status="delivered", q="club") == {news["id"]}
+
+
+async def test_updates_feed_returns_changes_after_a_time(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "feed.example")
+    sent = (await account.client.post("/v1/emails/", json=message("f@feed.example"))).json()
+    email = await wait_for_status(account, sent["id"])
+    feed = (
+        await account.client.get("/v1/emails/updates", params={"since": "2000-01-01T00:00:00Z"})
+    ).json()
+    assert [e["id"] for e in feed] == [sent["id"]]
+    assert feed[0]["status"] == "delivered"
+    later = (
+        await account.client.get("/v1/emails/updates", params={"since": email["delivered_at"]})
+    ).json()
+    assert later == []
+    assert (await account.client.get("/v1/emails/updates")).status_code == 422
+    assert (
+        await account.client.get("/v1/emails/updates", params={"since": "yesterday"})
+    ).status_code == 422

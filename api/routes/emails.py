@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -186,6 +186,33 @@ async def validate(body: SendBody) -> dict[str, Any]:
         can_send=checked.can_send,
         issues=[IssueOut(field=i.field, error=i.error) for i in checked.issues],
     ).model_dump(mode="json")
+
+
+class SearchQuery(PageQuery):
+    q: str = Field("", max_length=1000)
+    status: str | None = Field(None, max_length=50)
+    tag: str | None = Field(None, max_length=200)
+
+
+class UpdatesQuery(BaseModel):
+    since: datetime
+
+
+@blueprint.get("/search")
+@query_args(SearchQuery)
+@document_response(list[EmailItem])
+async def search(query: SearchQuery) -> list[dict[str, Any]]:
+    wanted = email_log.parse_query(query.q, query.status, query.tag)
+    found = await email_log.search(runtime(), principal(), wanted, query.page, query.limit)
+    return [_item(e) for e in found]
+
+
+@blueprint.get("/updates")
+@query_args(UpdatesQuery)
+@document_response(list[EmailItem])
+async def updates(query: UpdatesQuery) -> list[dict[str, Any]]:
+    since = query.since if query.since.tzinfo else query.since.replace(tzinfo=UTC)
+    return [_item(e) for e in await email_log.updates(runtime(), principal(), since)]
 
 
 class ScheduledItem(EmailItem):
