@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from engine.errors import Conflict, NotFound
 from engine.runtime import Principal, Runtime
 from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult, send
 from storage import emails
+from storage import saved_searches as storage_saved
 from storage.emails import Email, Event, Recipient, Search
 from storage.tx import Tx
 
@@ -101,3 +103,17 @@ async def retry(rt: Runtime, who: Principal, email_id: str) -> SendResult:
         ),
     )
     return await send(rt, who, request, source=original.source, retry_of_id=original.id)
+
+
+async def saved_searches(rt: Runtime, who: Principal) -> list[dict[str, Any]]:
+    """The caller's saved searches in this workspace."""
+    return await rt.db.read(storage_saved.get, who.workspace_id, who.user_id)
+
+
+async def replace_saved_searches(
+    rt: Runtime, who: Principal, searches: list[dict[str, Any]]
+) -> None:
+    """Replace the caller's whole list (at most 50, checked at the edge)."""
+    await rt.db.write(
+        storage_saved.replace, who.workspace_id, who.user_id, searches, rt.clock.now()
+    )

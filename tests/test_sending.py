@@ -429,3 +429,60 @@ async def test_updates_feed_returns_changes_after_a_time(
     assert (
         await account.client.get("/v1/emails/updates", params={"since": "yesterday"})
     ).status_code == 422
+
+
+async def test_batch_sends_each_entry_on_its_own(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "batch.example")
+    entries = [message(f"r{i}@batch.example", subject=f"n{i}") for i in range(5)]
+    entries[2] = message("r2@batch.example", from_={"email": "stranger@else.example"})
+    entries[3] = {"to": "not a list"}
+    response = await account.client.post("/v1/emails/batch", json=entries)
+    assert response.status_code == 202
+    results = response.json()
+    assert [r["status"] for r in results] == ["queued", "queued", "error", "error", "queued"]
+    assert results[2]["id"] is None and "sender" in results[2]["rejection_reason"]
+    assert results[3]["id"] is None and results[3]["rejection_reason"]
+    await smtp_sink.wait_for_messages(3)
+    subjects = sorted(m.data.split(b"Subject: ")[1].split(b"\r\n")[0] for m in smtp_sink.messages)
+    assert subjects == [b"n0", b"n1", b"n4"]
+
+
+async def test_batch_plan_gates(service: Service, dns_server: DnsServer) -> None:
+    free = await service.account("free")
+    assert (
+        await free.client.post("/v1/emails/batch", json=[message("a@b.example")])
+    ).status_code == 403
+    starter = await ready_account(service, dns_server, plan="starter")
+    too_many = [message(f"r{i}@batch.example") for i in range(26)]
+    response = await starter.client.post("/v1/emails/batch", json=too_many)
+    assert response.status_code == 400
+    assert response.json()["code"] == "batch_too_large"
+    assert (
+        await starter.client.post("/v1/emails/batch", json={"not": "an array"})
+    ).status_code == 422
+
+
+async def test_saved_searches_are_replaced_whole(service: Service) -> None:
+    account = await service.account()
+    assert (await account.client.get("/v1/emails/saved-searches")).json() == {"searches": []}
+    searches = [
+        {"name": "Bounces", "query": "status:bounced", "range": "7d"},
+        {"name": "News", "query": "tag:news"},
+    ]
+    saved = await account.client.put("/v1/emails/saved-searches", json={"searches": searches})
+    assert saved.status_code == 200
+    listed = (await account.client.get("/v1/emails/saved-searches")).json()["searches"]
+    assert [(s["name"], s["query"]) for s in listed] == [
+        ("Bounces", "status:bounced"),
+        ("News", "tag:news"),
+    ]
+    assert all(s["id"] for s in listed)
+    too_many = {"searches": [{"name": f"s{i}"} for i in range(51)]}
+    assert (await account.client.put("/v1/emails/saved-searches", json=too_many)).status_code == 422
+    await account.client.put("/v1/emails/saved-searches", json={"searches": []})
+    assert (await account.client.get("/v1/emails/saved-searches")).json() == {"searches": []}
+    other = await service.account()
+    assert (await other.client.get("/v1/emails/saved-searches")).json() == {"searches": []}

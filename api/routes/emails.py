@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+import pydantic
+from pydantic import BaseModel, Field, RootModel
 from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery
 from api.validation import json_body, query_args
-from engine import email_log, scheduling, sending
+from engine import batch, email_log, scheduling, sending
 from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult
 from storage.emails import Email
 
@@ -213,6 +215,71 @@ async def search(query: SearchQuery) -> list[dict[str, Any]]:
 async def updates(query: UpdatesQuery) -> list[dict[str, Any]]:
     since = query.since if query.since.tzinfo else query.since.replace(tzinfo=UTC)
     return [_item(e) for e in await email_log.updates(runtime(), principal(), since)]
+
+
+class BatchBody(RootModel[list[dict[str, Any]]]):
+    """A JSON array of send bodies; each is validated on its own."""
+
+
+class BatchEntryOut(BaseModel):
+    id: str | None
+    status: str
+    message_id: str | None
+    rejection_reason: str | None
+
+
+class SavedSearch(BaseModel):
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()), max_length=64)
+    name: str = Field(min_length=1, max_length=100)
+    query: str = Field("", max_length=1000)
+    range: str | None = Field(None, max_length=20)
+    status: str | None = Field(None, max_length=50)
+    domain: str | None = Field(None, max_length=253)
+    source: str | None = Field(None, max_length=50)
+
+
+class SavedSearches(BaseModel):
+    searches: list[SavedSearch] = Field(max_length=50)
+
+
+def _parse_entry(entry: dict[str, Any]) -> SendRequest | str:
+    try:
+        return SendBody.model_validate(entry).to_request()
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+@blueprint.post("/batch")
+@json_body(BatchBody)
+@document_response(list[BatchEntryOut], 202)
+async def send_batch(body: BatchBody) -> tuple[list[dict[str, Any]], int]:
+    who = principal()
+    batch.check_size(who, len(body.root))  # before parsing every entry of an oversized batch
+    entries = await batch.send_batch(runtime(), who, [_parse_entry(e) for e in body.root])
+    out = [
+        BatchEntryOut(id=None, status="error", message_id=None, rejection_reason=e.error)
+        if e.result is None
+        else BatchEntryOut(**_send_response(e.result))
+        for e in entries
+    ]
+    return [o.model_dump(mode="json") for o in out], 202
+
+
+@blueprint.get("/saved-searches")
+@document_response(SavedSearches)
+async def saved_searches() -> dict[str, Any]:
+    found = await email_log.saved_searches(runtime(), principal())
+    return {"searches": found}
+
+
+@blueprint.put("/saved-searches")
+@json_body(SavedSearches)
+@document_response(SavedSearches)
+async def replace_saved_searches(body: SavedSearches) -> dict[str, Any]:
+    searches = [s.model_dump() for s in body.searches]
+    await email_log.replace_saved_searches(runtime(), principal(), searches)
+    return {"searches": searches}
 
 
 class ScheduledItem(EmailItem):
