@@ -172,8 +172,8 @@ def _request_issues(req: SendRequest, plan: plans.Plan, now: datetime) -> list[I
     return issues
 
 
-def _month_start(now: datetime) -> datetime:
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+def _month(now: datetime) -> str:
+    return now.strftime("%Y-%m")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ def _context(
     return _Context(
         domain_id,
         from_issue,
-        emails.count_since(tx, workspace_id, _month_start(now)),
+        emails.sent_in_month(tx, workspace_id, _month(now)),
         suppressed,
         overrides,
     )
@@ -364,6 +364,8 @@ def _store(
         meta["reason"] = rejection
     event = Event(new_id(), email_id, who.workspace_id, f"email.{event_type}", None, meta, now)
     emails.insert(tx, [record], rows, [event])
+    if not rejection:
+        emails.count_sent(tx, who.workspace_id, _month(now), 1)
     # Scheduled ones too: the domain's queue then sleeps until their time comes.
     queued = sorted({r.domain for r in rows})
     return SendResult(email_id, status, record.message_id, rejection), queued

@@ -233,14 +233,21 @@ def get(tx: Tx, workspace_id: str, email_id: str) -> Email | None:
     return None if row is None else _email(row)
 
 
-def count_since(tx: Tx, workspace_id: str, since: datetime) -> int:
-    """Emails the workspace sent (not rejected) since a time, for the monthly volume."""
-    return int(
-        tx.value(
-            "SELECT COUNT(*) FROM emails WHERE workspace_id = :ws AND created_at >= :since"
-            " AND status <> 'rejected'",
-            {"ws": workspace_id, "since": timestamp(since)},
-        )
+def sent_in_month(tx: Tx, workspace_id: str, month: str) -> int:
+    """Emails the workspace sent (not rejected) in a calendar month ('YYYY-MM')."""
+    value = tx.value(
+        "SELECT emails FROM monthly_usage WHERE workspace_id = :ws AND month = :month",
+        {"ws": workspace_id, "month": month},
+    )
+    return 0 if value is None else int(value)
+
+
+def count_sent(tx: Tx, workspace_id: str, month: str, emails: int) -> None:
+    """Add to the workspace's monthly volume."""
+    tx.execute(
+        "INSERT INTO monthly_usage (workspace_id, month, emails) VALUES (:ws, :month, :n)"
+        " ON CONFLICT (workspace_id, month) DO UPDATE SET emails = monthly_usage.emails + :n",
+        {"ws": workspace_id, "month": month, "n": emails},
     )
 
 

@@ -486,3 +486,26 @@ async def test_saved_searches_are_replaced_whole(service: Service) -> None:
     assert (await account.client.get("/v1/emails/saved-searches")).json() == {"searches": []}
     other = await service.account()
     assert (await other.client.get("/v1/emails/saved-searches")).json() == {"searches": []}
+
+
+async def test_monthly_volume_is_enforced(service: Service, dns_server: DnsServer) -> None:
+    from storage import emails as stored_emails
+
+    account = await ready_account(service, dns_server, plan="free")
+    month = service.running.runtime.clock.now().strftime("%Y-%m")
+    # Arrange a month in which 2,999 of the Free plan's 3,000 emails have gone out.
+    await service.running.runtime.db.write(
+        stored_emails.count_sent, account.workspace_id, month, 2999
+    )
+    route_mail(dns_server, "quota.example")
+    assert (
+        await account.client.post("/v1/emails/", json=message("a@quota.example"))
+    ).status_code == 202
+    refused = await account.client.post("/v1/emails/", json=message("b@quota.example"))
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "plan_limit"
+    checked = (
+        await account.client.post("/v1/emails/validate", json=message("b@quota.example"))
+    ).json()
+    assert checked["valid"] is False
+    assert [i["field"] for i in checked["issues"]] == ["limits"]

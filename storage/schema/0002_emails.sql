@@ -84,3 +84,12 @@ CREATE TABLE saved_searches (
     updated_at TEXT NOT NULL,
     PRIMARY KEY (workspace_id, user_id)
 );
+
+-- Emails sent (not rejected) per workspace and calendar month (UTC, 'YYYY-MM'), kept with
+-- each accept so the plan's monthly volume is checked without counting rows.
+CREATE TABLE monthly_usage (
+    workspace_id TEXT NOT NULL,
+    month TEXT NOT NULL,
+    emails INTEGER NOT NULL,
+    PRIMARY KEY (workspace_id, month)
+);
