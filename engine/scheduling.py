@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from engine import sending
 from engine.errors import NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
 from engine.sending import SendResult
-from engine.suppression_override import OverrideState, Verdict, decide
 from storage import emails, suppressions
 from storage.codec import new_id
 from storage.emails import Email, Event
@@ -45,15 +45,8 @@ def _send_now(
         raise NotFound("no scheduled email with this id")
     addresses = [r.address for r in emails.recipients_of(tx, email_id)]
     suppressed = suppressions.suppressed_among(tx, who.workspace_id, addresses)
-    states = suppressions.overrides(tx, who.workspace_id, list(suppressed))
-    rejection = None
-    for address, reason in suppressed.items():
-        state = states.get(address)
-        verdict = decide(None if state is None else OverrideState(*state), now)
-        if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
-            suppressions.open_override_window(tx, who.workspace_id, address, now)
-        if verdict is not Verdict.ALLOW_ONCE and rejection is None:
-            rejection = f"{address} is suppressed ({reason})"
+    overrides = sending.suppression_overrides(tx, who.workspace_id, suppressed)
+    rejection = sending.attempt_suppressed(tx, who.workspace_id, suppressed, overrides, now)
     if rejection is not None:
         emails.reject(tx, email_id, rejection, now)
         meta = {"reason": rejection}
@@ -61,8 +54,6 @@ def _send_now(
             tx, [Event(new_id(), email_id, who.workspace_id, "email.rejected", None, meta, now)]
         )
         return email, rejection, []
-    for address in suppressed:
-        suppressions.use_override(tx, who.workspace_id, address, now)
     return email, None, emails.make_due(tx, email_id, now)
 
 

@@ -273,6 +273,45 @@ def _raise_first(issues: list[Issue]) -> None:
             raise error
 
 
+def attempt_suppressed(
+    tx: Tx,
+    workspace_id: str,
+    suppressed: dict[str, str],
+    overrides: dict[str, OverrideState],
+    now: datetime,
+) -> str | None:
+    """Count an attempt to send to suppressed addresses; why it is rejected, or None.
+
+    The email goes out only if every suppressed recipient has its override available; only
+    then are those overrides used up. A first attempt opens each address's window.
+    """
+    rejection = None
+    for email, reason in suppressed.items():
+        verdict = decide(overrides.get(email), now)
+        if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
+            suppressions.open_override_window(tx, workspace_id, email, now)
+        if verdict is not Verdict.ALLOW_ONCE and rejection is None:
+            rejection = (
+                f"{email} is suppressed ({reason}); a retry within 24 hours of the first"
+                " rejection is delivered once"
+            )
+    if rejection is None:
+        for email in suppressed:
+            suppressions.use_override(tx, workspace_id, email, now)
+    return rejection
+
+
+def suppression_overrides(
+    tx: Tx, workspace_id: str, suppressed: dict[str, str]
+) -> dict[str, OverrideState]:
+    return {
+        email: OverrideState(rejected, used)
+        for email, (rejected, used) in suppressions.overrides(
+            tx, workspace_id, list(suppressed)
+        ).items()
+    }
+
+
 def _store(
     tx: Tx,
     who: Principal,
@@ -290,16 +329,7 @@ def _store(
     ctx = _context(tx, who.workspace_id, _from_email(req), recipients, now)
     _raise_first(_context_issues(ctx, plan))
     assert ctx.domain_id is not None
-    rejection = None
-    for email, reason in ctx.suppressed.items():
-        verdict = decide(ctx.overrides.get(email), now)
-        if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
-            suppressions.open_override_window(tx, who.workspace_id, email, now)
-        if verdict is not Verdict.ALLOW_ONCE and rejection is None:
-            rejection = f"{email} is suppressed ({reason}); a retry within 24 hours of the first rejection is delivered once"
-    if rejection is None:
-        for email in ctx.suppressed:
-            suppressions.use_override(tx, who.workspace_id, email, now)
+    rejection = attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now)
     email_id = new_id()
     from_email = _from_email(req)
     status = "rejected" if rejection else "scheduled" if req.send_at else "queued"
