@@ -509,3 +509,31 @@ async def test_monthly_volume_is_enforced(service: Service, dns_server: DnsServe
     ).json()
     assert checked["valid"] is False
     assert [i["field"] for i in checked["issues"]] == ["limits"]
+
+
+async def test_idempotency_key_sends_once(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "once.example")
+    headers = {"Idempotency-Key": "order-1234"}
+    body = message("o@once.example")
+    first = await account.client.post("/v1/emails/", json=body, headers=headers)
+    again = await account.client.post("/v1/emails/", json=body, headers=headers)
+    assert first.status_code == again.status_code == 202
+    assert again.json() == first.json()
+    changed = await account.client.post(
+        "/v1/emails/", json=message("p@once.example"), headers=headers
+    )
+    assert changed.status_code == 409
+    assert changed.json()["code"] == "idempotency_conflict"
+    other = await service.account("starter")  # keys are per workspace
+    assert (await other.client.post("/v1/emails/", json=body, headers=headers)).status_code == 422
+    await smtp_sink.wait_for_messages(1)
+    clock.jump(24 * 3600 + 1)
+    later = await account.client.post("/v1/emails/", json=body, headers=headers)
+    assert later.json()["id"] != first.json()["id"]  # the key expired: a new email
+    bad = await account.client.post("/v1/emails/", json=body, headers={"Idempotency-Key": "x" * 257})
+    assert bad.status_code == 422
+    listed = (await account.client.get("/v1/emails/")).json()
+    assert len(listed) == 2

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, Field, RootModel
-from quart import Blueprint
+from quart import Blueprint, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery
 from api.validation import json_body, query_args
-from engine import batch, email_log, scheduling, sending
+from engine import batch, email_log, idempotency, scheduling, sending
+from engine.errors import Unprocessable
 from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult
 from storage.emails import Email
 
@@ -170,12 +172,36 @@ def _item(email: Email) -> dict[str, Any]:
     ).model_dump(mode="json")
 
 
+def _idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not (1 <= len(key) <= 256 and all(" " <= c <= "~" for c in key)):
+        raise Unprocessable(
+            "Idempotency-Key must be 1-256 printable ASCII characters",
+            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "1-256 printable characters"}],
+        )
+    return key
+
+
+async def _at_most_once(
+    body: pydantic.BaseModel, run: Callable[[], Awaitable[tuple[Any, int]]]
+) -> tuple[Any, int]:
+    """Run a sending request, or replay its first response when its Idempotency-Key was seen."""
+    key = _idempotency_key()
+    if key is None:
+        return await run()
+    digest = idempotency.request_hash(request.method, request.path, body.model_dump_json().encode())
+    return await idempotency.once(runtime(), principal(), key, digest, run)
+
+
 @blueprint.post("/")
 @json_body(SendBody)
 @document_response(SendResponse, 202)
 async def send(body: SendBody) -> tuple[dict[str, Any], int]:
-    result = await sending.send(runtime(), principal(), body.to_request())
-    return _send_response(result), 202
+    async def run() -> tuple[Any, int]:
+        return _send_response(await sending.send(runtime(), principal(), body.to_request())), 202
+
+    response, status = await _at_most_once(body, run)
+    return response, status
 
 
 @blueprint.post("/validate")
@@ -256,14 +282,19 @@ def _parse_entry(entry: dict[str, Any]) -> SendRequest | str:
 async def send_batch(body: BatchBody) -> tuple[list[dict[str, Any]], int]:
     who = principal()
     batch.check_size(who, len(body.root))  # before parsing every entry of an oversized batch
-    entries = await batch.send_batch(runtime(), who, [_parse_entry(e) for e in body.root])
-    out = [
-        BatchEntryOut(id=None, status="error", message_id=None, rejection_reason=e.error)
-        if e.result is None
-        else BatchEntryOut(**_send_response(e.result))
-        for e in entries
-    ]
-    return [o.model_dump(mode="json") for o in out], 202
+
+    async def run() -> tuple[Any, int]:
+        entries = await batch.send_batch(runtime(), who, [_parse_entry(e) for e in body.root])
+        out = [
+            BatchEntryOut(id=None, status="error", message_id=None, rejection_reason=e.error)
+            if e.result is None
+            else BatchEntryOut(**_send_response(e.result))
+            for e in entries
+        ]
+        return [o.model_dump(mode="json") for o in out], 202
+
+    response, status = await _at_most_once(body, run)
+    return response, status
 
 
 @blueprint.get("/saved-searches")
