@@ -17,6 +17,7 @@ from api.routes import (
     senders,
     sessions,
     suppressions,
+    tracking,
 )
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
@@ -33,6 +34,7 @@ BLUEPRINTS = (
     suppressions.blueprint,
     audit_log.blueprint,
     emails.blueprint,
+    tracking.blueprint,
 )
 
 

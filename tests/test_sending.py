@@ -533,7 +533,9 @@ async def test_idempotency_key_sends_once(
     clock.jump(24 * 3600 + 1)
     later = await account.client.post("/v1/emails/", json=body, headers=headers)
     assert later.json()["id"] != first.json()["id"]  # the key expired: a new email
-    bad = await account.client.post("/v1/emails/", json=body, headers={"Idempotency-Key": "x" * 257})
+    bad = await account.client.post(
+        "/v1/emails/", json=body, headers={"Idempotency-Key": "x" * 257}
+    )
     assert bad.status_code == 422
     listed = (await account.client.get("/v1/emails/")).json()
     assert len(listed) == 2

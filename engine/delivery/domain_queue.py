@@ -23,7 +23,7 @@ import trio
 
 from engine import dns as lookups
 from engine.delivery import mx, retry
-from engine.delivery.messages import WireMessage, build_all
+from engine.delivery.messages import LinkSettings, WireMessage, build_all
 from engine.runtime import Runtime
 from engine.smtp.errors import SmtpError
 from engine.smtp.replies import SmtpReply
@@ -162,7 +162,8 @@ class DomainQueue:
         for recipient in claimed:
             by_email[recipient.email_id].append(recipient)
         pairs = await self._rt.db.read(delivery.emails_with_domains, list(by_email))
-        built = await trio.to_thread.run_sync(build_all, pairs)
+        links = LinkSettings(self._rt.public_url, self._rt.secret_key)
+        built = await trio.to_thread.run_sync(build_all, pairs, links)
         stored = {email.id: email for email, _ in pairs}
         outcome = _Round(self._rt.clock.now())
         try:

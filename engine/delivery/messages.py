@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign
+from engine.tracking import Links, instrument_html
 from storage.domains import Domain
 from storage.emails import Email
 
@@ -27,8 +28,22 @@ def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
     return str(entry["email"]), entry.get("name")
 
 
-def build(email: Email, domain: Domain) -> WireMessage:
+@dataclass(frozen=True, slots=True)
+class LinkSettings:
+    public_url: str
+    secret: str
+
+
+def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
     """The DKIM-signed message of an email, and its per-email bounce address."""
+    links = Links(
+        link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
+    )
+    html = email.html
+    if html is not None and (domain.open_tracking or domain.click_tracking):
+        html = instrument_html(
+            html, links, opens=domain.open_tracking, clicks=domain.click_tracking
+        )
     outgoing = OutgoingMessage(
         from_address=email.from_address,
         from_name=email.from_name,
@@ -37,7 +52,7 @@ def build(email: Email, domain: Domain) -> WireMessage:
         reply_to=None if email.reply_to is None else _mailbox(email.reply_to),
         subject=email.subject,
         text=email.text,
-        html=email.html,
+        html=html,
         headers=tuple(email.headers.items()),
         attachments=tuple(
             Attachment(a["filename"], a["content_type"], base64.b64decode(a["content_base64"]))
@@ -46,7 +61,7 @@ def build(email: Email, domain: Domain) -> WireMessage:
         message_id=email.message_id,
         date=email.created_at,
         tags=tuple(email.tags),
-        list_unsubscribe=None,
+        list_unsubscribe=links.unsubscribe,
     )
     signed = sign(
         compose(outgoing),
@@ -57,12 +72,14 @@ def build(email: Email, domain: Domain) -> WireMessage:
     return WireMessage(email.id, bounce_address(email.id, domain.name), signed)
 
 
-def build_all(pairs: Sequence[tuple[Email, Domain]]) -> dict[str, WireMessage | str]:
+def build_all(
+    pairs: Sequence[tuple[Email, Domain]], link_settings: LinkSettings
+) -> dict[str, WireMessage | str]:
     """Every message of a batch; an email that cannot be built maps to the reason why."""
     built: dict[str, WireMessage | str] = {}
     for email, domain in pairs:
         try:
-            built[email.id] = build(email, domain)
+            built[email.id] = build(email, domain, link_settings)
         except (ValueError, KeyError) as exc:
             built[email.id] = f"cannot build the message: {exc}"
     return built

@@ -1,0 +1,152 @@
+"""Open and click tracking and unsubscribe links: public, HMAC-signed tokens.
+
+A token carries what it is for (open, click, unsubscribe), the email and the recipient (and
+the target URL of a click), signed with the service's secret key, so a link can neither be
+forged nor pointed elsewhere. Tracking is per email: an email to several recipients reports
+its first `to` address. Following a link records an event; unsubscribing also suppresses the
+address (reason `unsubscribe`). Opening the unsubscribe page changes nothing: only its POST
+(the RFC 8058 one-click request, or the page's button) does, so link scanners cannot
+unsubscribe anyone.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from engine.errors import NotFound
+from engine.runtime import Runtime
+from storage import emails, suppressions
+from storage.codec import new_id
+from storage.emails import Email, Event
+from storage.suppressions import Suppression
+from storage.tx import Tx
+
+OPEN, CLICK, UNSUBSCRIBE = "o", "c", "u"
+_HREF = re.compile(r"""(<a\b[^>]*?\bhref\s*=\s*)(["'])(https?://[^"']+)\2""", re.IGNORECASE)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def sign(secret: str, payload: dict[str, str]) -> str:
+    body = _b64(json.dumps(payload, separators=(",", ":")).encode())
+    mac = hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest()[:16]
+    return f"{body}.{_b64(mac)}"
+
+
+def verify(secret: str, token: str) -> dict[str, str] | None:
+    """The payload of a token signed with `secret`, or None."""
+    body, _, mac = token.partition(".")
+    try:
+        expected = hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest()[:16]
+        if not hmac.compare_digest(expected, _unb64(mac)):
+            return None
+        payload = json.loads(_unb64(body))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """The tracking and unsubscribe URLs of one email."""
+
+    base: str
+    secret: str
+    email_id: str
+    recipient: str
+
+    def _url(self, kind: str, **extra: str) -> str:
+        payload = {"k": kind, "e": self.email_id, "r": self.recipient, **extra}
+        return f"{self.base}/t/{kind}/{sign(self.secret, payload)}"
+
+    @property
+    def open(self) -> str:
+        return self._url(OPEN)
+
+    @property
+    def unsubscribe(self) -> str:
+        return self._url(UNSUBSCRIBE)
+
+    def click(self, url: str) -> str:
+        return self._url(CLICK, u=url)
+
+
+def instrument_html(html: str, links: Links, *, opens: bool, clicks: bool) -> str:
+    """The html with its http(s) links routed through click tracking and an open pixel."""
+    if clicks:
+        html = _HREF.sub(
+            lambda m: f"{m.group(1)}{m.group(2)}{links.click(m.group(3))}{m.group(2)}", html
+        )
+    if opens:
+        pixel = f'<img src="{links.open}" width="1" height="1" alt="" style="display:none">'
+        closing = html.lower().rfind("</body>")
+        html = html + pixel if closing < 0 else html[:closing] + pixel + html[closing:]
+    return html
+
+
+def _event(email: Email, kind: str, recipient: str, meta: dict[str, Any], now: datetime) -> Event:
+    metadata = {"subject": email.subject, "tags": email.tags, **meta}
+    return Event(new_id(), email.id, email.workspace_id, f"email.{kind}", recipient, metadata, now)
+
+
+def _record(tx: Tx, payload: dict[str, str], meta: dict[str, Any], now: datetime) -> None:
+    found = emails.by_ids(tx, [payload["e"]])
+    email = found.get(payload["e"])
+    if email is None:
+        raise NotFound("unknown link")
+    recipient = payload["r"]
+    kind = {OPEN: "opened", CLICK: "clicked", UNSUBSCRIBE: "unsubscribed"}[payload["k"]]
+    emails.insert_events(tx, [_event(email, kind, recipient, meta, now)])
+    if payload["k"] == UNSUBSCRIBE:
+        suppressions.add(
+            tx, email.workspace_id, Suppression(recipient, "unsubscribe", now, email.id)
+        )
+
+
+def _payload(rt: Runtime, token: str, kind: str) -> dict[str, str]:
+    payload = verify(rt.secret_key, token)
+    if payload is None or payload.get("k") != kind or "e" not in payload or "r" not in payload:
+        raise NotFound("unknown link")
+    return payload
+
+
+async def opened(rt: Runtime, token: str, user_agent: str, ip: str) -> None:
+    payload = _payload(rt, token, OPEN)
+    await rt.db.write(_record, payload, {"user_agent": user_agent, "ip": ip}, rt.clock.now())
+
+
+async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
+    """Record the click; the URL to send the reader on to."""
+    payload = _payload(rt, token, CLICK)
+    url = payload.get("u", "")
+    if not url.startswith(("http://", "https://")):
+        raise NotFound("unknown link")
+    await rt.db.write(
+        _record, payload, {"url": url, "user_agent": user_agent, "ip": ip}, rt.clock.now()
+    )
+    return url
+
+
+def check_unsubscribe(rt: Runtime, token: str) -> str:
+    """The address an unsubscribe link is for (NotFound if the token is not valid)."""
+    return _payload(rt, token, UNSUBSCRIBE)["r"]
+
+
+async def unsubscribed(rt: Runtime, token: str, method: str) -> str:
+    """Suppress the link's recipient and record it; the address."""
+    payload = _payload(rt, token, UNSUBSCRIBE)
+    await rt.db.write(_record, payload, {"method": method}, rt.clock.now())
+    return payload["r"]
