@@ -12,14 +12,26 @@ from storage.suppressions import Suppression
 from storage.tx import Tx
 
 
-def emails_with_domains(tx: Tx, email_ids: Sequence[str]) -> list[tuple[Email, Domain]]:
-    """The emails to deliver, each with its sending domain (for DKIM); missing ones skipped."""
-    pairs = []
-    for email in emails.by_ids(tx, email_ids).values():
-        domain = domains.get(tx, email.workspace_id, email.domain_id)
-        if domain is not None:
-            pairs.append((email, domain))
-    return pairs
+def emails_with_domains(tx: Tx, email_ids: Sequence[str]) -> list[tuple[Email, Domain | None]]:
+    """The emails to deliver, each with its sending domain (for DKIM; None if deleted since)."""
+    return [
+        (email, domains.get(tx, email.workspace_id, email.domain_id))
+        for email in emails.by_ids(tx, email_ids).values()
+    ]
+
+
+def suppressed_since_accepted(tx: Tx, email: Email, addresses: Sequence[str]) -> dict[str, str]:
+    """Which of an email's recipients were suppressed after it was accepted, with the reason.
+
+    Those must not be sent to any more (a scheduled email, or one waiting to retry).
+    Suppressions older than the email were dealt with when it was accepted.
+    """
+    late: dict[str, str] = {}
+    for address in addresses:
+        entry = suppressions.get(tx, email.workspace_id, address)
+        if entry is not None and entry.created_at > email.created_at:
+            late[address] = entry.reason
+    return late
 
 
 def record_outcomes(

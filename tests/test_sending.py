@@ -539,3 +539,38 @@ async def test_idempotency_key_sends_once(
     assert bad.status_code == 422
     listed = (await account.client.get("/v1/emails/")).json()
     assert len(listed) == 2
+
+
+async def test_address_suppressed_after_scheduling_is_not_sent_to(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "later.example")
+    send_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    body = message(["gone@later.example", "stays@later.example"], send_at=send_at)
+    sent = (await account.client.post("/v1/emails/", json=body)).json()
+    await account.client.post("/v1/suppressions/", json={"email": "gone@later.example"})
+    clock.jump(3601)
+    [received] = await smtp_sink.wait_for_messages(1)
+    assert received.rcpt_to == ("stays@later.example",)
+    email = await wait_for_status(account, sent["id"])
+    outcomes = {r["address"]: r["status"] for r in email["recipients"]}
+    assert outcomes == {"gone@later.example": "failed", "stays@later.example": "delivered"}
+
+
+async def test_deleting_the_domain_fails_its_queued_mail_and_delivery_goes_on(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "later.example")
+    send_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    sent = (
+        await account.client.post("/v1/emails/", json=message("x@later.example", send_at=send_at))
+    ).json()
+    domain = (await account.client.get("/v1/domains/")).json()[0]
+    assert (await account.client.delete(f"/v1/domains/{domain['id']}")).status_code == 204
+    clock.jump(3601)
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "failed"
+    assert "deleted" in email["events"][-1]["metadata"]["error"]
+    assert (await service.client().get("/healthz")).status_code == 200

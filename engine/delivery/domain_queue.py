@@ -1,8 +1,9 @@
 """`DomainQueue`: the actor that delivers every recipient of one domain.
 
 It claims due recipients from the database with a lease, builds and signs their messages in
-one thread hop, finds the domain's MX hosts, and sends over one reused SMTP connection,
-opportunistically upgraded with STARTTLS. The outcome of a whole round is written in one
+one thread hop, finds the domain's MX hosts, and sends over up to `CONNECTIONS` parallel SMTP
+connections, each reused for message after message and opportunistically upgraded with
+STARTTLS. A recipient suppressed after its email was accepted is not sent to. The outcome of a whole round is written in one
 unit of work: 2xx -> `delivered`; 4xx or a network failure -> `deferred` on the retry
 schedule (`failed` after 72 h); 5xx -> `bounced`, and the address is suppressed.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,10 +31,13 @@ from engine.smtp.replies import SmtpReply
 from engine.smtp.session import SmtpSession, connect
 from storage import delivery, emails
 from storage.codec import new_id
+from storage.domains import Domain
 from storage.emails import Email, Event, Recipient, RecipientUpdate
 from storage.suppressions import Suppression
+from storage.tx import Tx
 
 BATCH = 200
+CONNECTIONS = 4  # parallel SMTP connections to one domain
 LEASE = timedelta(minutes=10)
 IDLE_EXIT = timedelta(minutes=5)
 
@@ -126,6 +130,29 @@ class _Round:
         self.counts["failed"] += 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Transfer:
+    """One email to its recipients at this domain: one SMTP transaction."""
+
+    email: Email
+    recipients: list[Recipient]
+    message: WireMessage
+
+
+def _load_batch(
+    tx: Tx, by_email: dict[str, list[Recipient]]
+) -> list[tuple[Email, Domain | None, dict[str, str]]]:
+    """Each claimed email with its sending domain and its recipients suppressed since."""
+    return [
+        (
+            email,
+            domain,
+            delivery.suppressed_since_accepted(tx, email, [r.address for r in by_email[email.id]]),
+        )
+        for email, domain in delivery.emails_with_domains(tx, list(by_email))
+    ]
+
+
 class DomainQueue:
     def __init__(self, rt: Runtime, domain: str, tls: ssl.SSLContext) -> None:
         self._rt = rt
@@ -161,30 +188,96 @@ class DomainQueue:
         by_email: dict[str, list[Recipient]] = defaultdict(list)
         for recipient in claimed:
             by_email[recipient.email_id].append(recipient)
-        pairs = await self._rt.db.read(delivery.emails_with_domains, list(by_email))
+        batch = await self._rt.db.read(_load_batch, dict(by_email))
         links = LinkSettings(self._rt.public_url, self._rt.secret_key)
-        built = await trio.to_thread.run_sync(build_all, pairs, links)
-        stored = {email.id: email for email, _ in pairs}
+        built = await trio.to_thread.run_sync(build_all, [(e, d) for e, d, _ in batch], links)
         outcome = _Round(self._rt.clock.now())
-        try:
-            targets = await mx.targets(self._rt.resolver, self.domain)
-        except mx.NoMailService as exc:
-            for email_id, recipients in by_email.items():
-                for recipient in recipients:
-                    outcome.bounced(stored[email_id], recipient, str(exc))
-            targets = []
-        except lookups.TemporaryDnsError as exc:
-            for email_id, recipients in by_email.items():
-                for recipient in recipients:
-                    outcome.temporary(stored[email_id], recipient, str(exc))
-            targets = []
-        if targets:
-            await self._send_all(targets, by_email, stored, built, outcome)
+        work: list[_Transfer] = []
+        for email, _, late in batch:
+            message = built[email.id]
+            recipients = []
+            for recipient in by_email[email.id]:
+                if recipient.address in late:
+                    reason = late[recipient.address]
+                    outcome.failed(
+                        email, recipient, f"suppressed ({reason}) after the email was accepted"
+                    )
+                elif isinstance(message, str):
+                    outcome.failed(email, recipient, message)
+                else:
+                    recipients.append(recipient)
+            if recipients and isinstance(message, WireMessage):
+                work.append(_Transfer(email, recipients, message))
+        if work:
+            await self._send(work, outcome)
         await self._rt.db.write(
             delivery.record_outcomes, outcome.updates, outcome.events, outcome.bounces, outcome.now
         )
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
+
+    async def _send(self, work: list[_Transfer], outcome: _Round) -> None:
+        """Hand the transfers to up to CONNECTIONS parallel sessions with the domain's MX."""
+        try:
+            targets = await mx.targets(self._rt.resolver, self.domain)
+        except mx.NoMailService as exc:
+            for transfer in work:
+                for recipient in transfer.recipients:
+                    outcome.bounced(transfer.email, recipient, str(exc))
+            return
+        except lookups.TemporaryDnsError as exc:
+            for transfer in work:
+                for recipient in transfer.recipients:
+                    outcome.temporary(transfer.email, recipient, str(exc))
+            return
+        queue = deque(work)
+        problems: list[str] = []
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(CONNECTIONS, len(work))):
+                nursery.start_soon(self._connection, targets, queue, outcome, problems)
+        # Whatever no connection could take waits for the next round.
+        reason = "; ".join(dict.fromkeys(problems)) or "no connection to the MX host"
+        for transfer in queue:
+            for recipient in transfer.recipients:
+                outcome.temporary(transfer.email, recipient, reason)
+
+    async def _connection(
+        self,
+        targets: list[mx.MxTarget],
+        queue: deque[_Transfer],
+        outcome: _Round,
+        problems: list[str],
+    ) -> None:
+        """One SMTP connection, reused for transfer after transfer until the queue is empty."""
+        session = await self._open(targets)
+        if isinstance(session, str):
+            problems.append(session)
+            return
+        try:
+            while queue:
+                transfer = queue.popleft()
+                addresses = [r.address for r in transfer.recipients]
+                try:
+                    result = await session.send(
+                        transfer.message.envelope_from, addresses, transfer.message.data
+                    )
+                except SmtpError as exc:
+                    # The connection broke: this transfer waits for the next round; the
+                    # other connections go on with the rest.
+                    for recipient in transfer.recipients:
+                        outcome.temporary(transfer.email, recipient, str(exc))
+                    return
+                for recipient in transfer.recipients:
+                    reply = result.outcome_for(recipient.address)
+                    if reply.is_positive:
+                        outcome.delivered(transfer.email, recipient, reply)
+                    elif reply.is_permanent:
+                        outcome.bounced(transfer.email, recipient, str(reply))
+                    else:
+                        outcome.temporary(transfer.email, recipient, str(reply))
+        finally:
+            with trio.move_on_after(5):
+                await session.aclose()
 
     async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | str:
         """A session with the first MX host that answers, or why none did."""
@@ -198,51 +291,6 @@ class DomainQueue:
                 except SmtpError as exc:
                     problems.append(f"{target.host} [{address}]: {exc}")
         return "; ".join(problems) or "no MX host to try"
-
-    async def _send_all(
-        self,
-        targets: list[mx.MxTarget],
-        by_email: dict[str, list[Recipient]],
-        stored: dict[str, Email],
-        built: dict[str, WireMessage | str],
-        outcome: _Round,
-    ) -> None:
-        session = await self._open(targets)
-        pending = list(by_email.items())
-        try:
-            for index, (email_id, recipients) in enumerate(pending):
-                email = stored[email_id]
-                message = built.get(email_id, "the email no longer exists")
-                if isinstance(message, str):
-                    for recipient in recipients:
-                        outcome.failed(email, recipient, message)
-                    continue
-                if isinstance(session, str):
-                    for recipient in recipients:
-                        outcome.temporary(email, recipient, session)
-                    continue
-                try:
-                    result = await session.send(
-                        message.envelope_from, [r.address for r in recipients], message.data
-                    )
-                except SmtpError as exc:
-                    # The connection broke: this email and the rest wait for the next round.
-                    for _, rest in pending[index:]:
-                        for recipient in rest:
-                            outcome.temporary(stored[recipient.email_id], recipient, str(exc))
-                    break
-                for recipient in recipients:
-                    reply = result.outcome_for(recipient.address)
-                    if reply.is_positive:
-                        outcome.delivered(email, recipient, reply)
-                    elif reply.is_permanent:
-                        outcome.bounced(email, recipient, str(reply))
-                    else:
-                        outcome.temporary(email, recipient, str(reply))
-        finally:
-            if not isinstance(session, str):
-                with trio.move_on_after(5):
-                    await session.aclose()
 
     def statistics(self) -> DomainQueueStatistics:
         c = self._counts

@@ -73,11 +73,14 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
 
 
 def build_all(
-    pairs: Sequence[tuple[Email, Domain]], link_settings: LinkSettings
+    pairs: Sequence[tuple[Email, Domain | None]], link_settings: LinkSettings
 ) -> dict[str, WireMessage | str]:
     """Every message of a batch; an email that cannot be built maps to the reason why."""
     built: dict[str, WireMessage | str] = {}
     for email, domain in pairs:
+        if domain is None:
+            built[email.id] = "the sending domain was deleted"
+            continue
         try:
             built[email.id] = build(email, domain, link_settings)
         except (ValueError, KeyError) as exc:
