@@ -574,3 +574,66 @@ async def test_deleting_the_domain_fails_its_queued_mail_and_delivery_goes_on(
     assert email["status"] == "failed"
     assert "deleted" in email["events"][-1]["metadata"]["error"]
     assert (await service.client().get("/healthz")).status_code == 200
+
+
+async def test_domain_without_mx_is_reached_at_its_address(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    dns_server.set("plain.example", "A", ["127.0.0.1"])  # no MX: the A record stands in
+    sent = (await account.client.post("/v1/emails/", json=message("p@plain.example"))).json()
+    await smtp_sink.wait_for_messages(1)
+    assert (await wait_for_status(account, sent["id"]))["status"] == "delivered"
+
+
+async def test_null_mx_bounces_without_connecting(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    dns_server.set("nomail.example", "MX", ["0 ."])
+    sent = (await account.client.post("/v1/emails/", json=message("n@nomail.example"))).json()
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "bounced"
+    assert "null MX" in email["events"][-1]["metadata"]["response"]
+    assert smtp_sink.connections == 0
+
+
+async def test_list_filters_pages_and_orders_newest_first(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "list.example")
+    await account.client.post("/v1/suppressions/", json={"email": "blocked@list.example"})
+    ids = []
+    for i in range(5):
+        ids.append(
+            (await account.client.post("/v1/emails/", json=message(f"r{i}@list.example"))).json()[
+                "id"
+            ]
+        )
+        clock.jump(1)
+    rejected = (
+        await account.client.post("/v1/emails/", json=message("blocked@list.example"))
+    ).json()
+    for email_id in ids:
+        await wait_for_status(account, email_id)
+
+    listed = (await account.client.get("/v1/emails/")).json()
+    assert [e["id"] for e in listed] == [rejected["id"], *reversed(ids)]
+    assert set(listed[0]) == {
+        "id",
+        "from_address",
+        "to_addresses",
+        "subject",
+        "status",
+        "tags",
+        "source",
+        "created_at",
+        "delivered_at",
+    }
+    page = (await account.client.get("/v1/emails/", params={"limit": 2, "page": 1})).json()
+    assert [e["id"] for e in page] == [ids[3], ids[2]]
+    only = (await account.client.get("/v1/emails/", params={"status": "rejected"})).json()
+    assert [e["id"] for e in only] == [rejected["id"]]
+    for params in ({"limit": 0}, {"limit": 101}, {"page": -1}, {"status": "lost"}):
+        assert (await account.client.get("/v1/emails/", params=params)).status_code == 422
