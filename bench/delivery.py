@@ -27,7 +27,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api_throughput import REPO, _database, _free_port
+from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
 
@@ -95,20 +95,7 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> None:
             }
             cli = [sys.executable, "-m", "postroom"]
             created = await trio.run_process(
-                [
-                    *cli,
-                    "accounts",
-                    "create",
-                    "--email",
-                    "bench@example.org",
-                    "--password",
-                    "benchmark1",
-                    "--plan",
-                    "business",
-                ],
-                env=env,
-                cwd=tmp,
-                capture_stdout=True,
+                [*cli, *CREATE_ACCOUNT], env=env, cwd=tmp, capture_stdout=True
             )
             key = json.loads(created.stdout)["api_key"]
             server = await trio.lowlevel.open_process(

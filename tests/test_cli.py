@@ -6,9 +6,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,27 +43,6 @@ def assert_one_line_error(stderr: str, *mentions: str) -> None:
     assert lines[0].startswith("postroom: "), stderr
     for mention in mentions:
         assert mention in lines[0], stderr
-
-
-def spawn_serve(proc: ServiceProcess, url: str, *options: str) -> None:
-    """`postroom [options] serve`, waited on until `url` answers /healthz; stopped by `proc`."""
-    proc.process = subprocess.Popen(
-        [sys.executable, "-m", "postroom", *options, "serve"],
-        env=proc.env,
-        cwd=proc.cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.process.poll() is not None:
-            raise RuntimeError(f"postroom serve exited early:\n{proc.output()}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise RuntimeError(f"postroom serve did not answer on {url} in 30 s")
 
 
 @pytest.fixture
@@ -269,7 +245,7 @@ def test_config_file_is_honoured(service_process: ServiceProcess, tmp_path: Path
     )
     created = json.loads(result.stdout)
     url = f"http://{api_listen}"
-    spawn_serve(service_process, url, *options)
+    service_process.start(*options, url=url)
 
     with key_client(url, created["api_key"]) as client:
         assert client.get("/v1/api-keys/").status_code == 200
@@ -284,7 +260,7 @@ def test_environment_wins_over_the_config_file(
     config_file.write_text(f"api_listen = '{file_listen}'\ndelivery_port = 99999\n")
     service_process.env["POSTROOM_DELIVERY_PORT"] = "2525"
 
-    spawn_serve(service_process, service_process.url, "--config", str(config_file))
+    service_process.start("--config", str(config_file))
 
     assert answers(service_process.url)
     assert not answers(f"http://{file_listen}")

@@ -202,9 +202,11 @@ class ServiceProcess:
             check=check,
         )
 
-    def start(self) -> None:
+    def start(self, *options: str, url: str | None = None) -> None:
+        """`postroom [options] serve`, waited on until `url` (default: the API) is healthy."""
+        url = url or self.url
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "postroom", "serve"],
+            [sys.executable, "-m", "postroom", *options, "serve"],
             env=self.env,
             cwd=self.cwd,
             stdout=subprocess.PIPE,
@@ -213,14 +215,13 @@ class ServiceProcess:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                output = self.process.stdout.read().decode() if self.process.stdout else ""
-                raise RuntimeError(f"postroom serve exited early:\n{output}")
+                raise RuntimeError(f"postroom serve exited early:\n{self.output()}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 time.sleep(0.05)
-        raise RuntimeError("postroom serve did not become healthy in 30 s")
+        raise RuntimeError(f"postroom serve did not answer on {url} in 30 s")
 
     def signal(self, signum: signal.Signals) -> int:
         """Send a signal and wait for the process to end; its exit status."""
