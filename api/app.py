@@ -18,6 +18,7 @@ from api.routes import (
     sessions,
     suppressions,
     tracking,
+    webhooks,
 )
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
@@ -35,6 +36,7 @@ BLUEPRINTS = (
     audit_log.blueprint,
     emails.blueprint,
     tracking.blueprint,
+    webhooks.blueprint,
 )
 
 

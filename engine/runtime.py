@@ -28,6 +28,7 @@ class Runtime:
     key_cache: KeyCache
     delivery: Wakeups
     delivery_port: int
+    allow_private_targets: bool
     node: str
 
 

@@ -28,6 +28,7 @@ from engine.domain_checker import DomainChecker
 from engine.key_cache import KeyCache
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
+from engine.webhook_dispatcher import WebhookDispatcher
 from postroom.config import Settings
 from postroom.metrics import build_registry
 from storage import accounts, migrations
@@ -61,6 +62,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         key_cache=KeyCache(),
         delivery=Wakeups(),
         delivery_port=settings.delivery_port,
+        allow_private_targets=settings.allow_private_targets,
         # Leases held under this name are taken back when the node restarts.
         node=socket.gethostname(),
     )
@@ -82,7 +84,9 @@ async def serve(
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
-        supervisor = Supervisor([DeliveryRouter(rt), DomainChecker(rt)])
+        supervisor = Supervisor(
+            [DeliveryRouter(rt), WebhookDispatcher(rt, settings.extra_ca_file), DomainChecker(rt)]
+        )
         app = create_app(rt, supervisor, build_registry(db, supervisor))
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)

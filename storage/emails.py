@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from storage import webhooks
 from storage.codec import (
     contains,
     from_json,
@@ -207,6 +208,8 @@ def insert(
 
 
 def insert_events(tx: Tx, events: Iterable[Event]) -> None:
+    """Record events, and queue their webhook deliveries in the same transaction (outbox)."""
+    events = list(events)
     tx.execute_many(
         "INSERT INTO email_events (id, email_id, workspace_id, event_type, recipient, metadata,"
         " created_at) VALUES (:id, :email_id, :ws, :type, :recipient, :metadata, :created_at)",
@@ -223,6 +226,13 @@ def insert_events(tx: Tx, events: Iterable[Event]) -> None:
             for e in events
         ),
     )
+    by_workspace: dict[str, list[tuple[str, str]]] = {}
+    for e in events:
+        if e.event_type in webhooks.EVENT_TYPES:
+            body = webhooks.payload(e.event_type, e.email_id, e.recipient, e.created_at, e.metadata)
+            by_workspace.setdefault(e.workspace_id, []).append((e.event_type, body))
+    for workspace_id, items in by_workspace.items():
+        webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
 
 
 def get(tx: Tx, workspace_id: str, email_id: str) -> Email | None:

@@ -30,6 +30,7 @@ from postroom import config
 from postroom.service import RunningService, serve
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 
 POSTGRES_ENV = "POSTROOM_TEST_POSTGRES"
 PUBLIC_URL = "http://postroom.test"
@@ -154,6 +155,7 @@ async def service(
     database_url: str,
     dns_server: DnsServer,
     smtp_sink: SmtpSink,
+    tls_ca: TlsAuthority,
     clock: trio.testing.MockClock,
 ) -> AsyncIterator[Service]:
     """The whole service, in this process, on free ports, over a fresh database.
@@ -161,7 +163,12 @@ async def service(
     Recipients' MX hosts are reached at the SMTP sink's port on whatever address the DNS
     server gives them (use 127.0.0.1).
     """
-    settings = test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
+    settings = test_settings(
+        database_url,
+        dns_server,
+        delivery_port=str(smtp_sink.port),
+        extra_ca_file=str(tls_ca.ca_file),  # trusts the HTTPS receiver's certificate
+    )
     running: RunningService = await nursery.start(serve, settings)
     service = Service(running, clock)
     try:

@@ -1,0 +1,216 @@
+"""Webhooks: endpoints that receive signed email events, and the log of their deliveries.
+
+A webhook's URL must be HTTPS; unless POSTROOM_ALLOW_PRIVATE_TARGETS is on, it must not name
+or resolve to a loopback, private, link-local or reserved address (no SSRF into the
+operator's network). The signing secret (`whsec_…`) is generated here and shown in responses,
+as the spec's Webhook resource has it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from dataclasses import replace
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from engine import dns
+from engine.activity import Change, record
+from engine.errors import Conflict, NotFound, Unprocessable
+from engine.runtime import Principal, Runtime
+from storage import webhooks
+from storage.codec import new_id
+from storage.tx import Tx
+from storage.webhooks import EVENT_TYPES, Delivery, Webhook
+
+SAMPLE_EVENT = "email.delivered"
+
+
+def _invalid(field: str, message: str) -> Unprocessable:
+    return Unprocessable(message, errors=[{"loc": ["body", field], "msg": message}])
+
+
+def _checked_events(events: list[str]) -> list[str]:
+    unknown = sorted(set(events) - set(EVENT_TYPES))
+    if unknown or not events:
+        raise _invalid("events", f"events must be a non-empty list of: {', '.join(EVENT_TYPES)}")
+    return list(dict.fromkeys(events))
+
+
+def _is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return ip.is_global and not ip.is_multicast
+
+
+async def _checked_url(rt: Runtime, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname:
+        raise _invalid("url", "url must be an https:// URL")
+    if rt.allow_private_targets:
+        return url
+    host = parts.hostname
+    try:
+        addresses = [str(ipaddress.ip_address(host))]
+    except ValueError:
+        try:
+            addresses = await dns.addresses(rt.resolver, host)
+        except dns.TemporaryDnsError:
+            raise _invalid("url", f"{host} could not be resolved; try again") from None
+    if not addresses or not all(_is_public(a) for a in addresses):
+        raise _invalid("url", f"{host} does not resolve to a public address")
+    return url
+
+
+def _insert(tx: Tx, who: Principal, hook: Webhook) -> Webhook:
+    webhooks.insert(tx, hook)
+    record(
+        tx,
+        who.workspace_id,
+        who.user_email,
+        Change("webhook.created", hook.url, hook.id),
+        hook.created_at,
+    )
+    return hook
+
+
+async def create(rt: Runtime, who: Principal, url: str, events: list[str]) -> Webhook:
+    hook = Webhook(
+        id=new_id(),
+        workspace_id=who.workspace_id,
+        url=await _checked_url(rt, url),
+        events=_checked_events(events),
+        secret="whsec_" + secrets.token_urlsafe(32),
+        is_active=True,
+        created_at=rt.clock.now(),
+    )
+    return await rt.db.write(_insert, who, hook)
+
+
+async def list_active(rt: Runtime, who: Principal) -> list[Webhook]:
+    return await rt.db.read(webhooks.list_active, who.workspace_id)
+
+
+async def get(rt: Runtime, who: Principal, webhook_id: str) -> Webhook:
+    hook = await rt.db.read(webhooks.get, who.workspace_id, webhook_id)
+    if hook is None:
+        raise NotFound("webhook not found")
+    return hook
+
+
+def _update(
+    tx: Tx,
+    who: Principal,
+    webhook_id: str,
+    url: str | None,
+    events: list[str] | None,
+    is_active: bool | None,
+    now: datetime,
+) -> Webhook:
+    hook = webhooks.get(tx, who.workspace_id, webhook_id)
+    if hook is None:
+        raise NotFound("webhook not found")
+    changed = replace(
+        hook,
+        url=hook.url if url is None else url,
+        events=hook.events if events is None else events,
+        is_active=hook.is_active if is_active is None else is_active,
+    )
+    webhooks.update(tx, changed, now)
+    verb = (
+        "updated"
+        if is_active is None or is_active == hook.is_active
+        else ("resumed" if is_active else "paused")
+    )
+    record(
+        tx, who.workspace_id, who.user_email, Change(f"webhook.{verb}", changed.url, hook.id), now
+    )
+    return changed
+
+
+async def update(
+    rt: Runtime,
+    who: Principal,
+    webhook_id: str,
+    url: str | None,
+    events: list[str] | None,
+    is_active: bool | None,
+) -> Webhook:
+    """Change the URL, events or active flag (None leaves a field as it is)."""
+    checked_url = None if url is None else await _checked_url(rt, url)
+    checked_events = None if events is None else _checked_events(events)
+    return await rt.db.write(
+        _update, who, webhook_id, checked_url, checked_events, is_active, rt.clock.now()
+    )
+
+
+def _delete(tx: Tx, who: Principal, webhook_id: str, now: datetime) -> None:
+    hook = webhooks.get(tx, who.workspace_id, webhook_id)
+    if hook is None:
+        raise NotFound("webhook not found")
+    webhooks.delete(tx, hook.id, now)
+    record(tx, who.workspace_id, who.user_email, Change("webhook.deleted", hook.url, hook.id), now)
+
+
+async def delete(rt: Runtime, who: Principal, webhook_id: str) -> None:
+    await rt.db.write(_delete, who, webhook_id, rt.clock.now())
+
+
+def _queue_test(tx: Tx, who: Principal, webhook_id: str, now: datetime) -> Webhook:
+    hook = webhooks.get(tx, who.workspace_id, webhook_id)
+    if hook is None:
+        raise NotFound("webhook not found")
+    sample = webhooks.payload(
+        SAMPLE_EVENT,
+        "00000000-0000-0000-0000-000000000000",
+        "test@example.com",
+        now,
+        {
+            "subject": "Test event from Postroom",
+            "tags": ["test"],
+            "domain": "example.com",
+            "smtp_response": "250 2.0.0 OK (test)",
+        },
+    )
+    webhooks.queue_one(tx, hook, SAMPLE_EVENT, sample, now)
+    return hook
+
+
+async def send_test(rt: Runtime, who: Principal, webhook_id: str) -> Webhook:
+    """Queue a sample `email.delivered` delivery, logged like any other."""
+    return await rt.db.write(_queue_test, who, webhook_id, rt.clock.now())
+
+
+async def deliveries(
+    rt: Runtime, who: Principal, webhook_id: str, status: str | None, page_number: int, limit: int
+) -> tuple[list[Delivery], int]:
+    await get(rt, who, webhook_id)
+    return await rt.db.read(
+        webhooks.deliveries_page, who.workspace_id, webhook_id, status, page_number * limit, limit
+    )
+
+
+async def delivery(
+    rt: Runtime, who: Principal, delivery_id: str, webhook_id: str | None = None
+) -> Delivery:
+    found = await rt.db.read(webhooks.get_delivery, who.workspace_id, delivery_id)
+    if found is None or (webhook_id is not None and found.webhook_id != webhook_id):
+        raise NotFound("delivery not found")
+    return found
+
+
+def _replay(tx: Tx, who: Principal, delivery_id: str, now: datetime) -> None:
+    found = webhooks.get_delivery(tx, who.workspace_id, delivery_id)
+    if found is None:
+        raise NotFound("delivery not found")
+    if found.status not in ("dead", "delivered"):
+        raise Conflict(
+            f"only dead or delivered deliveries can be replayed; this one is {found.status}",
+            code="not_replayable",
+        )
+    webhooks.replay(tx, delivery_id, now)
+
+
+async def replay(rt: Runtime, who: Principal, delivery_id: str) -> Delivery:
+    """Queue a dead or delivered delivery again, as a fresh first attempt."""
+    await rt.db.write(_replay, who, delivery_id, rt.clock.now())
+    return await delivery(rt, who, delivery_id)

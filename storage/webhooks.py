@@ -1,0 +1,319 @@
+"""Webhooks and their deliveries.
+
+Deliveries are the outbox of email events: `fan_out` writes one per subscribed active webhook
+inside the same unit of work that stores the events, so an event is never recorded without
+its deliveries, nor the other way round. The dispatcher claims due deliveries with a lease.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from storage.codec import (
+    from_json,
+    new_id,
+    parse_optional_timestamp,
+    parse_timestamp,
+    timestamp,
+    to_json,
+)
+from storage.tx import Row, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    id: str
+    workspace_id: str
+    url: str
+    events: list[str]
+    secret: str
+    is_active: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    id: str
+    webhook_id: str
+    workspace_id: str
+    event_type: str
+    payload: str  # the exact JSON body that is signed and sent
+    endpoint_url: str
+    status: str
+    attempt: int
+    next_retry_at: datetime | None
+    response_status: int | None
+    response_body: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The outcome of one POST of a delivery."""
+
+    delivery_id: str
+    status: str
+    next_retry_at: datetime | None
+    response_status: int | None
+    response_body: str | None
+
+
+EVENT_TYPES = (
+    "email.sent",
+    "email.delivered",
+    "email.opened",
+    "email.clicked",
+    "email.bounced",
+    "email.failed",
+    "email.complained",
+    "email.unsubscribed",
+)
+
+
+def payload(
+    event_type: str, email_id: str, recipient: str | None, at: datetime, metadata: dict[str, Any]
+) -> str:
+    """The JSON body of a webhook delivery (spec: Webhook delivery, common payload fields)."""
+    meta = dict(metadata)
+    tags = meta.pop("tags", [])
+    meta["tag"] = tags[0] if tags else None
+    meta["tags"] = tags
+    body = {
+        "event": event_type,
+        "email_id": email_id,
+        "recipient": recipient,
+        "timestamp": at.isoformat().replace("+00:00", "Z"),
+        "metadata": meta,
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def _webhook(row: Row) -> Webhook:
+    return Webhook(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        url=row["url"],
+        events=from_json(row["events"]),
+        secret=row["secret"],
+        is_active=bool(row["is_active"]),
+        created_at=parse_timestamp(row["created_at"]),
+    )
+
+
+def _delivery(row: Row) -> Delivery:
+    return Delivery(
+        id=row["id"],
+        webhook_id=row["webhook_id"],
+        workspace_id=row["workspace_id"],
+        event_type=row["event_type"],
+        payload=row["payload"],
+        endpoint_url=row["endpoint_url"],
+        status=row["status"],
+        attempt=int(row["attempt"]),
+        next_retry_at=parse_optional_timestamp(row["next_retry_at"]),
+        response_status=row["response_status"],
+        response_body=row["response_body"],
+        created_at=parse_timestamp(row["created_at"]),
+    )
+
+
+def insert(tx: Tx, webhook: Webhook) -> None:
+    tx.execute(
+        "INSERT INTO webhooks (id, workspace_id, url, events, secret, is_active, created_at,"
+        " updated_at) VALUES (:id, :ws, :url, :events, :secret, :active, :at, :at)",
+        {
+            "id": webhook.id,
+            "ws": webhook.workspace_id,
+            "url": webhook.url,
+            "events": to_json(webhook.events),
+            "secret": webhook.secret,
+            "active": webhook.is_active,
+            "at": timestamp(webhook.created_at),
+        },
+    )
+
+
+def get(tx: Tx, workspace_id: str, webhook_id: str) -> Webhook | None:
+    row = tx.one(
+        "SELECT * FROM webhooks WHERE workspace_id = :ws AND id = :id AND deleted_at IS NULL",
+        {"ws": workspace_id, "id": webhook_id},
+    )
+    return None if row is None else _webhook(row)
+
+
+def list_active(tx: Tx, workspace_id: str) -> list[Webhook]:
+    rows = tx.all(
+        "SELECT * FROM webhooks WHERE workspace_id = :ws AND is_active AND deleted_at IS NULL"
+        " ORDER BY created_at, id",
+        {"ws": workspace_id},
+    )
+    return [_webhook(row) for row in rows]
+
+
+def update(tx: Tx, webhook: Webhook, now: datetime) -> None:
+    tx.execute(
+        "UPDATE webhooks SET url = :url, events = :events, is_active = :active, updated_at = :at"
+        " WHERE id = :id",
+        {
+            "url": webhook.url,
+            "events": to_json(webhook.events),
+            "active": webhook.is_active,
+            "at": timestamp(now),
+            "id": webhook.id,
+        },
+    )
+
+
+def delete(tx: Tx, webhook_id: str, now: datetime) -> None:
+    """Retire a webhook; its deliveries stay readable, pending ones are dropped."""
+    tx.execute(
+        "UPDATE webhooks SET deleted_at = :at, is_active = FALSE WHERE id = :id",
+        {"at": timestamp(now), "id": webhook_id},
+    )
+    tx.execute(
+        "UPDATE webhook_deliveries SET status = 'dead', next_retry_at = NULL, updated_at = :at"
+        " WHERE webhook_id = :id AND status IN ('pending', 'retrying')",
+        {"at": timestamp(now), "id": webhook_id},
+    )
+
+
+def fan_out(tx: Tx, workspace_id: str, items: Sequence[tuple[str, str]], now: datetime) -> int:
+    """Queue a delivery of each (event type, payload) to every active subscribed webhook."""
+    hooks = list_active(tx, workspace_id)
+    rows = [
+        {
+            "id": new_id(),
+            "webhook": hook.id,
+            "ws": workspace_id,
+            "type": event_type,
+            "payload": payload,
+            "url": hook.url,
+            "at": timestamp(now),
+        }
+        for event_type, payload in items
+        for hook in hooks
+        if event_type in hook.events
+    ]
+    tx.execute_many(
+        "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_type, payload,"
+        " endpoint_url, status, attempt, next_retry_at, created_at, updated_at) VALUES (:id,"
+        " :webhook, :ws, :type, :payload, :url, 'pending', 0, :at, :at, :at)",
+        rows,
+    )
+    return len(rows)
+
+
+def queue_one(tx: Tx, webhook: Webhook, event_type: str, payload: str, now: datetime) -> str:
+    """Queue a single delivery to one webhook (the test endpoint); its id."""
+    delivery_id = new_id()
+    tx.execute(
+        "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_type, payload,"
+        " endpoint_url, status, attempt, next_retry_at, created_at, updated_at) VALUES (:id,"
+        " :webhook, :ws, :type, :payload, :url, 'pending', 0, :at, :at, :at)",
+        {
+            "id": delivery_id,
+            "webhook": webhook.id,
+            "ws": webhook.workspace_id,
+            "type": event_type,
+            "payload": payload,
+            "url": webhook.url,
+            "at": timestamp(now),
+        },
+    )
+    return delivery_id
+
+
+def deliveries_page(
+    tx: Tx, workspace_id: str, webhook_id: str, status: str | None, offset: int, limit: int
+) -> tuple[list[Delivery], int]:
+    where = "workspace_id = :ws AND webhook_id = :hook"
+    params: dict[str, Any] = {
+        "ws": workspace_id,
+        "hook": webhook_id,
+        "limit": limit,
+        "offset": offset,
+    }
+    if status is not None:
+        where += " AND status = :status"
+        params["status"] = status
+    total = int(tx.value(f"SELECT COUNT(*) FROM webhook_deliveries WHERE {where}", params))
+    rows = tx.all(
+        f"SELECT * FROM webhook_deliveries WHERE {where} ORDER BY created_at DESC, id DESC"
+        " LIMIT :limit OFFSET :offset",
+        params,
+    )
+    return [_delivery(row) for row in rows], total
+
+
+def get_delivery(tx: Tx, workspace_id: str, delivery_id: str) -> Delivery | None:
+    row = tx.one(
+        "SELECT * FROM webhook_deliveries WHERE workspace_id = :ws AND id = :id",
+        {"ws": workspace_id, "id": delivery_id},
+    )
+    return None if row is None else _delivery(row)
+
+
+def replay(tx: Tx, delivery_id: str, now: datetime) -> None:
+    tx.execute(
+        "UPDATE webhook_deliveries SET status = 'pending', attempt = 0, next_retry_at = :at,"
+        " updated_at = :at WHERE id = :id",
+        {"at": timestamp(now), "id": delivery_id},
+    )
+
+
+def release_leases(tx: Tx, node: str) -> int:
+    return tx.execute(
+        "UPDATE webhook_deliveries SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
+        {"node": node},
+    )
+
+
+def claim_due(
+    tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int
+) -> tuple[list[tuple[Delivery, str]], datetime | None]:
+    """Lease due deliveries with their webhook's secret; and when the next one falls due."""
+    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    rows = tx.all(
+        "SELECT * FROM webhook_deliveries WHERE status IN ('pending', 'retrying')"
+        " AND next_retry_at <= :now AND (lease_until IS NULL OR lease_until < :now)"
+        f" ORDER BY next_retry_at, id LIMIT :limit{lock}",
+        {"now": timestamp(now), "limit": limit},
+    )
+    claimed = []
+    for row in rows:
+        delivery = _delivery(row)
+        secret = tx.value("SELECT secret FROM webhooks WHERE id = :id", {"id": delivery.webhook_id})
+        claimed.append((delivery, str(secret)))
+    tx.execute_many(
+        "UPDATE webhook_deliveries SET lease_until = :lease, leased_by = :node WHERE id = :id",
+        ({"lease": timestamp(lease_until), "node": node, "id": d.id} for d, _ in claimed),
+    )
+    following = tx.value(
+        "SELECT MIN(next_retry_at) FROM webhook_deliveries WHERE status IN ('pending', 'retrying')"
+        " AND (lease_until IS NULL OR lease_until < :now)",
+        {"now": timestamp(now)},
+    )
+    return claimed, parse_optional_timestamp(following)
+
+
+def record_attempts(tx: Tx, attempts: Sequence[Attempt], now: datetime) -> None:
+    tx.execute_many(
+        "UPDATE webhook_deliveries SET status = :status, attempt = attempt + 1,"
+        " next_retry_at = :next, response_status = :code, response_body = :body,"
+        " lease_until = NULL, leased_by = NULL, updated_at = :at WHERE id = :id",
+        (
+            {
+                "status": a.status,
+                "next": None if a.next_retry_at is None else timestamp(a.next_retry_at),
+                "code": a.response_status,
+                "body": a.response_body,
+                "at": timestamp(now),
+                "id": a.delivery_id,
+            }
+            for a in attempts
+        ),
+    )

@@ -1,0 +1,243 @@
+"""Webhooks: signed deliveries of email events to a real HTTPS receiver, retries, replay."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import trio
+from trio.testing import MockClock
+
+from tests.harness.dns_server import DnsServer
+from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_sending import message, ready_account, route_mail, wait_for_status
+
+EVENTS = [
+    "email.sent",
+    "email.delivered",
+    "email.bounced",
+    "email.opened",
+    "email.clicked",
+    "email.failed",
+    "email.complained",
+    "email.unsubscribed",
+]
+
+
+async def _webhook(
+    account: Account, receiver: HttpsReceiver, events: list[str] = EVENTS
+) -> dict[str, Any]:
+    created = await account.client.post(
+        "/v1/webhooks/", json={"url": receiver.url + "/hook", "events": events}
+    )
+    assert created.status_code == 201, created.text
+    hook: dict[str, Any] = created.json()
+    return hook
+
+
+async def _recorded(account: Account, webhook_id: str, attempts: int) -> dict[str, Any]:
+    """The webhook's only delivery, once `attempts` attempts of it are on record."""
+    with trio.fail_after(10):
+        while True:
+            page = (await account.client.get(f"/v1/webhooks/{webhook_id}/deliveries")).json()
+            if page["items"] and page["items"][0]["attempt"] >= attempts:
+                item: dict[str, Any] = page["items"][0]
+                return item
+            await trio.sleep(0.05)
+
+
+def _verified(secret: str, body: bytes, signature: str) -> bool:
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, signature)
+
+
+async def test_delivery_events_arrive_signed_with_their_metadata(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
+) -> None:
+    account = await ready_account(service, dns_server)
+    hook = await _webhook(account, https_receiver)
+    assert hook["secret"].startswith("whsec_")
+    route_mail(dns_server, "hooks.example")
+    sent = (
+        await account.client.post(
+            "/v1/emails/",
+            json=message(["ok@hooks.example", "permfail@hooks.example"], tags=["welcome"]),
+        )
+    ).json()
+    await wait_for_status(account, sent["id"])
+    requests = await https_receiver.wait_for_requests(3)
+    bodies = []
+    for request in requests:
+        assert request.path == "/hook"
+        assert _verified(hook["secret"], request.body, request.headers["x-webhook-signature"])
+        bodies.append(json.loads(request.body))
+    by_event = {(b["event"], b["recipient"]): b for b in bodies}
+    delivered = by_event[("email.delivered", "ok@hooks.example")]
+    assert delivered["email_id"] == sent["id"]
+    assert delivered["timestamp"].endswith("Z")
+    meta = delivered["metadata"]
+    assert meta["subject"] == "Your receipt" and meta["tag"] == "welcome"
+    assert meta["domain"] == "hooks.example" and meta["smtp_response"].startswith("250")
+    assert by_event[("email.sent", "ok@hooks.example")]["metadata"]["domain"] == "hooks.example"
+    bounced = by_event[("email.bounced", "permfail@hooks.example")]["metadata"]
+    assert bounced["bounce_type"] == "hard" and bounced["response"].startswith("550")
+    assert "dsn" in bounced
+
+
+async def test_failing_receiver_walks_the_schedule_then_dies_and_replay_delivers(
+    service: Service, https_receiver: HttpsReceiver, clock: MockClock
+) -> None:
+    account = await service.account()
+    hook = await _webhook(account, https_receiver)
+    https_receiver.respond(500, b'{"error": "down"}')
+    assert (await account.client.post(f"/v1/webhooks/{hook['id']}/test")).json() == {
+        "queued": True,
+        "url": hook["url"],
+    }
+    await https_receiver.wait_for_requests(1)
+    for delay in (60, 300, 1800, 7200, 21600, 86400, 172800):
+        count = len(https_receiver.requests)
+        await _recorded(account, hook["id"], attempts=count)  # the failure is on record
+        clock.jump(delay - 1)
+        await trio.sleep(0.5)
+        assert len(https_receiver.requests) == count, f"retried before {delay} s"
+        clock.jump(1)
+        await https_receiver.wait_for_requests(count + 1)
+    assert len(https_receiver.requests) == 8
+    item = await _recorded(account, hook["id"], attempts=8)
+    assert item["status"] == "dead" and item["attempt"] == 8 and item["response_status"] == 500
+    clock.jump(5 * 86400)
+    await trio.sleep(0.3)
+    assert len(https_receiver.requests) == 8  # dead letters are not retried
+
+    https_receiver.respond(200)
+    replayed = await account.client.post(f"/v1/webhook-deliveries/{item['id']}/replay")
+    assert replayed.status_code == 200
+    await https_receiver.wait_for_requests(9)
+    await trio.sleep(0.3)
+    detail = (await account.client.get(f"/v1/webhook-deliveries/{item['id']}")).json()
+    assert detail["status"] == "delivered"
+    assert detail["payload"]["event"] == "email.delivered"
+    assert detail["endpoint_url"] == hook["url"]
+
+
+async def test_a_hanging_receiver_counts_as_a_failure(
+    service: Service, https_receiver: HttpsReceiver, clock: MockClock
+) -> None:
+    account = await service.account()
+    hook = await _webhook(account, https_receiver)
+    https_receiver.respond(200, delay=30)
+    await account.client.post(f"/v1/webhooks/{hook['id']}/test")
+    await https_receiver.wait_for_requests(1)
+    clock.jump(11)
+    item = await _recorded(account, hook["id"], attempts=1)
+    assert item["status"] == "retrying"
+    assert item["response_status"] is None
+    detail = (await account.client.get(f"/v1/webhooks/{hook['id']}/deliveries/{item['id']}")).json()
+    assert "10 s" in detail["response_body"]
+
+
+async def test_paused_webhook_gets_nothing_new(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
+) -> None:
+    account = await ready_account(service, dns_server)
+    hook = await _webhook(account, https_receiver)
+    paused = await account.client.patch(f"/v1/webhooks/{hook['id']}", json={"is_active": False})
+    assert paused.json()["is_active"] is False
+    assert (await account.client.get("/v1/webhooks/")).json() == []
+    route_mail(dns_server, "quiet.example")
+    sent = (await account.client.post("/v1/emails/", json=message("q@quiet.example"))).json()
+    await wait_for_status(account, sent["id"])
+    await trio.sleep(0.5)
+    assert https_receiver.requests == []
+    await account.client.patch(f"/v1/webhooks/{hook['id']}", json={"is_active": True})
+    sent = (await account.client.post("/v1/emails/", json=message("r@quiet.example"))).json()
+    await https_receiver.wait_for_requests(2)  # sent + delivered of the second email only
+    assert {json.loads(r.body)["recipient"] for r in https_receiver.requests} == {"r@quiet.example"}
+
+
+async def test_only_subscribed_events_are_sent(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
+) -> None:
+    account = await ready_account(service, dns_server)
+    await _webhook(account, https_receiver, ["email.delivered"])
+    route_mail(dns_server, "sub.example")
+    sent = (await account.client.post("/v1/emails/", json=message("s@sub.example"))).json()
+    await wait_for_status(account, sent["id"])
+    [request] = await https_receiver.wait_for_requests(1)
+    await trio.sleep(0.3)
+    assert len(https_receiver.requests) == 1
+    assert json.loads(request.body)["event"] == "email.delivered"
+
+
+async def test_deliveries_log_pages_filters_and_counts(
+    service: Service, https_receiver: HttpsReceiver
+) -> None:
+    account = await service.account()
+    hook = await _webhook(account, https_receiver)
+    https_receiver.respond_sequence([200, 200, 500])
+    for _ in range(3):
+        await account.client.post(f"/v1/webhooks/{hook['id']}/test")
+    await https_receiver.wait_for_requests(3)
+    await trio.sleep(0.5)
+    url = f"/v1/webhooks/{hook['id']}/deliveries"
+    everything = (await account.client.get(url)).json()
+    assert everything["total"] == 3 and everything["page"] == 0 and everything["limit"] == 20
+    assert set(everything["items"][0]) == {
+        "id",
+        "webhook_id",
+        "event_type",
+        "status",
+        "response_status",
+        "attempt",
+        "next_retry_at",
+        "created_at",
+    }
+    page = (await account.client.get(url, params={"limit": 2, "page": 1})).json()
+    assert len(page["items"]) == 1 and page["total"] == 3
+    delivered = (await account.client.get(url, params={"status": "delivered"})).json()
+    assert delivered["total"] == 2
+    retrying = (await account.client.get(url, params={"status": "retrying"})).json()
+    assert retrying["total"] == 1 and retrying["items"][0]["next_retry_at"] is not None
+    for params in ({"limit": 0}, {"limit": 101}, {"status": "lost"}):
+        assert (await account.client.get(url, params=params)).status_code == 422
+
+
+async def test_webhook_rules_and_workspace_scoping(
+    service: Service, https_receiver: HttpsReceiver
+) -> None:
+    account = await service.account()
+    other = await service.account()
+    for body in (
+        {"url": "http://example.com/hook", "events": ["email.sent"]},
+        {"url": "https://example.com/hook", "events": ["email.nope"]},
+        {"url": "https://example.com/hook", "events": []},
+        {"url": "not a url", "events": ["email.sent"]},
+        {"events": ["email.sent"]},
+    ):
+        response = await account.client.post("/v1/webhooks/", json=body)
+        assert response.status_code == 422, body
+    hook = await _webhook(account, https_receiver)
+    await account.client.post(f"/v1/webhooks/{hook['id']}/test")
+    await https_receiver.wait_for_requests(1)
+    await trio.sleep(0.3)
+    [item] = (await account.client.get(f"/v1/webhooks/{hook['id']}/deliveries")).json()["items"]
+    for method, path in (
+        ("PATCH", f"/v1/webhooks/{hook['id']}"),
+        ("DELETE", f"/v1/webhooks/{hook['id']}"),
+        ("POST", f"/v1/webhooks/{hook['id']}/test"),
+        ("GET", f"/v1/webhooks/{hook['id']}/deliveries"),
+        ("GET", f"/v1/webhooks/{hook['id']}/deliveries/{item['id']}"),
+        ("GET", f"/v1/webhook-deliveries/{item['id']}"),
+        ("POST", f"/v1/webhook-deliveries/{item['id']}/replay"),
+    ):
+        kwargs: dict[str, Any] = {"json": {"is_active": False}} if method == "PATCH" else {}
+        response = await other.client.request(method, path, **kwargs)
+        assert response.status_code == 404, (method, path)
+    assert (await account.client.delete(f"/v1/webhooks/{hook['id']}")).status_code == 204
+    assert (await account.client.get("/v1/webhooks/")).json() == []
+    assert (await account.client.get(f"/v1/webhook-deliveries/{item['id']}")).status_code == 200
