@@ -11,6 +11,7 @@ from api.converters import IdConverter
 from api.routes import (
     api_keys,
     audit_log,
+    bimi,
     domains,
     emails,
     health,
@@ -18,6 +19,7 @@ from api.routes import (
     sessions,
     suppressions,
     tracking,
+    verify,
     webhooks,
 )
 from engine.runtime import Runtime
@@ -37,6 +39,8 @@ BLUEPRINTS = (
     emails.blueprint,
     tracking.blueprint,
     webhooks.blueprint,
+    verify.blueprint,
+    bimi.blueprint,
 )
 
 

@@ -29,6 +29,7 @@ class Runtime:
     delivery: Wakeups
     delivery_port: int
     allow_private_targets: bool
+    system_from: str
     node: str
 
 

@@ -63,6 +63,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         delivery=Wakeups(),
         delivery_port=settings.delivery_port,
         allow_private_targets=settings.allow_private_targets,
+        system_from=settings.system_from,
         # Leases held under this name are taken back when the node restarts.
         node=socket.gethostname(),
     )

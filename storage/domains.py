@@ -23,6 +23,8 @@ class Domain:
     click_tracking: bool
     created_at: datetime
     verified_at: datetime | None
+    bimi_svg: str | None = None
+    bimi_enabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ def _domain(row: Row) -> Domain:
         click_tracking=bool(row["click_tracking"]),
         created_at=parse_timestamp(row["created_at"]),
         verified_at=parse_optional_timestamp(row["verified_at"]),
+        bimi_svg=row["bimi_svg"],
+        bimi_enabled=bool(row["bimi_enabled"]),
     )
 
 
@@ -115,6 +119,20 @@ def list_all(tx: Tx, workspace_id: str) -> list[Domain]:
         {"ws": workspace_id},
     )
     return [_domain(row) for row in rows]
+
+
+def by_id(tx: Tx, domain_id: str) -> Domain | None:
+    """A domain by id alone (for public endpoints where the id is all there is)."""
+    row = tx.one("SELECT * FROM domains WHERE id = :id", {"id": domain_id})
+    return None if row is None else _domain(row)
+
+
+def set_bimi_logo(tx: Tx, domain_id: str, svg: str) -> None:
+    tx.execute("UPDATE domains SET bimi_svg = :svg WHERE id = :id", {"svg": svg, "id": domain_id})
+
+
+def enable_bimi(tx: Tx, domain_id: str) -> None:
+    tx.execute("UPDATE domains SET bimi_enabled = TRUE WHERE id = :id", {"id": domain_id})
 
 
 def pending_since(tx: Tx, created_after: datetime) -> list[Domain]:

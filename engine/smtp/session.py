@@ -203,6 +203,25 @@ class SmtpSession(trio.abc.AsyncResource):
             mail_reply, {a: answered[a] for a in unique if a in answered}, data_reply
         )
 
+    async def probe(self, mail_from: str, recipient: str) -> SmtpReply:
+        """Whether the server would take mail for ``recipient``: MAIL, RCPT, then RSET.
+
+        Never DATA: nothing is delivered. Returns the RCPT reply (the MAIL reply when MAIL is
+        refused). Raises like `send`.
+        """
+        check_path(mail_from, allow_null=True)
+        address = check_path(recipient)
+        client = self._client
+        with self._conversation("probing"):
+            await self._write(client.mail_from(mail_from))
+            reply = await self._read()
+            if reply.is_success:
+                await self._write(client.rcpt_to(address))
+                reply = await self._read()
+            await self._write(client.rset())
+            self._broken = not (await self._read()).is_success
+        return reply
+
     async def _transaction(
         self, mail_from: str, recipients: list[str], message: bytes
     ) -> tuple[SmtpReply, dict[str, SmtpReply], SmtpReply | None]:

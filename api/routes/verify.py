@@ -1,0 +1,40 @@
+"""`/v1/verify`: check an address by syntax, MX and an SMTP probe; nothing is sent."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from quart import Blueprint
+from quart_schema import document_response
+
+from api.auth import runtime
+from api.validation import json_body
+from engine import verification
+
+blueprint = Blueprint("verify", __name__, url_prefix="/v1/verify")
+
+
+class VerifyBody(BaseModel):
+    email: str = Field(min_length=1, max_length=320)
+
+
+class VerificationOut(BaseModel):
+    email: str
+    result: str
+    reason: str
+    mx_found: bool
+    mx_host: str | None
+
+
+@blueprint.post("")
+@json_body(VerifyBody)
+@document_response(VerificationOut)
+async def verify(body: VerifyBody) -> dict[str, object]:
+    rt = runtime()
+    checked = await verification.verify(rt, body.email, rt.system_from)
+    return VerificationOut(
+        email=checked.email,
+        result=checked.result,
+        reason=checked.reason,
+        mx_found=checked.mx_found,
+        mx_host=checked.mx_host,
+    ).model_dump()
