@@ -34,6 +34,21 @@ from tests.harness.smtp_sink import SmtpSink
 DOMAIN = "bench.example.org"
 
 
+async def ready_to_send(api: httpx.AsyncClient, dns_server: DnsServer) -> None:
+    """Wait for the service, then register DOMAIN (DKIM published, verified) and its sender."""
+    for _ in range(300):
+        try:
+            if (await api.get("/healthz")).status_code == 200:
+                break
+        except httpx.TransportError:
+            await trio.sleep(0.05)
+    domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
+    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
+    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
+    await api.post(f"/v1/domains/{domain['id']}/verify")
+    await api.post("/v1/senders/", json={"email": f"news@{DOMAIN}"})
+
+
 def _body(n: str) -> dict[str, Any]:
     return {
         "from_": {"email": f"news@{DOMAIN}"},
@@ -106,17 +121,7 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> None:
                 async with httpx.AsyncClient(
                     base_url=url, headers={"Authorization": f"Bearer {key}"}
                 ) as api:
-                    for _ in range(300):
-                        try:
-                            if (await api.get("/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            await trio.sleep(0.05)
-                    domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
-                    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-                    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
-                    await api.post(f"/v1/domains/{domain['id']}/verify")
-                    await api.post("/v1/senders/", json={"email": f"news@{DOMAIN}"})
+                    await ready_to_send(api, dns_server)
                 accepts, batches, e2e = [], [], []
                 single = json.dumps(_body("{n}"))
                 batch = json.dumps([_body(f"{{n}}-{i}") for i in range(100)])

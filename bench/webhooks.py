@@ -24,12 +24,11 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from bench.delivery import DOMAIN, ready_to_send
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import make_authority
-
-DOMAIN = "bench.example.org"
 
 
 def _email(n: int) -> dict[str, Any]:
@@ -95,17 +94,7 @@ async def _measure(
     async with httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60
     ) as api:
-        for _ in range(300):
-            try:
-                if (await api.get("/healthz")).status_code == 200:
-                    break
-            except httpx.TransportError:
-                await trio.sleep(0.05)
-        domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
-        dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-        dns_server.set(dkim["host"], "TXT", [dkim["value"]])
-        await api.post(f"/v1/domains/{domain['id']}/verify")
-        await api.post("/v1/senders/", json={"email": f"news@{DOMAIN}"})
+        await ready_to_send(api, dns_server)
         for i in range(args.webhooks):
             hook = {"url": f"{receiver.url}/hook/{i}", "events": ["email.sent", "email.delivered"]}
             assert (await api.post("/v1/webhooks/", json=hook)).status_code == 201
