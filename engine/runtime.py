@@ -7,7 +7,7 @@ for globals, so tests can build one against any database and clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dns.asyncresolver
 
@@ -31,6 +31,8 @@ class Runtime:
     allow_private_targets: bool
     system_from: str
     node: str
+    # Tells the forwarder that inbound mail was stored (the database holds the work).
+    forwarding: Wakeups = field(default_factory=Wakeups)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,75 @@
+"""What the inbound MX server accepts, and what happens to a message it accepted.
+
+The server is never an open relay: a recipient is accepted only when it is an active
+forward's source address or the bounce address of an email this service sent. `receive`
+returns only once the message's work is committed (the listener answers 250 after it):
+forwarded mail is stored with one job per destination and the forwarder is woken; a
+delivery report or complaint sent to a bounce address is recorded against its email in the
+same transaction. Rules are read from the database on every call, so a forward created,
+changed or deleted takes effect at once on every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from engine import feedback
+from engine.mail import reports
+from engine.mail.addresses import email_id_from_bounce_address
+from engine.runtime import Runtime
+from storage import emails, forwards, inbound
+from storage.tx import Tx
+
+
+def _clean(address: str) -> str:
+    return address.strip().removeprefix("<").removesuffix(">").lower()
+
+
+async def accepts(rt: Runtime, address: str) -> bool:
+    """Whether mail to this address is ours to take (else the server answers 550)."""
+    address = _clean(address)
+    email_id = email_id_from_bounce_address(address)
+    if email_id is not None:
+        return bool(await rt.db.read(emails.by_ids, [email_id]))
+    return bool(await rt.db.read(forwards.active_by_sources, [address]))
+
+
+def _jobs(rules: Sequence[forwards.Forward]) -> list[inbound.NewJob]:
+    jobs: list[inbound.NewJob] = []
+    for rule in rules:
+        for kind, targets in (("email", rule.destination_emails), ("url", rule.destination_urls)):
+            jobs.extend(
+                inbound.NewJob(rule.id, rule.workspace_id, rule.source_email, kind, target)
+                for target in targets
+            )
+    return jobs
+
+
+def _store(
+    tx: Tx,
+    envelope_from: str,
+    recipients: list[str],
+    data: bytes,
+    report: reports.Report | None,
+    now: datetime,
+) -> bool:
+    """Commit the message's work; whether forwarding jobs were stored."""
+    bounce_ids = {i for i in map(email_id_from_bounce_address, recipients) if i is not None}
+    if report is not None:
+        for email in emails.by_ids(tx, sorted(bounce_ids)).values():
+            feedback.record(tx, email, report, now)
+    jobs = _jobs(forwards.active_by_sources(tx, recipients))
+    if jobs:
+        inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
+    return bool(jobs)
+
+
+async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: bytes) -> None:
+    """Commit an accepted message's work, then wake the forwarder; returns once durable."""
+    recipients = sorted({_clean(r) for r in recipients})
+    to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
+    report = reports.parse(data) if to_bounce_address else None
+    stored = await rt.db.write(_store, envelope_from, recipients, data, report, rt.clock.now())
+    if stored:
+        rt.forwarding.wake(["inbound"])

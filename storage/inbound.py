@@ -1,0 +1,196 @@
+"""Inbound messages the MX listener accepted and the forwarding work each one makes.
+
+A message is stored with one job per destination (an email address or a URL) of every
+active forward it was addressed to, in the transaction that commits it, so the listener's
+250 means the work exists. The forwarder claims due jobs with leases (`FOR UPDATE SKIP
+LOCKED` on PostgreSQL), as delivery does: two nodes never run one job, and a dead node's
+leases lapse. The raw message is kept as base64 text: it may hold any octet, and one text
+column reads the same on both engines.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from storage.codec import (
+    from_json,
+    new_id,
+    parse_optional_timestamp,
+    parse_timestamp,
+    timestamp,
+    to_json,
+)
+from storage.tx import Row, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    id: str
+    envelope_from: str
+    recipients: list[str]
+    data: bytes
+    received_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One destination of one forward for one inbound message."""
+
+    id: str
+    message_id: str
+    forward_id: str
+    workspace_id: str
+    original_to: str
+    kind: str  # "email" or "url"
+    target: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    forward_id: str
+    workspace_id: str
+    original_to: str
+    kind: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one attempt at a job: `done`, `retrying` (with a time) or `failed`."""
+
+    job_id: str
+    status: str
+    next_attempt_at: datetime | None
+    error: str | None
+
+
+def insert_message(
+    tx: Tx,
+    envelope_from: str,
+    recipients: Sequence[str],
+    data: bytes,
+    jobs: Sequence[NewJob],
+    now: datetime,
+) -> str:
+    """Store one accepted message and its jobs (all due now); its id."""
+    message_id = new_id()
+    at = timestamp(now)
+    tx.execute(
+        "INSERT INTO inbound_messages (id, envelope_from, recipients, data, size_bytes,"
+        " received_at) VALUES (:id, :sender, :rcpts, :data, :size, :at)",
+        {
+            "id": message_id,
+            "sender": envelope_from,
+            "rcpts": to_json(list(recipients)),
+            "data": base64.b64encode(data).decode("ascii"),
+            "size": len(data),
+            "at": at,
+        },
+    )
+    tx.execute_many(
+        "INSERT INTO forward_jobs (id, message_id, forward_id, workspace_id, original_to, kind,"
+        " target, status, attempt, next_attempt_at, created_at, updated_at) VALUES (:id, :msg,"
+        " :fwd, :ws, :to, :kind, :target, 'pending', 0, :at, :at, :at)",
+        (
+            {
+                "id": new_id(),
+                "msg": message_id,
+                "fwd": job.forward_id,
+                "ws": job.workspace_id,
+                "to": job.original_to,
+                "kind": job.kind,
+                "target": job.target,
+                "at": at,
+            }
+            for job in jobs
+        ),
+    )
+    return message_id
+
+
+def messages(tx: Tx, message_ids: Sequence[str]) -> dict[str, InboundMessage]:
+    """The messages with these ids, in one query."""
+    if not message_ids:
+        return {}
+    names = {f"id{i}": message_id for i, message_id in enumerate(set(message_ids))}
+    placeholders = ", ".join(f":{name}" for name in names)
+    rows = tx.all(f"SELECT * FROM inbound_messages WHERE id IN ({placeholders})", names)
+    return {row["id"]: _message(row) for row in rows}
+
+
+def _message(row: Row) -> InboundMessage:
+    return InboundMessage(
+        id=row["id"],
+        envelope_from=row["envelope_from"],
+        recipients=from_json(row["recipients"]),
+        data=base64.b64decode(row["data"]),
+        received_at=parse_timestamp(row["received_at"]),
+    )
+
+
+def _job(row: Row) -> Job:
+    return Job(
+        id=row["id"],
+        message_id=row["message_id"],
+        forward_id=row["forward_id"],
+        workspace_id=row["workspace_id"],
+        original_to=row["original_to"],
+        kind=row["kind"],
+        target=row["target"],
+        attempt=int(row["attempt"]),
+    )
+
+
+def release_leases(tx: Tx, node: str) -> int:
+    """Give back every lease this node holds (it restarted: its work resumes at once)."""
+    return tx.execute(
+        "UPDATE forward_jobs SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
+        {"node": node},
+    )
+
+
+def claim_due(
+    tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int
+) -> tuple[list[Job], datetime | None]:
+    """Lease up to `limit` due jobs; and when the next unleased one falls due."""
+    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    rows = tx.all(
+        "SELECT * FROM forward_jobs WHERE status IN ('pending', 'retrying')"
+        " AND next_attempt_at <= :now AND (lease_until IS NULL OR lease_until < :now)"
+        f" ORDER BY next_attempt_at, id LIMIT :limit{lock}",
+        {"now": timestamp(now), "limit": limit},
+    )
+    jobs = [_job(row) for row in rows]
+    tx.execute_many(
+        "UPDATE forward_jobs SET lease_until = :lease, leased_by = :node WHERE id = :id",
+        ({"lease": timestamp(lease_until), "node": node, "id": job.id} for job in jobs),
+    )
+    following = tx.value(
+        "SELECT MIN(next_attempt_at) FROM forward_jobs WHERE status IN ('pending', 'retrying')"
+        " AND (lease_until IS NULL OR lease_until < :now)",
+        {"now": timestamp(now)},
+    )
+    return jobs, parse_optional_timestamp(following)
+
+
+def record_outcomes(tx: Tx, outcomes: Sequence[Outcome], now: datetime) -> None:
+    """Write what became of attempted jobs and release their leases."""
+    tx.execute_many(
+        "UPDATE forward_jobs SET status = :status, attempt = attempt + 1, next_attempt_at = :next,"
+        " last_error = :error, lease_until = NULL, leased_by = NULL, updated_at = :at"
+        " WHERE id = :id",
+        (
+            {
+                "status": o.status,
+                "next": None if o.next_attempt_at is None else timestamp(o.next_attempt_at),
+                "error": o.error,
+                "at": timestamp(now),
+                "id": o.job_id,
+            }
+            for o in outcomes
+        ),
+    )
