@@ -14,9 +14,11 @@ from api.routes import (
     bimi,
     domains,
     emails,
+    forwards,
     health,
     senders,
     sessions,
+    smtp_credentials,
     suppressions,
     tracking,
     verify,
@@ -41,6 +43,8 @@ BLUEPRINTS = (
     webhooks.blueprint,
     verify.blueprint,
     bimi.blueprint,
+    forwards.blueprint,
+    smtp_credentials.blueprint,
 )
 
 

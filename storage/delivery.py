@@ -16,7 +16,7 @@ def emails_with_domains(tx: Tx, email_ids: Sequence[str]) -> list[tuple[Email, D
     """The emails to deliver, each with its sending domain (for DKIM; None if deleted since)."""
     return [
         (email, domains.get(tx, email.workspace_id, email.domain_id))
-        for email in emails.by_ids(tx, email_ids).values()
+        for email in emails.with_raw(tx, emails.by_ids(tx, email_ids)).values()
     ]
 
 

@@ -9,7 +9,7 @@ leases lapse, and a restarted node takes back its own at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +53,9 @@ class Email:
     created_at: datetime
     updated_at: datetime
     delivered_at: datetime | None
+    # The message as submitted (SMTP relay, forwards), sent as given; None for API emails.
+    # Loaded only for delivery (`with_raw`), never by lists.
+    raw: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,27 @@ def by_ids(tx: Tx, email_ids: Sequence[str]) -> dict[str, Email]:
     placeholders = ", ".join(f":{name}" for name in names)
     rows = tx.all(f"SELECT * FROM emails WHERE id IN ({placeholders})", names)
     return {row["id"]: _email(row) for row in rows}
+
+
+def insert_raw(tx: Tx, email_id: str, data: bytes) -> None:
+    """Keep the message of an email that is sent as given (inserted with the email)."""
+    tx.execute(
+        "INSERT INTO raw_messages (email_id, data) VALUES (:id, :data)",
+        {"id": email_id, "data": data},
+    )
+
+
+def with_raw(tx: Tx, found: dict[str, Email]) -> dict[str, Email]:
+    """The same emails, those sent as given carrying their message (`Email.raw`)."""
+    if not found:
+        return found
+    names = {f"id{i}": email_id for i, email_id in enumerate(found)}
+    placeholders = ", ".join(f":{name}" for name in names)
+    rows = tx.all(
+        f"SELECT email_id, data FROM raw_messages WHERE email_id IN ({placeholders})", names
+    )
+    raw = {row["email_id"]: bytes(row["data"]) for row in rows}
+    return {i: replace(e, raw=raw[i]) if i in raw else e for i, e in found.items()}
 
 
 def recipients_of(tx: Tx, email_id: str) -> list[Recipient]:

@@ -1,6 +1,8 @@
 """Turning a stored email into the signed bytes that go on the wire (pure, CPU-bound).
 
 Composition and DKIM signing run in a worker thread, one hop for a whole batch of emails.
+An email submitted as a complete message (SMTP relay, forwards: `Email.raw`) is not
+composed: it goes out as given, only signed and completed (`as_given`).
 """
 
 from __future__ import annotations
@@ -8,10 +10,12 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from email.utils import format_datetime
 
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign
+from engine.smtp.grammar import to_crlf
 from engine.tracking import Links, instrument_html
 from storage.domains import Domain
 from storage.emails import Email
@@ -34,8 +38,47 @@ class LinkSettings:
     secret: str
 
 
+def as_given(email: Email) -> bytes:
+    """An email's submitted message as it goes out: CRLF line endings, Message-ID and Date
+    added only if missing, Bcc header fields removed (RFC 6409 8.1: they name recipients
+    the others must not see); otherwise byte for byte what was submitted.
+    """
+    if email.raw is None:
+        raise ValueError("the email has no submitted message")
+    data = to_crlf(email.raw)
+    end = data.find(b"\r\n\r\n")
+    header, body = (data, b"") if end < 0 else (data[: end + 2], data[end + 2 :])
+    kept: list[bytes] = []
+    names: set[bytes] = set()
+    dropping = False
+    for line in header.splitlines(keepends=True):
+        if line[:1] in (b" ", b"\t"):
+            if not dropping:
+                kept.append(line)
+            continue
+        name = line.split(b":", 1)[0].strip().lower()
+        names.add(name)
+        dropping = name == b"bcc"
+        if not dropping:
+            kept.append(line)
+    added = []
+    if b"message-id" not in names:
+        added.append(f"Message-ID: {email.message_id}\r\n".encode())
+    if b"date" not in names:
+        added.append(f"Date: {format_datetime(email.created_at)}\r\n".encode())
+    return b"".join(added + kept) + body
+
+
 def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
     """The DKIM-signed message of an email, and its per-email bounce address."""
+    if email.raw is not None:
+        signed = sign(
+            as_given(email),
+            domain=domain.name,
+            selector=domain.dkim_selector,
+            private_key_pem=domain.dkim_private_key,
+        )
+        return WireMessage(email.id, bounce_address(email.id, domain.name), signed)
     links = Links(
         link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
     )

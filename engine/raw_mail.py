@@ -1,0 +1,181 @@
+"""Emails whose message arrives complete (SMTP submission, forwards) and is sent as given.
+
+`store_raw` writes one such email in the caller's unit of work: the row the email log shows
+(subject, From, To and Cc read from the message's header; the bcc are the envelope
+recipients the header does not name), a `queued` recipient per envelope recipient, the
+`email.queued` event, the monthly volume, and the message bytes themselves. Delivery sends
+the bytes as they are, DKIM-signed with the domain's key, from the email's bounce address,
+with Message-ID and Date added only if the message lacks them (engine/delivery/messages.py).
+
+Rules: no suppression or plan check here (the submission server checks at RCPT, forwards
+decide for themselves); the message is stored before anyone answers "accepted"; delivery is
+woken only after the commit (`wake`).
+"""
+
+from __future__ import annotations
+
+import email.policy
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from email.parser import BytesHeaderParser
+from email.utils import getaddresses
+from typing import Any
+
+from engine.errors import NotFound
+from engine.mail.addresses import message_id as new_message_id
+from engine.runtime import Runtime
+from storage import domains, emails
+from storage.codec import new_id
+from storage.emails import Email, Event, Recipient
+from storage.tx import Tx
+
+SOURCES = ("smtp", "forward")
+_MESSAGE_ID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]{1,900}@[\x21-\x3b\x3d\x3f-\x7e]{1,255}>")
+_HEADER_PARSER = BytesHeaderParser(policy=email.policy.default)
+_SUBJECT_LIMIT = 998  # one header line's worth: the log shows a subject, not a document
+
+
+@dataclass(frozen=True, slots=True)
+class RawMail:
+    """A complete RFC 5322 message to send from `from_email` (the envelope sender the
+    client gave; delivery uses the bounce address) on a domain of the workspace."""
+
+    workspace_id: str
+    domain_id: str
+    from_email: str
+    recipients: list[str]
+    data: bytes
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderSummary:
+    """What the email log shows of a message, read from its header."""
+
+    subject: str
+    from_address: str | None
+    from_name: str | None
+    to: list[dict[str, Any]]
+    cc: list[dict[str, Any]]
+    message_id: str | None
+
+
+def _mailboxes(values: list[str]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for name, address in getaddresses(values):
+        if "@" in address:
+            found.append({"email": address.lower(), "name": name or None})
+    return found
+
+
+def summarize(data: bytes) -> HeaderSummary:
+    """Subject, From, To, Cc and Message-ID of a message (missing or malformed: empty)."""
+    end = data.find(b"\r\n\r\n")
+    header = data if end < 0 else data[: end + 2]
+    parsed = _HEADER_PARSER.parsebytes(header)
+
+    def values(name: str) -> list[str]:
+        return [str(value) for value in parsed.get_all(name, [])]
+
+    senders = _mailboxes(values("From"))
+    subjects = values("Subject")
+    ids = [v.strip() for v in values("Message-ID")]
+    return HeaderSummary(
+        subject=" ".join(subjects[0].split())[:_SUBJECT_LIMIT] if subjects else "",
+        from_address=senders[0]["email"] if senders else None,
+        from_name=senders[0]["name"] if senders else None,
+        to=_mailboxes(values("To")),
+        cc=_mailboxes(values("Cc")),
+        message_id=ids[0] if ids and _MESSAGE_ID.fullmatch(ids[0]) else None,
+    )
+
+
+def store_raw(tx: Tx, mail: RawMail, now: datetime) -> str:
+    """Store an email sent as given, queued for delivery; its id. In the caller's unit of
+    work; wake delivery with `wake` after the commit. NotFound if the domain is gone.
+    """
+    if mail.source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, not {mail.source!r}")
+    if not mail.recipients:
+        raise ValueError("a message needs at least one recipient")
+    domain = domains.get(tx, mail.workspace_id, mail.domain_id)
+    if domain is None:
+        raise NotFound("the sending domain does not exist")
+    summary = summarize(mail.data)
+    recipients = list(dict.fromkeys(_address(r) for r in mail.recipients))
+    named = {box["email"] for box in summary.to + summary.cc}
+    # A message whose header names nobody (a list, an undisclosed-recipients group) is shown
+    # as sent to its envelope recipients.
+    unnamed = "bcc" if named else "to"
+    email_id = new_id()
+    record = Email(
+        id=email_id,
+        workspace_id=mail.workspace_id,
+        domain_id=domain.id,
+        from_address=summary.from_address or _address(mail.from_email),
+        from_name=summary.from_name,
+        to=summary.to if named else [{"email": r, "name": None} for r in recipients],
+        cc=summary.cc,
+        bcc=[{"email": r, "name": None} for r in recipients if named and r not in named],
+        reply_to=None,
+        subject=summary.subject,
+        html=None,
+        text=None,
+        headers={},
+        tags=[],
+        attachments=[],
+        status="queued",
+        source=mail.source,
+        message_id=summary.message_id or new_message_id(domain.name),
+        rejection_reason=None,
+        retry_of_id=None,
+        send_at=None,
+        created_at=now,
+        updated_at=now,
+        delivered_at=None,
+    )
+    kinds = {box["email"]: kind for kind in ("cc", "to") for box in getattr(summary, kind)}
+    rows = [
+        Recipient(
+            email_id,
+            address,
+            kinds.get(address, unnamed),
+            address.rsplit("@", 1)[1],
+            "queued",
+            0,
+            now,
+            None,
+            now,
+        )
+        for address in recipients
+    ]
+    meta = {"subject": summary.subject, "tags": [], "source": mail.source}
+    event = Event(new_id(), email_id, mail.workspace_id, "email.queued", None, meta, now)
+    emails.insert(tx, [record], rows, [event])
+    emails.insert_raw(tx, email_id, mail.data)
+    emails.count_sent(tx, mail.workspace_id, now.strftime("%Y-%m"), 1)
+    return email_id
+
+
+def _address(address: str) -> str:
+    """Addresses are kept lower-cased, as everywhere in Postroom (docs/decisions.md)."""
+    local, at, domain = address.strip().rpartition("@")
+    if not at or not local or not domain:
+        raise ValueError(f"{address!r} is not an email address")
+    return f"{local}@{domain}".lower()
+
+
+async def queue_raw(rt: Runtime, mail: RawMail) -> str:
+    """Store an email sent as given (committed when this returns) and wake delivery."""
+    email_id: str = await rt.db.write(store_raw, mail, rt.clock.now())
+    wake(rt, [mail])
+    return email_id
+
+
+def wake(rt: Runtime, mails: Iterable[RawMail]) -> None:
+    """Tell delivery that these stored mails' recipient domains have work (after commit)."""
+    rt.delivery.wake(
+        sorted({address.rsplit("@", 1)[1].lower() for mail in mails for address in mail.recipients})
+    )
