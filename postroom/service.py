@@ -25,6 +25,7 @@ from engine.delivery.router import DeliveryRouter
 from engine.delivery.wakeups import Wakeups
 from engine.dns import make_resolver
 from engine.domain_checker import DomainChecker
+from engine.forwarder import Forwarder
 from engine.key_cache import KeyCache
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
@@ -86,7 +87,12 @@ async def serve(
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
         supervisor = Supervisor(
-            [DeliveryRouter(rt), WebhookDispatcher(rt, settings.extra_ca_file), DomainChecker(rt)]
+            [
+                DeliveryRouter(rt),
+                WebhookDispatcher(rt, settings.extra_ca_file),
+                DomainChecker(rt),
+                Forwarder(rt, settings.extra_ca_file),
+            ]
         )
         app = create_app(rt, supervisor, build_registry(db, supervisor))
         async with trio.open_nursery() as engine:

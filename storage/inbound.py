@@ -194,3 +194,17 @@ def record_outcomes(tx: Tx, outcomes: Sequence[Outcome], now: datetime) -> None:
             for o in outcomes
         ),
     )
+
+
+def finish(tx: Tx, message_ids: Sequence[str]) -> int:
+    """Delete those of these messages that have no unfinished job left; how many."""
+    if not message_ids:
+        return 0
+    names = {f"id{i}": message_id for i, message_id in enumerate(set(message_ids))}
+    placeholders = ", ".join(f":{name}" for name in names)
+    return tx.execute(
+        f"DELETE FROM inbound_messages WHERE id IN ({placeholders}) AND NOT EXISTS (SELECT 1"
+        " FROM forward_jobs j WHERE j.message_id = inbound_messages.id"
+        " AND j.status IN ('pending', 'retrying'))",
+        names,
+    )

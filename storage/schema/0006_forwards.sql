@@ -1,6 +1,7 @@
 -- Inbound forwarding: the rules, the inbound messages the MX listener accepted (committed
 -- before it answers 250), the work each message makes (one job per destination, leased by
--- the forwarder like delivery work), and the log of forwarded copies.
+-- the forwarder like delivery work; a message is deleted once its jobs are all finished, the
+-- jobs stay as the record of each attempt), and the log of forwarded copies.
 
 CREATE TABLE forwards (
     id TEXT PRIMARY KEY,
@@ -30,7 +31,7 @@ CREATE TABLE inbound_messages (
 
 CREATE TABLE forward_jobs (
     id TEXT PRIMARY KEY,
-    message_id TEXT NOT NULL REFERENCES inbound_messages (id),
+    message_id TEXT NOT NULL,
     forward_id TEXT NOT NULL,
     workspace_id TEXT NOT NULL,
     original_to TEXT NOT NULL,

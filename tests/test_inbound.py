@@ -1,0 +1,208 @@
+"""Inbound mail end to end: a message for a forwarded address reaches the destination
+mailbox (through delivery, at the SMTP sink) and the destination URL (JSON, at the HTTPS
+receiver); unknown and paused addresses are refused; logs, count and stats follow."""
+
+from __future__ import annotations
+
+import smtplib
+from email.message import EmailMessage
+from typing import Any
+
+import trio
+from trio.testing import MockClock
+
+from engine import inbound
+from tests.harness.dns_server import DnsServer
+from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_forwards import DOMAIN, SOURCE, forwarding_account, rule
+from tests.test_sending import dkim_verifies, route_mail
+
+DESTINATION = "me@elsewhere.example"
+
+
+def letter(to: str = SOURCE, subject: str = "Hello there", attachment: bool = False) -> bytes:
+    message = EmailMessage()
+    message["From"] = "Alice Example <alice@sender.example>"
+    message["To"] = to
+    message["Subject"] = subject
+    message["Message-ID"] = "<first-letter@sender.example>"
+    message.set_content("Plain words.\n")
+    message.add_alternative("<p>Plain <b>words</b>.</p>\n", subtype="html")
+    if attachment:
+        message.add_attachment(
+            b"%PDF-1.4 not really", maintype="application", subtype="pdf", filename="a.pdf"
+        )
+    return message.as_bytes(policy=message.policy.clone(linesep="\r\n"))
+
+
+def _smtp_send(address: tuple[str, int], sender: str, rcpts: list[str], data: bytes) -> set[str]:
+    with smtplib.SMTP(*address, timeout=10) as client:
+        try:
+            refused = client.sendmail(sender, rcpts, data)
+        except smtplib.SMTPRecipientsRefused as exc:
+            return set(exc.recipients)
+        return set(refused)
+
+
+async def send_inbound(
+    service: Service, rcpts: list[str], data: bytes, sender: str = "alice@sender.example"
+) -> set[str]:
+    """Hand a message to the inbound MX server; the recipients it refused.
+
+    Through smtplib once the service runs its inbound listener, else through the engine
+    functions that listener calls (accepts per RCPT, receive after DATA).
+    """
+    address = getattr(service.running, "inbound_address", None)
+    if address is not None:
+        return await trio.to_thread.run_sync(_smtp_send, address, sender, rcpts, data)
+    rt = service.running.runtime
+    accepted = [r for r in rcpts if await inbound.accepts(rt, r)]
+    if accepted:
+        await inbound.receive(rt, sender, accepted, data)
+    return set(rcpts) - set(accepted)
+
+
+async def poll(account: Account, path: str, done: Any, **params: Any) -> Any:
+    with trio.fail_after(15):
+        while True:
+            body = (await account.client.get(path, params=params)).json()
+            if done(body):
+                return body
+            await trio.sleep(0.05)
+
+
+async def test_forwarded_mail_reaches_the_mailbox_and_the_url(
+    service: Service,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    https_receiver: HttpsReceiver,
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    route_mail(dns_server, "elsewhere.example")
+    forward = (
+        await account.client.post(
+            "/v1/forwards/",
+            json=rule(
+                domain,
+                destination_emails=[DESTINATION],
+                destination_urls=[https_receiver.url + "/inbound"],
+            ),
+        )
+    ).json()
+    original = letter(attachment=True)
+    assert await send_inbound(service, [SOURCE], original) == set()
+
+    [copy] = await smtp_sink.wait_for_messages(1)
+    assert copy.rcpt_to == (DESTINATION,)
+    assert copy.mail_from.startswith("bounces+") and copy.mail_from.endswith(f"@{DOMAIN}")
+    assert b"From: Alice Example <alice@sender.example>" in copy.data
+    assert b"Subject: Hello there" in copy.data
+    assert f"X-Original-To: {SOURCE}".encode() in copy.data
+    assert await trio.to_thread.run_sync(dkim_verifies, copy.data, dns_server)
+
+    [request] = await https_receiver.wait_for_requests(1)
+    assert request.method == "POST" and request.path == "/inbound"
+    document = request.json()
+    assert document["forward_id"] == forward["id"]
+    assert document["recipient"] == SOURCE
+    assert document["from"] == "Alice Example <alice@sender.example>"
+    assert document["to"] == SOURCE
+    assert document["subject"] == "Hello there"
+    assert document["text"] == "Plain words.\n"
+    assert "<b>words</b>" in document["html"]
+    assert {"name": "Message-ID", "value": "<first-letter@sender.example>"} in document["headers"]
+    [attached] = document["attachments"]
+    assert attached["filename"] == "a.pdf"
+    assert attached["content_type"] == "application/pdf"
+    assert attached["size"] == len(b"%PDF-1.4 not really")
+
+    logs = await poll(account, "/v1/forwards/logs", lambda body: len(body) == 2)
+    assert {e["forwarded_to"] for e in logs} == {DESTINATION, https_receiver.url + "/inbound"}
+    for entry in logs:
+        assert entry["from_address"] == "alice@sender.example"
+        assert entry["original_to"] == SOURCE
+        assert entry["subject"] == "Hello there"
+        assert entry["message_id"] == "<first-letter@sender.example>"
+        assert entry["size_bytes"] == len(original)
+        assert entry["created_at"].endswith("Z")
+    count = await account.client.get(
+        "/v1/forwards/logs/count", params={"forward_id": forward["id"]}
+    )
+    assert count.json() == {"count": 2}
+    stats = (await account.client.get("/v1/forwards/stats")).json()
+    assert stats == {"total_this_month": 2, "per_rule": {forward["id"]: 2}}
+    [listed] = (await account.client.get("/v1/forwards/")).json()
+    assert listed["delivery_count"] == 2
+    assert listed["last_delivered_at"] is not None
+
+
+async def test_unknown_addresses_are_refused(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    await account.client.post("/v1/forwards/", json=rule(domain))
+    unknown = [
+        f"nobody@{DOMAIN}",
+        "someone@not-ours.example",
+        f"bounces+2b0f2a44-8f4b-4a5e-9a0c-7d1c7a1e0c11@{DOMAIN}",  # no such email
+    ]
+    assert await send_inbound(service, unknown, letter()) == set(unknown)
+    await trio.sleep(0.5)
+    assert smtp_sink.messages == []
+
+
+async def test_paused_forward_refuses_until_resumed(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    route_mail(dns_server, "elsewhere.example")
+    forward = (await account.client.post("/v1/forwards/", json=rule(domain))).json()
+    path = f"/v1/forwards/{forward['id']}"
+    await account.client.patch(path, json={"is_active": False})
+    assert await send_inbound(service, [SOURCE], letter(subject="while paused")) == {SOURCE}
+    await account.client.patch(path, json={"is_active": True})
+    assert await send_inbound(service, [SOURCE], letter(subject="resumed")) == set()
+    [copy] = await smtp_sink.wait_for_messages(1)
+    assert b"Subject: resumed" in copy.data
+    await account.client.delete(path)
+    assert await send_inbound(service, [SOURCE], letter(subject="deleted")) == {SOURCE}
+
+
+async def test_failing_url_is_retried_on_the_schedule(
+    service: Service, dns_server: DnsServer, https_receiver: HttpsReceiver, clock: MockClock
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    url = https_receiver.url + "/flaky"
+    await account.client.post(
+        "/v1/forwards/", json=rule(domain, destination_emails=[], destination_urls=[url])
+    )
+    https_receiver.respond_sequence([500, 503])
+    assert await send_inbound(service, [SOURCE], letter()) == set()
+    await https_receiver.wait_for_requests(1)
+    await trio.sleep(1)
+    assert len(https_receiver.requests) == 1
+    assert await poll(account, "/v1/forwards/logs/count", lambda b: True) == {"count": 0}
+    clock.jump(60)  # first retry after 1 minute
+    await https_receiver.wait_for_requests(2)
+    await trio.sleep(0.5)  # the failure is recorded, and the next retry timed from it
+    clock.jump(300)  # second after 5 more
+    await https_receiver.wait_for_requests(3)
+    assert await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
+    assert [r.json()["subject"] for r in https_receiver.requests] == ["Hello there"] * 3
+
+
+async def test_one_message_to_two_rules_is_forwarded_once_per_rule(
+    service: Service, dns_server: DnsServer, https_receiver: HttpsReceiver
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    url = https_receiver.url + "/two"
+    for source in (SOURCE, f"sales@{DOMAIN}"):
+        body = rule(domain, source_email=source, destination_emails=[], destination_urls=[url])
+        assert (await account.client.post("/v1/forwards/", json=body)).status_code == 201
+    assert await send_inbound(service, [SOURCE, f"sales@{DOMAIN}"], letter()) == set()
+    requests = await https_receiver.wait_for_requests(2)
+    assert {r.json()["recipient"] for r in requests} == {SOURCE, f"sales@{DOMAIN}"}
+    await trio.sleep(0.5)
+    assert len(https_receiver.requests) == 2
