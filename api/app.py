@@ -12,6 +12,8 @@ from api.routes import (
     api_keys,
     audit_log,
     bimi,
+    broadcasts,
+    contacts,
     domains,
     emails,
     forwards,
@@ -20,6 +22,7 @@ from api.routes import (
     sessions,
     smtp_credentials,
     suppressions,
+    templates,
     tracking,
     verify,
     webhooks,
@@ -45,6 +48,9 @@ BLUEPRINTS = (
     bimi.blueprint,
     forwards.blueprint,
     smtp_credentials.blueprint,
+    contacts.blueprint,
+    templates.blueprint,
+    broadcasts.blueprint,
 )
 
 

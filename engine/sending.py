@@ -312,32 +312,32 @@ def suppression_overrides(
     }
 
 
-def _store(
-    tx: Tx,
-    who: Principal,
+def _unique_addresses(boxes: dict[str, list[Mailbox]]) -> list[str]:
+    return list(dict.fromkeys(box.email for kind in ("to", "cc", "bcc") for box in boxes[kind]))
+
+
+def email_records(
     req: SendRequest,
-    plan: plans.Plan,
+    from_email: str,
+    boxes: dict[str, list[Mailbox]],
+    workspace_id: str,
+    domain_id: str,
     now: datetime,
+    *,
     source: str,
-    retry_of_id: str | None,
-) -> tuple[SendResult, list[str]]:
-    """Store the email; its result and the recipient domains now queued for delivery."""
-    boxes = _addresses(req, []) or {"to": [], "cc": [], "bcc": []}
-    recipients = list(
-        dict.fromkeys(box.email for kind in ("to", "cc", "bcc") for box in boxes[kind])
-    )
-    ctx = _context(tx, who.workspace_id, _from_email(req), recipients, now)
-    _raise_first(_context_issues(ctx, plan))
-    assert ctx.domain_id is not None
-    rejection = attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now)
+    rejection: str | None = None,
+    retry_of_id: str | None = None,
+) -> tuple[Email, list[Recipient], Event]:
+    """The rows that store one accepted email: it, its recipients (none if rejected), its
+    first event. `from_email` and `boxes` are already normalised; nothing is checked here."""
+    recipients = _unique_addresses(boxes)
     email_id = new_id()
-    from_email = _from_email(req)
     status = "rejected" if rejection else "scheduled" if req.send_at else "queued"
     due = req.send_at or now
     record = Email(
         id=email_id,
-        workspace_id=who.workspace_id,
-        domain_id=ctx.domain_id,
+        workspace_id=workspace_id,
+        domain_id=domain_id,
         from_address=from_email,
         from_name=req.from_.name,
         to=[{"email": b.email, "name": b.name} for b in boxes["to"]],
@@ -392,13 +392,44 @@ def _store(
     meta: dict[str, Any] = {"subject": req.subject, "tags": list(req.tags)}
     if rejection:
         meta["reason"] = rejection
-    event = Event(new_id(), email_id, who.workspace_id, f"email.{event_type}", None, meta, now)
+    event = Event(new_id(), email_id, workspace_id, f"email.{event_type}", None, meta, now)
+    return record, rows, event
+
+
+def _store(
+    tx: Tx,
+    who: Principal,
+    req: SendRequest,
+    plan: plans.Plan,
+    now: datetime,
+    source: str,
+    retry_of_id: str | None,
+) -> tuple[SendResult, list[str]]:
+    """Store the email; its result and the recipient domains now queued for delivery."""
+    boxes = _addresses(req, []) or {"to": [], "cc": [], "bcc": []}
+    recipients = _unique_addresses(boxes)
+    from_email = _from_email(req)
+    ctx = _context(tx, who.workspace_id, from_email, recipients, now)
+    _raise_first(_context_issues(ctx, plan))
+    assert ctx.domain_id is not None
+    rejection = attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now)
+    record, rows, event = email_records(
+        req,
+        from_email,
+        boxes,
+        who.workspace_id,
+        ctx.domain_id,
+        now,
+        source=source,
+        rejection=rejection,
+        retry_of_id=retry_of_id,
+    )
     emails.insert(tx, [record], rows, [event])
     if not rejection:
         emails.count_sent(tx, who.workspace_id, _month(now), 1)
     # Scheduled ones too: the domain's queue then sleeps until their time comes.
     queued = sorted({r.domain for r in rows})
-    return SendResult(email_id, status, record.message_id, rejection), queued
+    return SendResult(record.id, record.status, record.message_id, rejection), queued
 
 
 async def send(

@@ -182,7 +182,7 @@ def _idempotency_key() -> str | None:
     return key
 
 
-async def _at_most_once(
+async def at_most_once(
     body: pydantic.BaseModel, run: Callable[[], Awaitable[tuple[Any, int]]]
 ) -> tuple[Any, int]:
     """Run a sending request, or replay its first response when its Idempotency-Key was seen."""
@@ -200,7 +200,7 @@ async def send(body: SendBody) -> tuple[dict[str, Any], int]:
     async def run() -> tuple[Any, int]:
         return _send_response(await sending.send(runtime(), principal(), body.to_request())), 202
 
-    response, status = await _at_most_once(body, run)
+    response, status = await at_most_once(body, run)
     return response, status
 
 
@@ -293,7 +293,7 @@ async def send_batch(body: BatchBody) -> tuple[list[dict[str, Any]], int]:
         ]
         return [o.model_dump(mode="json") for o in out], 202
 
-    response, status = await _at_most_once(body, run)
+    response, status = await at_most_once(body, run)
     return response, status
 
 

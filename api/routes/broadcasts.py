@@ -1,0 +1,47 @@
+"""`/v1/broadcasts/`: the bulk sends of the workspace, newest first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from quart import Blueprint
+from quart_schema import document_response
+
+from api.auth import principal, runtime
+from api.models import Out, PageQuery
+from api.validation import query_args
+from engine import bulk_send
+
+blueprint = Blueprint("broadcasts", __name__, url_prefix="/v1/broadcasts")
+
+
+class BroadcastOut(Out):
+    id: str
+    name: str
+    contact_list_id: str
+    sender_id: str
+    domain_id: str
+    from_address: str
+    tags: list[str]
+    status: str
+    queued: int
+    skipped: int
+    failure_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@blueprint.get("/")
+@query_args(PageQuery)
+@document_response(list[BroadcastOut])
+async def list_broadcasts(query: PageQuery) -> list[dict[str, object]]:
+    found = await bulk_send.broadcasts_page(runtime(), principal(), query.page, query.limit)
+    return [BroadcastOut.model_validate(b).model_dump(mode="json") for b in found]
+
+
+@blueprint.get("/<id:broadcast_id>")
+@document_response(BroadcastOut)
+async def get(broadcast_id: str) -> dict[str, object]:
+    found = await bulk_send.broadcast(runtime(), principal(), broadcast_id)
+    return BroadcastOut.model_validate(found).model_dump(mode="json")

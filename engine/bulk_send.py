@@ -1,0 +1,272 @@
+"""Bulk send: one personalised email per contact of a list, recorded as a broadcast.
+
+Rules (spec: Contacts, bulk send body):
+- `contact_list_id` must equal the list in the URL (400); an unknown list, or a sender that
+  is unknown, inactive or not on a verified domain, is 404; an empty list is 400.
+- Subject, html and text are rendered per contact with `engine.variables` (`{{email}}`,
+  `{{name}}`, `{{<metadata key>}}`; unknown ones render empty, values HTML-escaped in html).
+- Contacts whose address is suppressed (any reason) or not a plausible address are skipped
+  and named in `errors`; the suppression override of single sends does not apply here.
+- The plan's monthly volume is checked once for the whole send: if the contacts to be sent
+  to do not fit in what is left of the month, nothing is sent (403 plan_limit).
+
+The broadcast row and the volume reservation are written first; then the list is walked in
+`seq` order, CHUNK contacts per transaction of multi-row inserts (the same rows a single send
+stores, built by `sending.email_records`), waking delivery after each commit; finally the
+broadcast becomes `sent` (or `failed` when nothing was queued) and the volume is corrected to
+what was actually queued. The walk is shielded from cancellation: once started it finishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import trio
+
+from engine import plans
+from engine.activity import Change, record
+from engine.contacts import CappedErrors
+from engine.errors import InvalidRequest, NotFound, PlanLimit
+from engine.runtime import Principal, Runtime
+from engine.sending import Mailbox, SendRequest, email_records
+from engine.variables import contact_values, render, render_subject
+from storage import broadcasts, contacts, domains, emails
+from storage.broadcasts import Broadcast
+from storage.codec import new_id
+from storage.domains import Sender
+from storage.emails import Email, Event, Recipient
+from storage.tx import Tx
+
+CHUNK = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class BulkSendRequest:
+    contact_list_id: str
+    sender_address_id: str
+    subject: str
+    html: str | None = None
+    text: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BulkSendResult:
+    broadcast_id: str
+    queued: int
+    skipped: int
+    errors: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    broadcast: Broadcast
+    sender: Sender
+    reserved: int  # emails counted against the month up front
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """What one transaction of the walk did."""
+
+    last_seq: int | None  # None: the list had no contacts left
+    queued: int
+    skipped: list[str]  # why each skipped contact was skipped
+    domains: list[str]  # recipient domains that got mail
+
+
+@dataclass(slots=True)
+class _Progress:
+    after_seq: int = -1
+    done: bool = False
+    queued: int = 0
+    skipped: int = 0
+    errors: CappedErrors = field(default_factory=CappedErrors)
+
+    def add(self, chunk: _Chunk) -> None:
+        if chunk.last_seq is None:
+            self.done = True
+            return
+        self.after_seq = chunk.last_seq
+        self.queued += chunk.queued
+        self.skipped += len(chunk.skipped)
+        for reason in chunk.skipped:
+            self.errors.add(reason)
+
+
+def _month(now: datetime) -> str:
+    return now.strftime("%Y-%m")
+
+
+def _start(tx: Tx, who: Principal, req: BulkSendRequest, now: datetime) -> _Started:
+    found = contacts.get_list(tx, who.workspace_id, req.contact_list_id)
+    if found is None:
+        raise NotFound("contact list not found")
+    sender = domains.get_sender(tx, who.workspace_id, req.sender_address_id)
+    domain = None if sender is None else domains.get(tx, who.workspace_id, sender.domain_id)
+    if sender is None or domain is None:
+        raise NotFound("sender address not found", code="sender_not_found")
+    if not sender.is_active or domain.status != "verified":
+        raise NotFound(
+            f"sender address {sender.email} is not active on a verified domain",
+            code="sender_not_found",
+        )
+    if found.contact_count == 0:
+        raise InvalidRequest("the contact list is empty", code="empty_list")
+    plan = plans.plan(who.plan)
+    to_send = found.contact_count - contacts.count_suppressed(tx, who.workspace_id, found.id)
+    used = emails.sent_in_month(tx, who.workspace_id, _month(now))
+    if plan.emails_per_month != plans.UNLIMITED and used + to_send > plan.emails_per_month:
+        raise PlanLimit(
+            f"the {plan.name} plan allows {plan.emails_per_month} emails a month; {used} are"
+            f" used and this send needs {to_send}",
+            limit=plan.emails_per_month,
+        )
+    emails.count_sent(tx, who.workspace_id, _month(now), to_send)
+    broadcast = Broadcast(
+        id=new_id(),
+        workspace_id=who.workspace_id,
+        contact_list_id=found.id,
+        sender_id=sender.id,
+        domain_id=domain.id,
+        from_address=sender.email,
+        name=req.subject,
+        tags=list(req.tags),
+        status="sending",
+        queued=0,
+        skipped=0,
+        failure_reason=None,
+        created_at=now,
+        updated_at=now,
+        finished_at=None,
+    )
+    broadcasts.insert(tx, broadcast)
+    record(
+        tx,
+        who.workspace_id,
+        who.user_email,
+        Change("broadcast.created", req.subject, broadcast.id, {"contact_list": found.name}),
+        now,
+    )
+    return _Started(broadcast, sender, to_send)
+
+
+def _plausible(email: str) -> bool:
+    # Contacts were validated when added; this only guards against rows that were not.
+    local, _, domain = email.rpartition("@")
+    return bool(local) and "." in domain and " " not in email
+
+
+def _queue_chunk(
+    tx: Tx, started: _Started, req: BulkSendRequest, after_seq: int, now: datetime
+) -> _Chunk:
+    """Queue the CHUNK contacts after `after_seq`."""
+    broadcast = started.broadcast
+    batch = contacts.recipients_after(
+        tx, broadcast.workspace_id, broadcast.contact_list_id, after_seq, CHUNK
+    )
+    if not batch:
+        return _Chunk(None, 0, [], [])
+    sender = Mailbox(started.sender.email, started.sender.name)
+    records: list[Email] = []
+    rows: list[Recipient] = []
+    events: list[Event] = []
+    skipped: list[str] = []
+    for contact in batch:
+        if contact.suppressed is not None:
+            skipped.append(f"{contact.email}: suppressed ({contact.suppressed})")
+            continue
+        if not _plausible(contact.email):
+            skipped.append(f"{contact.email}: not a valid email address")
+            continue
+        values = contact_values(contact.email, contact.name, contact.metadata)
+        to = Mailbox(contact.email, contact.name)
+        personal = SendRequest(
+            from_=sender,
+            to=(to,),
+            subject=render_subject(req.subject, values),
+            html=None if req.html is None else render(req.html, values, escape_html=True),
+            text=None if req.text is None else render(req.text, values),
+            tags=req.tags,
+        )
+        email, recipients, event = email_records(
+            personal,
+            sender.email,
+            {"to": [to], "cc": [], "bcc": []},
+            broadcast.workspace_id,
+            broadcast.domain_id,
+            now,
+            source="broadcast",
+        )
+        records.append(email)
+        rows.extend(recipients)
+        events.append(event)
+    emails.insert(tx, records, rows, events)
+    return _Chunk(batch[-1].seq, len(records), skipped, sorted({row.domain for row in rows}))
+
+
+def _finish(
+    tx: Tx, who: Principal, started: _Started, progress: _Progress, error: str | None, now: datetime
+) -> None:
+    broadcast = started.broadcast
+    if progress.queued != started.reserved:  # contacts changed meanwhile, or it stopped
+        emails.count_sent(
+            tx, who.workspace_id, _month(broadcast.created_at), progress.queued - started.reserved
+        )
+    if error is None and progress.queued == 0:
+        error = "every contact was skipped"
+    status = "failed" if error is not None else "sent"
+    broadcasts.finish(tx, broadcast.id, status, progress.queued, progress.skipped, error, now)
+    meta: dict[str, Any] = {"queued": progress.queued, "skipped": progress.skipped}
+    if error is not None:
+        meta["reason"] = error
+    record(
+        tx,
+        who.workspace_id,
+        who.user_email,
+        Change(f"broadcast.{status}", broadcast.name, broadcast.id, meta),
+        now,
+    )
+
+
+async def send_to_list(
+    rt: Runtime, who: Principal, list_id: str, req: BulkSendRequest
+) -> BulkSendResult:
+    """Queue one personalised email per eligible contact of the list."""
+    if req.contact_list_id != list_id:
+        raise InvalidRequest(
+            "contact_list_id must be the list named in the URL", code="list_mismatch"
+        )
+    started = await rt.db.write(_start, who, req, rt.clock.now())
+    progress = _Progress()
+    error: str | None = None
+    with trio.CancelScope(shield=True):
+        try:
+            while not progress.done:
+                chunk = await rt.db.transaction(
+                    _queue_chunk, started, req, progress.after_seq, rt.clock.now()
+                )
+                progress.add(chunk)
+                rt.delivery.wake(chunk.domains)
+        except Exception as exc:
+            error = f"queuing stopped: {exc}"
+            raise
+        finally:
+            await rt.db.write(_finish, who, started, progress, error, rt.clock.now())
+    return BulkSendResult(
+        started.broadcast.id, progress.queued, progress.skipped, progress.errors.result()
+    )
+
+
+async def broadcasts_page(rt: Runtime, who: Principal, page: int, limit: int) -> list[Broadcast]:
+    """The workspace's broadcasts, newest first; `page` is zero-based."""
+    return await rt.db.read(broadcasts.page, who.workspace_id, page * limit, limit)
+
+
+async def broadcast(rt: Runtime, who: Principal, broadcast_id: str) -> Broadcast:
+    found = await rt.db.read(broadcasts.get, who.workspace_id, broadcast_id)
+    if found is None:
+        raise NotFound("broadcast not found")
+    return found

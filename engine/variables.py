@@ -1,0 +1,59 @@
+"""Template variables: `{{name}}` placeholders, found and filled in (pure functions).
+
+One renderer serves templates and bulk sends. Rules:
+- A placeholder is `{{` name `}}`; spaces inside the braces are ignored, and a name is any
+  text without braces or line breaks (CSV headers such as `First Name` are valid names).
+- Substitution is a single pass: a value that itself contains `{{x}}` is not expanded again.
+  An unknown variable renders as the empty string. Values are HTML-escaped in HTML bodies,
+  and have line breaks folded into spaces in subjects (no header injection).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping
+from typing import Any
+
+PLACEHOLDER = re.compile(r"\{\{\s*([^{}\r\n]+?)\s*\}\}")
+_LINE_BREAKS = re.compile(r"[\r\n]+")
+
+
+def extract(*texts: str | None) -> list[str]:
+    """The variable names used in the texts: each once, sorted."""
+    return sorted({m.group(1) for text in texts if text for m in PLACEHOLDER.finditer(text)})
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render(template: str, values: Mapping[str, Any], *, escape_html: bool = False) -> str:
+    """The template with every placeholder replaced by its value (empty when unknown)."""
+    if "{{" not in template:
+        return template
+
+    def fill(match: re.Match[str]) -> str:
+        value = _text(values.get(match.group(1)))
+        return html.escape(value) if escape_html else value
+
+    return PLACEHOLDER.sub(fill, template)
+
+
+def render_subject(template: str, values: Mapping[str, Any]) -> str:
+    """A subject line: values with line breaks folded into single spaces."""
+    return _LINE_BREAKS.sub(" ", render(template, values))
+
+
+def contact_values(
+    email: str, name: str | None, metadata: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The variables of one contact: its metadata, then `email` and `name` (these win)."""
+    values: dict[str, Any] = dict(metadata or {})
+    values["email"] = email
+    values["name"] = name or ""
+    return values

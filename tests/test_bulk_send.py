@@ -1,0 +1,243 @@
+"""Bulk send: personalised mail per contact to the sink, skips, refusals, broadcasts."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from email.message import EmailMessage
+from typing import Any
+
+import trio
+
+from tests.harness.dns_server import DnsServer
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_contacts import MISSING, add_contact, create_list
+from tests.test_sending import ready_account, route_mail
+
+RECIPIENT_DOMAIN = "customers.example"
+
+
+async def sender_id(account: Account) -> str:
+    senders: list[dict[str, Any]] = (await account.client.get("/v1/senders/")).json()
+    return str(senders[0]["id"])
+
+
+def body(list_id: str, sender: str, **extra: Any) -> dict[str, Any]:
+    payload = {
+        "contact_list_id": list_id,
+        "sender_address_id": sender,
+        "subject": "Hello {{name}}, your {{plan}} plan",
+        "html": "<p>Dear {{ name }}, code {{code}} for {{email}}.{{unknown}}</p>",
+        "text": "Dear {{name}}, code {{code}} for {{email}}.{{unknown}}",
+        "tags": ["news"],
+    }
+    payload.update(extra)
+    return payload
+
+
+def parsed(data: bytes) -> EmailMessage:
+    message = email.message_from_bytes(data, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+def part(message: EmailMessage, subtype: str) -> str:
+    found = message.get_body(preferencelist=(subtype,))
+    assert found is not None
+    content: str = found.get_content()
+    return content
+
+
+async def broadcasts(account: Account) -> list[dict[str, Any]]:
+    response = await account.client.get("/v1/broadcasts/")
+    assert response.status_code == 200
+    found: list[dict[str, Any]] = response.json()
+    return found
+
+
+async def test_personalised_mail_reaches_each_contact_and_suppressed_ones_are_skipped(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, RECIPIENT_DOMAIN)
+    contact_list = await create_list(account)
+    list_id = contact_list["id"]
+    await add_contact(
+        account,
+        list_id,
+        f"ann@{RECIPIENT_DOMAIN}",
+        name="Ann",
+        metadata={"plan": "gold", "code": "<A&1>"},
+    )
+    await add_contact(account, list_id, f"bob@{RECIPIENT_DOMAIN}", metadata={"code": "B2"})
+    await add_contact(account, list_id, f"carol@{RECIPIENT_DOMAIN}", name="Carol")
+    suppressed = await account.client.post(
+        "/v1/suppressions/", json={"email": f"carol@{RECIPIENT_DOMAIN}", "reason": "unsubscribe"}
+    )
+    assert suppressed.status_code == 201
+
+    response = await account.client.post(
+        f"/v1/contacts/{list_id}/send", json=body(list_id, await sender_id(account))
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "queued": 2,
+        "skipped": 1,
+        "errors": [f"carol@{RECIPIENT_DOMAIN}: suppressed (unsubscribe)"],
+    }
+
+    received = await smtp_sink.wait_for_messages(2)
+    by_rcpt = {m.rcpt_to: parsed(m.data) for m in received}
+    assert set(by_rcpt) == {(f"ann@{RECIPIENT_DOMAIN}",), (f"bob@{RECIPIENT_DOMAIN}",)}
+    ann = by_rcpt[(f"ann@{RECIPIENT_DOMAIN}",)]
+    assert ann["Subject"] == "Hello Ann, your gold plan"
+    assert ann["To"] == f"Ann <ann@{RECIPIENT_DOMAIN}>"
+    assert part(ann, "plain").strip() == f"Dear Ann, code <A&1> for ann@{RECIPIENT_DOMAIN}."
+    assert f"<p>Dear Ann, code &lt;A&amp;1&gt; for ann@{RECIPIENT_DOMAIN}.</p>" in part(ann, "html")
+    bob = by_rcpt[(f"bob@{RECIPIENT_DOMAIN}",)]
+    assert bob["Subject"] == "Hello , your  plan"  # no name, no plan: both empty
+    assert part(bob, "plain").strip() == f"Dear , code B2 for bob@{RECIPIENT_DOMAIN}."
+    for message in (ann, bob):
+        assert message["List-Unsubscribe"].startswith("<http://postroom.test/")
+        assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    assert ann["List-Unsubscribe"] != bob["List-Unsubscribe"]
+
+    [broadcast] = await broadcasts(account)
+    assert broadcast["status"] == "sent"
+    assert broadcast["queued"] == 2 and broadcast["skipped"] == 1
+    assert broadcast["contact_list_id"] == list_id
+    assert broadcast["name"] == "Hello {{name}}, your {{plan}} plan"
+    assert broadcast["tags"] == ["news"]
+    log = (await account.client.get("/v1/emails/", params={"limit": 10})).json()
+    assert sorted(e["to_addresses"][0] for e in log) == [
+        f"ann@{RECIPIENT_DOMAIN}",
+        f"bob@{RECIPIENT_DOMAIN}",
+    ]
+    assert {e["source"] for e in log} == {"broadcast"}
+    assert all(e["tags"] == ["news"] for e in log)
+    activity = (await account.client.get("/v1/audit-log", params={"category": "Send"})).json()
+    actions = [i["action"] for i in activity["items"]]
+    assert actions[:2] == ["broadcast.sent", "broadcast.created"]
+
+
+async def test_refusals_have_the_spec_status_codes(service: Service, dns_server: DnsServer) -> None:
+    account = await ready_account(service, dns_server)
+    sender = await sender_id(account)
+    contact_list = await create_list(account)
+    list_id = contact_list["id"]
+    other_list = await create_list(account, "Other")
+    path = f"/v1/contacts/{list_id}/send"
+
+    empty = await account.client.post(path, json=body(list_id, sender))
+    assert empty.status_code == 400
+    assert empty.json()["code"] == "empty_list"
+    await add_contact(account, list_id, "ann@example.com")
+
+    mismatch = await account.client.post(path, json=body(other_list["id"], sender))
+    assert mismatch.status_code == 400
+    assert mismatch.json()["code"] == "list_mismatch"
+
+    unknown_sender = await account.client.post(path, json=body(list_id, MISSING))
+    assert unknown_sender.status_code == 404
+    unknown_list = await account.client.post(
+        f"/v1/contacts/{MISSING}/send", json=body(MISSING, sender)
+    )
+    assert unknown_list.status_code == 404
+
+    for invalid in (
+        body(list_id, sender, html=None, text=None),
+        body(list_id, sender, subject=""),
+        body("not-a-uuid", sender),
+        {k: v for k, v in body(list_id, sender).items() if k != "sender_address_id"},
+        body(list_id, sender, tags="news"),
+    ):
+        response = await account.client.post(path, json=invalid)
+        assert response.status_code == 422, invalid
+        assert response.json()["code"] == "validation_error"
+
+    # Another workspace sees neither the list nor the sender.
+    stranger = await service.account("starter")
+    assert (await stranger.client.post(path, json=body(list_id, sender))).status_code == 404
+    assert await broadcasts(account) == []
+
+
+async def test_sender_on_an_unverified_domain_is_404(service: Service) -> None:
+    account = await service.account("starter")
+    await account.client.post("/v1/domains/", json={"name": "pending.example"})
+    sender = await account.client.post("/v1/senders/", json={"email": "hi@pending.example"})
+    contact_list = await create_list(account)
+    await add_contact(account, contact_list["id"], "ann@example.com")
+    response = await account.client.post(
+        f"/v1/contacts/{contact_list['id']}/send",
+        json=body(contact_list["id"], sender.json()["id"]),
+    )
+    assert response.status_code == 404
+    assert response.json()["code"] == "sender_not_found"
+
+
+async def test_monthly_volume_is_checked_once_for_the_whole_send(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server, plan="free")  # 3,000 a month
+    route_mail(dns_server, RECIPIENT_DOMAIN)
+    sender = await sender_id(account)
+    contact_list = await create_list(account)
+    rows = "".join(f"u{i}@{RECIPIENT_DOMAIN}\n" for i in range(1_000))
+    await account.client.post(
+        f"/v1/contacts/{contact_list['id']}/upload", files={"file": ("c.csv", "email\n" + rows)}
+    )
+    path = f"/v1/contacts/{contact_list['id']}/send"
+    for _ in range(3):
+        sent = await account.client.post(path, json=body(contact_list["id"], sender))
+        assert sent.json()["queued"] == 1_000
+    refused = await account.client.post(path, json=body(contact_list["id"], sender))
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "plan_limit"
+    assert len(await broadcasts(account)) == 3
+
+
+async def test_idempotency_key_sends_once(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, RECIPIENT_DOMAIN)
+    contact_list = await create_list(account)
+    await add_contact(account, contact_list["id"], f"ann@{RECIPIENT_DOMAIN}")
+    path = f"/v1/contacts/{contact_list['id']}/send"
+    payload = body(contact_list["id"], await sender_id(account))
+    headers = {"Idempotency-Key": "spring-newsletter"}
+    first = await account.client.post(path, json=payload, headers=headers)
+    second = await account.client.post(path, json=payload, headers=headers)
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json() == {"queued": 1, "skipped": 0, "errors": []}
+    other = await account.client.post(path, json={**payload, "subject": "Another"}, headers=headers)
+    assert other.status_code == 409
+    assert other.json()["code"] == "idempotency_conflict"
+    await smtp_sink.wait_for_messages(1)
+    await trio.sleep(0.3)
+    assert len(smtp_sink.messages) == 1
+    assert len(await broadcasts(account)) == 1
+
+
+async def test_all_contacts_skipped_fails_the_broadcast(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account = await ready_account(service, dns_server)
+    contact_list = await create_list(account)
+    await add_contact(account, contact_list["id"], "gone@example.com")
+    await account.client.post(
+        "/v1/suppressions/", json={"email": "gone@example.com", "reason": "hard_bounce"}
+    )
+    response = await account.client.post(
+        f"/v1/contacts/{contact_list['id']}/send",
+        json=body(contact_list["id"], await sender_id(account)),
+    )
+    assert response.json() == {
+        "queued": 0,
+        "skipped": 1,
+        "errors": ["gone@example.com: suppressed (hard_bounce)"],
+    }
+    [broadcast] = await broadcasts(account)
+    assert broadcast["status"] == "failed"
+    assert broadcast["failure_reason"] == "every contact was skipped"
