@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from engine import feedback
-from engine.mail import reports
+from engine.mail import forwarding, reports
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
 from storage import emails, forwards, inbound
@@ -35,9 +35,11 @@ async def accepts(rt: Runtime, address: str) -> bool:
     return bool(await rt.db.read(forwards.active_by_sources, [address]))
 
 
-def _jobs(rules: Sequence[forwards.Forward]) -> list[inbound.NewJob]:
+def _jobs(rules: Sequence[forwards.Forward], data: bytes) -> list[inbound.NewJob]:
     jobs: list[inbound.NewJob] = []
     for rule in rules:
+        if forwarding.already_forwarded_by(data, rule.source_email):
+            continue  # a loop: this rule sent the message on once already
         for kind, targets in (("email", rule.destination_emails), ("url", rule.destination_urls)):
             jobs.extend(
                 inbound.NewJob(rule.id, rule.workspace_id, rule.source_email, kind, target)
@@ -59,7 +61,7 @@ def _store(
     if report is not None:
         for email in emails.by_ids(tx, sorted(bounce_ids)).values():
             feedback.record(tx, email, report, now)
-    jobs = _jobs(forwards.active_by_sources(tx, recipients))
+    jobs = _jobs(forwards.active_by_sources(tx, recipients), data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
     return bool(jobs)

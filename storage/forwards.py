@@ -119,13 +119,16 @@ def by_source(tx: Tx, source_email: str) -> Forward | None:
 
 
 def active_by_sources(tx: Tx, sources: Sequence[str]) -> list[Forward]:
-    """The active rules for these source addresses, in one query."""
+    """The active rules for these source addresses whose domain the rule's workspace still
+    has, in one query."""
     if not sources:
         return []
     names = {f"s{i}": source for i, source in enumerate(sources)}
     placeholders = ", ".join(f":{name}" for name in names)
     rows = tx.all(
-        f"SELECT * FROM forwards WHERE source_email IN ({placeholders}) AND is_active = :on",
+        "SELECT f.* FROM forwards f JOIN domains d ON d.id = f.domain_id"
+        f" AND d.workspace_id = f.workspace_id WHERE f.source_email IN ({placeholders})"
+        " AND f.is_active = :on",
         {**names, "on": True},
     )
     return [_forward(row) for row in rows]

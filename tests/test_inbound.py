@@ -206,3 +206,25 @@ async def test_one_message_to_two_rules_is_forwarded_once_per_rule(
     assert {r.json()["recipient"] for r in requests} == {SOURCE, f"sales@{DOMAIN}"}
     await trio.sleep(0.5)
     assert len(https_receiver.requests) == 2
+
+
+async def test_a_message_this_rule_already_forwarded_is_not_sent_round_again(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    route_mail(dns_server, "elsewhere.example")
+    await account.client.post("/v1/forwards/", json=rule(domain))
+    looped = f"X-Original-To: {SOURCE}\r\n".encode() + letter(subject="round and round")
+    assert await send_inbound(service, [SOURCE], looped) == set()
+    assert await send_inbound(service, [SOURCE], letter(subject="fresh")) == set()
+    [copy] = await smtp_sink.wait_for_messages(1)
+    assert b"Subject: fresh" in copy.data
+    await trio.sleep(0.5)
+    assert len(smtp_sink.messages) == 1
+
+
+async def test_a_deleted_domain_stops_its_forwards(service: Service, dns_server: DnsServer) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    await account.client.post("/v1/forwards/", json=rule(domain))
+    assert (await account.client.delete(f"/v1/domains/{domain['id']}")).status_code == 204
+    assert await send_inbound(service, [SOURCE], letter()) == {SOURCE}
