@@ -9,6 +9,7 @@ from quart_trio import QuartTrio
 from api import auth, errors, validation
 from api.converters import IdConverter
 from api.routes import (
+    admin,
     api_keys,
     audit_log,
     bimi,
@@ -24,6 +25,7 @@ from api.routes import (
     suppressions,
     templates,
     tracking,
+    transfers,
     verify,
     webhooks,
 )
@@ -52,6 +54,8 @@ BLUEPRINTS = (
     templates.blueprint,
     broadcasts.blueprint,
 )
+# Registered only when POSTROOM_DOMAIN_TRANSFERS is on: off, the paths do not exist (404).
+TRANSFER_BLUEPRINTS = (transfers.blueprint, admin.blueprint)
 
 
 def create_app(rt: Runtime, supervisor: Supervisor, metrics: CollectorRegistry) -> QuartTrio:
@@ -71,6 +75,8 @@ def create_app(rt: Runtime, supervisor: Supervisor, metrics: CollectorRegistry) 
         security=[{"apiKey": []}],
     )
     for blueprint in BLUEPRINTS:
+        app.register_blueprint(blueprint)
+    for blueprint in TRANSFER_BLUEPRINTS if rt.domain_transfers else ():
         app.register_blueprint(blueprint)
     errors.install(app)
     validation.install(app)

@@ -29,6 +29,18 @@ def public(handler: F) -> F:
     return handler
 
 
+def credential_optional(handler: F) -> F:
+    """Mark a route whose path carries its credential: callers may also authenticate."""
+    handler._postroom_credential_optional = True  # type: ignore[attr-defined]
+    return handler
+
+
+def optional_principal() -> Principal | None:
+    """The caller of a `credential_optional` route, or None when it sent no credentials."""
+    who: Principal | None = g.get("principal")
+    return who
+
+
 def principal() -> Principal:
     """The authenticated caller of the current request."""
     who: Principal = g.principal
@@ -66,6 +78,8 @@ def install(app: Quart, rt: Runtime) -> None:
             g.principal = await authenticate_key(rt, credential.strip())
             return
         token = request.cookies.get(SESSION_COOKIE)
+        if token is None and getattr(view, "_postroom_credential_optional", False):
+            return
         if token is None:
             raise Unauthorized("authentication required: send an API key or log in")
         if request.method not in _SAFE_METHODS:

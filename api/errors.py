@@ -16,9 +16,11 @@ from engine.errors import (
     Conflict,
     EngineError,
     Forbidden,
+    Gone,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    RateLimited,
     Unauthorized,
     Unprocessable,
 )
@@ -33,6 +35,8 @@ _STATUS_OF = (
     (InvalidRequest, 400),
     (PayloadTooLarge, 413),
     (Unprocessable, 422),
+    (Gone, 410),
+    (RateLimited, 429),
 )
 
 _CODE_OF_HTTP_STATUS = {
@@ -59,7 +63,10 @@ def install(app: Quart) -> None:
     @app.errorhandler(EngineError)
     async def engine_error(exc: EngineError) -> Response:
         status = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), 400)
-        return error_response(status, exc.code, exc.detail, **exc.extra)
+        response = error_response(status, exc.code, exc.detail, **exc.extra)
+        if isinstance(exc, RateLimited):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

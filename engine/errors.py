@@ -75,3 +75,19 @@ class Unprocessable(EngineError):
     """Raised for a well-formed request that fails a rule (HTTP 422)."""
 
     code = "validation_error"
+
+
+class Gone(EngineError):
+    """Raised when a resource existed but its time is over (HTTP 410), e.g. an expired offer."""
+
+    code = "gone"
+
+
+class RateLimited(EngineError):
+    """Raised when a caller exceeds a rate limit (HTTP 429); `retry_after` is in seconds."""
+
+    code = "rate_limited"
+
+    def __init__(self, detail: str, *, retry_after: int, **extra: Any) -> None:
+        super().__init__(detail, retry_after=retry_after, **extra)
+        self.retry_after = retry_after

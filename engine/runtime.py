@@ -33,6 +33,10 @@ class Runtime:
     node: str
     # Tells the forwarder that inbound mail was stored (the database holds the work).
     forwarding: Wakeups = field(default_factory=Wakeups)
+    # Tells the transfer timer that a transfer got a new deadline (initiated or accepted).
+    transfer_wakeups: Wakeups = field(default_factory=Wakeups)
+    # POSTROOM_DOMAIN_TRANSFERS: off leaves the transfer endpoints out of the API (404).
+    domain_transfers: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from engine.forwarder import Forwarder
 from engine.key_cache import KeyCache
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
+from engine.transfer_timer import TransferTimer
 from engine.webhook_dispatcher import WebhookDispatcher
 from postroom.config import Settings
 from postroom.metrics import build_registry
@@ -67,6 +68,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         system_from=settings.system_from,
         # Leases held under this name are taken back when the node restarts.
         node=socket.gethostname(),
+        domain_transfers=settings.domain_transfers,
     )
 
 
@@ -92,6 +94,7 @@ async def serve(
                 WebhookDispatcher(rt, settings.extra_ca_file),
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
+                TransferTimer(rt),
             ]
         )
         app = create_app(rt, supervisor, build_registry(db, supervisor))
