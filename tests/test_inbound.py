@@ -5,6 +5,7 @@ receiver); unknown and paused addresses are refused; logs, count and stats follo
 from __future__ import annotations
 
 import smtplib
+from datetime import timedelta
 from email.message import EmailMessage
 from typing import Any
 
@@ -12,6 +13,8 @@ import trio
 from trio.testing import MockClock
 
 from engine import inbound
+from storage import inbound as storage_inbound
+from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Account, Service
@@ -228,3 +231,27 @@ async def test_a_deleted_domain_stops_its_forwards(service: Service, dns_server:
     await account.client.post("/v1/forwards/", json=rule(domain))
     assert (await account.client.delete(f"/v1/domains/{domain['id']}")).status_code == 204
     assert await send_inbound(service, [SOURCE], letter()) == {SOURCE}
+
+
+async def test_work_leased_by_a_node_that_died_is_taken_over(
+    service: Service, dns_server: DnsServer, https_receiver: HttpsReceiver, clock: MockClock
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    url = https_receiver.url + "/after-crash"
+    body = rule(domain, destination_emails=[], destination_urls=[url])
+    forward = (await account.client.post("/v1/forwards/", json=body)).json()
+    rt = service.running.runtime
+    now = rt.clock.now()
+
+    def stored_then_claimed_by_a_dead_node(tx: Tx) -> None:
+        job = storage_inbound.NewJob(forward["id"], account.workspace_id, SOURCE, "url", url)
+        storage_inbound.insert_message(tx, "alice@sender.example", [SOURCE], letter(), [job], now)
+        storage_inbound.claim_due(tx, now, now + timedelta(minutes=5), "dead-node", 10)
+
+    await rt.db.write(stored_then_claimed_by_a_dead_node)
+    await trio.sleep(1.5)
+    assert https_receiver.requests == []  # the lease still holds
+    clock.jump(5 * 60)
+    [request] = await https_receiver.wait_for_requests(1)
+    assert request.json()["forward_id"] == forward["id"]
+    assert await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
