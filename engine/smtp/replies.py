@@ -126,3 +126,33 @@ S554_NO_SERVICE = SmtpReply.of(554, "5.3.2 No SMTP service here")
 S555_BAD_PARAMS = SmtpReply.of(
     555, "5.5.4 MAIL FROM/RCPT TO parameters not recognized or not implemented"
 )
+
+# -- Replies only the server side sends (engine/smtp/server.py, relay/) ------------------
+S214_HELP = SmtpReply.of(
+    214, "2.0.0 See RFC 5321; commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT"
+)
+S250_RESET = SmtpReply.of(250, "2.0.0 Reset")
+S252_CANNOT_VRFY = SmtpReply.of(252, "2.5.0 Cannot verify the user, but will try to deliver")
+S334_USERNAME = SmtpReply.of(334, "VXNlcm5hbWU6")  # base64 "Username:" (AUTH LOGIN)
+S334_PASSWORD = SmtpReply.of(334, "UGFzc3dvcmQ6")  # base64 "Password:"
+S500_BARE_LINE_ENDING = SmtpReply.of(
+    500, "5.5.2 Bare CR or LF in a command line; end every line with CRLF"
+)
+S501_AUTH_CANCELLED = SmtpReply.of(501, "5.7.0 Authentication cancelled")
+S501_AUTH_MALFORMED = SmtpReply.of(501, "5.5.2 Cannot decode the authentication response")
+S503_ALREADY_AUTHENTICATED = SmtpReply.of(503, "5.5.1 Already authenticated")
+S503_HELLO_FIRST = SmtpReply.of(503, "5.5.1 Say EHLO or HELO first")
+S503_MAIL_FIRST = SmtpReply.of(503, "5.5.1 MAIL FROM first")
+S503_NESTED_MAIL = SmtpReply.of(503, "5.5.1 A transaction is already open; RSET first")
+S503_AUTH_IN_TRANSACTION = SmtpReply.of(503, "5.5.1 AUTH is not allowed during a transaction")
+S503_TLS_ACTIVE = SmtpReply.of(503, "5.5.1 TLS is already active")
+S504_AUTH_MECHANISM = SmtpReply.of(
+    504, "5.5.4 Unrecognized authentication type; use PLAIN or LOGIN"
+)
+S552_SIZE_DECLARED = SmtpReply.of(552, "5.3.4 Message size exceeds fixed maximum message size")
+S554_BARE_LINE_ENDING_DATA = SmtpReply.of(
+    554, "5.6.0 Message refused: bare CR or LF in the message; end every line with CRLF"
+)
+S554_DATA_LINE_TOO_LONG = SmtpReply.of(
+    554, "5.6.0 Message refused: a line is longer than 1000 octets including CRLF"
+)
