@@ -441,3 +441,34 @@ async def test_transfers_switched_off_are_not_found(
                 assert_error(response, 404, "not_found")
     finally:
         running.stop()
+
+
+async def test_a_restarted_service_completes_a_transfer_accepted_before(
+    service: Service,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: MockClock,
+    nursery: trio.Nursery,
+    database_url: str,
+) -> None:
+    source, target, domain = await setup(service, dns_server)
+    started = await initiate(source, target, domain)
+    token = await accept_token(smtp_sink, target)
+    assert (await service.client().post(f"/v1/domain-transfers/{token}/accept")).status_code == 200
+    service.running.stop()
+    await trio.sleep(1)  # the first service finishes shutting down
+
+    settings = harness.test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
+    restarted = harness.Service(await nursery.start(serve, settings), clock)
+    try:
+        again = restarted.client(headers={"Authorization": f"Bearer {source.api_key}"})
+        clock.jump(DAY + 1)  # the new timer knows the deadline only from the database
+        with trio.fail_after(15):
+            while True:
+                [t] = (await again.get("/v1/domain-transfers/outgoing")).json()
+                if t["id"] == started["id"] and t["status"] == "completed":
+                    break
+                await trio.sleep(0.05)
+    finally:
+        await restarted.aclose()
+        restarted.running.stop()
