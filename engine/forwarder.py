@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +24,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from engine import raw_mail
+from engine import outbound_http, raw_mail
 from engine.errors import EngineError
 from engine.mail import forwarding
 from engine.raw_mail import RawMail
@@ -124,9 +123,7 @@ class Forwarder:
 
     def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
         self._rt = rt
-        self._tls = ssl.create_default_context()
-        if extra_ca_file is not None:
-            self._tls.load_verify_locations(cafile=str(extra_ca_file))
+        self._tls = outbound_http.tls_context(extra_ca_file)
         self._client: httpx.AsyncClient | None = None
         self._in_flight = trio.CapacityLimiter(MAX_IN_FLIGHT)
         self._posting: set[str] = set()

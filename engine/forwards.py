@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from engine import dns, plans, webhooks
+from engine import dns, outbound_http, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import (
@@ -64,10 +64,7 @@ async def _urls(rt: Runtime, values: list[str]) -> list[str]:
         raise InvalidRequest(f"at most {MAX_DESTINATIONS} destination_urls")
     checked = []
     for url in dict.fromkeys(values):
-        try:
-            checked.append(await webhooks._checked_url(rt, url))
-        except Unprocessable as exc:
-            raise _unprocessable("destination_urls", exc.detail) from None
+        checked.append(await outbound_http.checked_url(rt, url, "destination_urls"))
     return checked
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import ssl
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
+from engine import outbound_http
 from engine.runtime import Runtime
 from storage import webhooks
 from storage.webhooks import Attempt, Delivery
@@ -77,9 +77,7 @@ class WebhookDispatcher:
 
     def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
         self._rt = rt
-        self._tls = ssl.create_default_context()
-        if extra_ca_file is not None:
-            self._tls.load_verify_locations(cafile=str(extra_ca_file))
+        self._tls = outbound_http.tls_context(extra_ca_file)
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._endpoint_limits: dict[str, trio.CapacityLimiter] = defaultdict(
             lambda: trio.CapacityLimiter(PER_ENDPOINT)

@@ -8,13 +8,11 @@ as the spec's Webhook resource has it.
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from dataclasses import replace
 from datetime import datetime
-from urllib.parse import urlsplit
 
-from engine import dns
+from engine import outbound_http
 from engine.activity import Change, record
 from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
@@ -37,30 +35,6 @@ def _checked_events(events: list[str]) -> list[str]:
     return list(dict.fromkeys(events))
 
 
-def _is_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    return ip.is_global and not ip.is_multicast
-
-
-async def _checked_url(rt: Runtime, url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme != "https" or not parts.hostname:
-        raise _invalid("url", "url must be an https:// URL")
-    if rt.allow_private_targets:
-        return url
-    host = parts.hostname
-    try:
-        addresses = [str(ipaddress.ip_address(host))]
-    except ValueError:
-        try:
-            addresses = await dns.addresses(rt.resolver, host)
-        except dns.TemporaryDnsError:
-            raise _invalid("url", f"{host} could not be resolved; try again") from None
-    if not addresses or not all(_is_public(a) for a in addresses):
-        raise _invalid("url", f"{host} does not resolve to a public address")
-    return url
-
-
 def _insert(tx: Tx, who: Principal, hook: Webhook) -> Webhook:
     webhooks.insert(tx, hook)
     record(
@@ -77,7 +51,7 @@ async def create(rt: Runtime, who: Principal, url: str, events: list[str]) -> We
     hook = Webhook(
         id=new_id(),
         workspace_id=who.workspace_id,
-        url=await _checked_url(rt, url),
+        url=await outbound_http.checked_url(rt, url),
         events=_checked_events(events),
         secret="whsec_" + secrets.token_urlsafe(32),
         is_active=True,
@@ -136,7 +110,7 @@ async def update(
     is_active: bool | None,
 ) -> Webhook:
     """Change the URL, events or active flag (None leaves a field as it is)."""
-    checked_url = None if url is None else await _checked_url(rt, url)
+    checked_url = None if url is None else await outbound_http.checked_url(rt, url)
     checked_events = None if events is None else _checked_events(events)
     return await rt.db.write(
         _update, who, webhook_id, checked_url, checked_events, is_active, rt.clock.now()
