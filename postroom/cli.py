@@ -22,10 +22,12 @@ import trio
 
 from engine import accounts, plans
 from engine.errors import EngineError
-from postroom import config
+from postroom import config, logs
 from postroom.service import open_runtime, serve
 from storage import migrations
 from storage.database import open_database
+
+log = logging.getLogger("postroom")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,10 +53,10 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve(settings: config.Settings) -> None:
     async with trio.open_nursery() as nursery:
         service = await nursery.start(serve, settings)
-        print(f"postroom: API on {service.api_url}", file=sys.stderr, flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                print(f"postroom: {signal.Signals(signum).name}, stopping", file=sys.stderr)
+                name = signal.Signals(signum).name
+                log.info("%s, stopping", name, extra={"signal": name})
                 service.stop()
                 break
 
@@ -127,12 +129,12 @@ def _operator_error(exc: BaseException) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = config.load(file=args.config)
     except config.SettingsError as exc:
         print(f"postroom: {exc}", file=sys.stderr)
         sys.exit(2)
+    logs.configure(settings.log_format)
     try:
         code = _run(args, settings)
     except Exception as exc:

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, str] = {
     "system_from": "",
     "domain_transfers": "on",
     "allow_private_targets": "off",
+    "log_format": "json",
 }
 
 
@@ -60,6 +61,7 @@ class Settings:
     system_from: str
     domain_transfers: bool
     allow_private_targets: bool
+    log_format: str
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -119,6 +121,12 @@ def _smtp_host(value: str) -> str:
     return value
 
 
+def _log_format(value: str) -> str:
+    if value.strip().lower() not in ("json", "text"):
+        raise _fail("log_format", "json or text", value)
+    return value.strip().lower()
+
+
 def _raw_values(environ: Mapping[str, str], file: Path | None) -> dict[str, str]:
     values = dict(DEFAULTS)
     if file is not None:
@@ -164,4 +172,5 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         system_from=raw["system_from"] or f"postroom@{smtp_host}",
         domain_transfers=_flag("domain_transfers", raw["domain_transfers"]),
         allow_private_targets=_flag("allow_private_targets", raw["allow_private_targets"]),
+        log_format=_log_format(raw["log_format"]),
     )

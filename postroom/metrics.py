@@ -1,28 +1,84 @@
-"""Prometheus metrics read from the actors' `statistics()` snapshots at scrape time.
+"""Prometheus metrics: the actors' `statistics()` snapshots, the backlog, and two latencies.
 
-Nothing on a hot path touches a metric object: each scrape asks the actors for a frozen
-snapshot, so measuring costs nothing between scrapes.
+Nothing on the engine's hot path touches a metric object: each scrape asks the actors for a
+frozen snapshot (delivery outcomes, what each domain queue has in flight, the accept -> 250
+histogram the router keeps as plain buckets) and counts the backlog in the database (one
+indexed GROUP BY per table, read before the registry renders, so the scrape itself never
+blocks the event loop). The API's accept latency, request to 202 on the send and batch
+endpoints, is the one figure observed as it happens, by an ASGI wrapper around the app.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from engine.delivery.latency import LatencySnapshot
 from engine.supervisor import Supervisor
+from storage import backlog
 from storage.database import Database
+
+# Request to 202, from a local commit (milliseconds) to an overloaded node (seconds).
+ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# POST paths whose 202 is timed, and the label each gets.
+ACCEPT_PATHS = {"/v1/emails/": "send", "/v1/emails": "send", "/v1/emails/batch": "batch"}
+METRICS_PATH = "/metrics"
+
+ASGIApp = Any  # (scope, receive, send) -> Awaitable[None]
+
+
+class HasStatistics(Protocol):
+    def statistics(self) -> Any: ...
+
+
+def _numeric_fields(snapshot: Any) -> Iterator[tuple[str, float]]:
+    for field in dataclasses.fields(snapshot):
+        value = getattr(snapshot, field.name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            yield field.name, value
+
+
+def _histogram(name: str, doc: str, snapshot: LatencySnapshot) -> HistogramMetricFamily:
+    buckets, running = [], 0
+    for bound, count in zip(snapshot.bounds, snapshot.counts, strict=False):
+        running += count
+        buckets.append((repr(bound), running))
+    buckets.append(("+Inf", running + snapshot.counts[-1]))
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=snapshot.total_seconds)
 
 
 class ServiceCollector(Collector):
     def __init__(self, db: Database, supervisor: Supervisor) -> None:
         self._db = db
         self._supervisor = supervisor
+        self.sources: dict[str, HasStatistics] = {}  # listeners and other non-actors
+        self.backlog = backlog.Backlog({}, {}, {})  # refreshed before each scrape
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._database()
+        yield from self._backlog()
+        snapshots: dict[str, Any] = dict(self._supervisor.statistics())
+        snapshots.update({name: source.statistics() for name, source in self.sources.items()})
+        for actor, snapshot in snapshots.items():
+            for name, value in _numeric_fields(snapshot):
+                yield GaugeMetricFamily(f"postroom_{actor}_{name}", f"{actor}: {name}", value=value)
+        if "delivery" in snapshots:
+            yield from self._delivery(snapshots["delivery"])
+        if "webhooks" in snapshots:
+            yield from self._webhooks(snapshots["webhooks"])
+
+    def _database(self) -> Iterator[Metric]:
         for role, stats in (
             ("write", self._db.writer_statistics()),
             ("read", self._db.reader_statistics()),
@@ -47,17 +103,112 @@ class ServiceCollector(Collector):
                 f"Units waiting for a database {role} batch",
                 value=stats.waiting,
             )
-        for actor, snapshot in self._supervisor.statistics().items():
-            for field in dataclasses.fields(snapshot):
-                yield GaugeMetricFamily(
-                    f"postroom_{actor}_{field.name}",
-                    f"{actor}: {field.name}",
-                    value=getattr(snapshot, field.name),
-                )
+
+    def _backlog(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "postroom_queue_depth",
+            "Recipients waiting for delivery, by recipient domain and status",
+            labels=["domain", "status"],
+        )
+        for (domain, status), count in sorted(self.backlog.recipients.items()):
+            depth.add_metric([domain, status], count)
+        yield depth
+        emails = GaugeMetricFamily(
+            "postroom_emails_waiting", "Emails not yet done, by status", labels=["status"]
+        )
+        for status in backlog.WAITING_EMAIL:
+            emails.add_metric([status], self.backlog.emails.get(status, 0))
+        yield emails
+        hooks = GaugeMetricFamily(
+            "postroom_webhook_deliveries_waiting",
+            "Webhook deliveries still to POST, by status",
+            labels=["status"],
+        )
+        for status in backlog.WAITING_WEBHOOK:
+            hooks.add_metric([status], self.backlog.webhook_deliveries.get(status, 0))
+        yield hooks
+
+    def _delivery(self, stats: Any) -> Iterator[Metric]:
+        outcomes = CounterMetricFamily(
+            "postroom_deliveries",
+            "Recipient delivery attempts by outcome since start",
+            labels=["outcome"],
+        )
+        for outcome in ("delivered", "deferred", "bounced", "failed"):
+            outcomes.add_metric([outcome], getattr(stats, outcome))
+        yield outcomes
+        in_flight = GaugeMetricFamily(
+            "postroom_delivery_in_flight",
+            "Recipients being delivered now, by recipient domain",
+            labels=["domain"],
+        )
+        for queue in stats.domains:
+            in_flight.add_metric([queue.domain], queue.in_flight)
+        yield in_flight
+        if stats.delivery_latency is not None:
+            yield _histogram(
+                "postroom_delivery_latency_seconds",
+                "Accept to the recipient's 250, per delivered recipient",
+                stats.delivery_latency,
+            )
+
+    def _webhooks(self, stats: Any) -> Iterator[Metric]:
+        outcomes = CounterMetricFamily(
+            "postroom_webhook_deliveries",
+            "Webhook POST attempts by outcome since start",
+            labels=["outcome"],
+        )
+        outcomes.add_metric(["delivered"], stats.delivered)
+        outcomes.add_metric(["retrying"], stats.failed_attempts - stats.dead)
+        outcomes.add_metric(["dead"], stats.dead)
+        yield outcomes
 
 
-def build_registry(db: Database, supervisor: Supervisor) -> CollectorRegistry:
-    """A registry of its own per service, so several services can share one process."""
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(ServiceCollector(db, supervisor))
-    return registry
+class ServiceMetrics:
+    """Everything `/metrics` serves for one service, in a registry of its own (so several
+    services can share one process, as the tests do)."""
+
+    def __init__(self, db: Database, supervisor: Supervisor) -> None:
+        self._db = db
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._collector = ServiceCollector(db, supervisor)
+        self.registry.register(self._collector)
+        self.accept_latency = Histogram(
+            "postroom_api_accept_seconds",
+            "Request to 202 on the send and batch endpoints",
+            ["endpoint"],
+            buckets=ACCEPT_BUCKETS,
+            registry=self.registry,
+        )
+
+    def add_source(self, name: str, source: HasStatistics) -> None:
+        """Report `source.statistics()` (a frozen dataclass) as `postroom_<name>_<field>`."""
+        self._collector.sources[name] = source
+
+    async def refresh(self) -> None:
+        """Read the backlog from the database: done before each scrape."""
+        self._collector.backlog = await self._db.read(backlog.read)
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """The ASGI app with accept latency timed and the backlog read before a scrape."""
+
+        async def timed(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            http = scope["type"] == "http"
+            if http and scope["path"] == METRICS_PATH:
+                await self.refresh()
+            endpoint = (
+                ACCEPT_PATHS.get(scope["path"]) if http and scope["method"] == "POST" else None
+            )
+            if endpoint is None:
+                await app(scope, receive, send)
+                return
+            started = time.perf_counter()
+
+            async def send_timed(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start" and message["status"] == 202:
+                    self.accept_latency.labels(endpoint).observe(time.perf_counter() - started)
+                await send(message)
+
+            await app(scope, receive, send_timed)
+
+        return timed

@@ -32,8 +32,9 @@ from engine.supervisor import Supervisor
 from engine.transfer_timer import TransferTimer
 from engine.webhook_dispatcher import WebhookDispatcher
 from postroom.config import Settings
-from postroom.metrics import build_registry
-from storage import accounts, migrations
+from postroom.logs import log_left_behind
+from postroom.metrics import ServiceMetrics
+from storage import accounts, backlog, migrations
 from storage.database import Database, open_database
 
 log = logging.getLogger("postroom")
@@ -77,6 +78,8 @@ def _hypercorn_config(settings: Settings) -> HypercornConfig:
     host, port = settings.api_listen
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
+    # Hypercorn's own lines go through our handlers (JSON or text), not a stream of its own.
+    config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 10.0
     return config
 
@@ -97,7 +100,9 @@ async def serve(
                 TransferTimer(rt),
             ]
         )
-        app = create_app(rt, supervisor, build_registry(db, supervisor))
+        metrics = ServiceMetrics(db, supervisor)
+        app = create_app(rt, supervisor, metrics.registry)
+        app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
             async with trio.open_nursery() as front_doors:
@@ -114,4 +119,5 @@ async def serve(
             # The front doors have closed and finished their requests; the actors' work is in
             # the database and resumes on the next start.
             engine.cancel_scope.cancel()
-        log.info("stopped cleanly")
+        with trio.move_on_after(10):
+            log_left_behind(log, await db.read(backlog.read))

@@ -7,7 +7,7 @@ nodes starting at once from applying the same file twice.
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 
 from storage.tx import Tx
 
@@ -16,10 +16,12 @@ _MIGRATION_LOCK = 7_201_1  # arbitrary, fixed: identifies Postroom's migration l
 
 def available() -> list[tuple[int, str]]:
     """Every migration shipped with the package: (version, SQL text), in order."""
-    folder = Path(__file__).parent / "schema"
+    # Through importlib.resources, so the files are found inside a zip (the shiv build) too.
+    folder = resources.files("storage") / "schema"
     return sorted(
-        (int(path.name.split("_", 1)[0]), path.read_text(encoding="utf-8"))
-        for path in folder.glob("*.sql")
+        (int(entry.name.split("_", 1)[0]), entry.read_text(encoding="utf-8"))
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
     )
 
 

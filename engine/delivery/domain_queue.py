@@ -24,6 +24,7 @@ import trio
 
 from engine import dns as lookups
 from engine.delivery import mx, retry
+from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, WireMessage, build_all
 from engine.runtime import Runtime
 from engine.smtp.errors import SmtpError
@@ -60,6 +61,7 @@ class DomainQueueStatistics:
     deferred: int
     bounced: int
     failed: int
+    in_flight: int = 0  # recipients claimed by the round under way
 
 
 class _Round:
@@ -154,10 +156,19 @@ def _load_batch(
 
 
 class DomainQueue:
-    def __init__(self, rt: Runtime, domain: str, tls: ssl.SSLContext) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        domain: str,
+        tls: ssl.SSLContext,
+        latency: LatencyHistogram | None = None,
+    ) -> None:
         self._rt = rt
         self.domain = domain
         self._tls = tls
+        # Accept -> 250 per delivered recipient, shared by the router's queues (for /metrics).
+        self._latency = latency or LatencyHistogram()
+        self._in_flight = 0
         self._woken = trio.Event()
         self._rounds = 0
         self._counts: dict[str, int] = defaultdict(int)
@@ -175,7 +186,11 @@ class DomainQueue:
                 emails.claim, self.domain, now, now + LEASE, self._rt.node, BATCH
             )
             if claimed:
-                await self._deliver(claimed)
+                self._in_flight = len(claimed)
+                try:
+                    await self._deliver(claimed)
+                finally:
+                    self._in_flight = 0
                 continue
             wait_until = next_due if next_due is not None else now + IDLE_EXIT
             with trio.move_on_at(clock.deadline_for(wait_until)):
@@ -271,6 +286,8 @@ class DomainQueue:
                     reply = result.outcome_for(recipient.address)
                     if reply.is_positive:
                         outcome.delivered(transfer.email, recipient, reply)
+                        waited = self._rt.clock.now() - recipient.queued_at
+                        self._latency.observe(waited.total_seconds())
                     elif reply.is_permanent:
                         outcome.bounced(transfer.email, recipient, str(reply))
                     else:
@@ -295,5 +312,11 @@ class DomainQueue:
     def statistics(self) -> DomainQueueStatistics:
         c = self._counts
         return DomainQueueStatistics(
-            self.domain, self._rounds, c["delivered"], c["deferred"], c["bounced"], c["failed"]
+            self.domain,
+            self._rounds,
+            c["delivered"],
+            c["deferred"],
+            c["bounced"],
+            c["failed"],
+            self._in_flight,
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import trio
 
 from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, opportunistic_tls
+from engine.delivery.latency import LatencyHistogram, LatencySnapshot
 from engine.runtime import Runtime
 from storage import emails
 
@@ -27,6 +28,10 @@ class RouterStatistics:
     deferred: int
     bounced: int
     failed: int
+    # The queues running now, each with its own counts and what it has in flight.
+    domains: tuple[DomainQueueStatistics, ...] = ()
+    # Accept -> 250, every delivered recipient since start.
+    delivery_latency: LatencySnapshot | None = None
 
 
 class DeliveryRouter:
@@ -37,6 +42,7 @@ class DeliveryRouter:
         self._queues: dict[str, DomainQueue] = {}
         self._finished = RouterStatistics(0, 0, 0, 0, 0)  # totals of queues that returned
         self._tls = opportunistic_tls()
+        self._latency = LatencyHistogram()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         db = self._rt.db
@@ -58,7 +64,7 @@ class DeliveryRouter:
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:
         queue = self._queues.get(domain)
         if queue is None:
-            queue = DomainQueue(self._rt, domain, self._tls)
+            queue = DomainQueue(self._rt, domain, self._tls, self._latency)
             self._queues[domain] = queue
             nursery.start_soon(self._run_queue, queue)
         queue.wake()
@@ -78,12 +84,14 @@ class DeliveryRouter:
             )
 
     def statistics(self) -> RouterStatistics:
-        every: list[DomainQueueStatistics | RouterStatistics] = [self._finished]
-        every.extend(q.statistics() for q in self._queues.values())
+        queues = tuple(q.statistics() for q in self._queues.values())
+        every: list[DomainQueueStatistics | RouterStatistics] = [self._finished, *queues]
         return RouterStatistics(
             active_queues=len(self._queues),
             delivered=sum(s.delivered for s in every),
             deferred=sum(s.deferred for s in every),
             bounced=sum(s.bounced for s in every),
             failed=sum(s.failed for s in every),
+            domains=queues,
+            delivery_latency=self._latency.snapshot(),
         )

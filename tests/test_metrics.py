@@ -1,0 +1,70 @@
+"""`/metrics` after real sends: queue depth per recipient domain, delivery and webhook outcomes,
+and the accept and delivery latency histograms."""
+
+from __future__ import annotations
+
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness.dns_server import DnsServer
+from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.service import Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_sending import message, ready_account, route_mail, wait_for_status
+
+
+async def scrape(service: Service) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on /metrics, by name and sorted labels."""
+    response = await service.client().get("/metrics")
+    assert response.status_code == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+async def test_metrics_show_depth_outcomes_and_latencies_after_sending(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
+) -> None:
+    account = await ready_account(service, dns_server)
+    hook = {"url": f"{https_receiver.url}/hook", "events": ["email.delivered"]}
+    assert (await account.client.post("/v1/webhooks/", json=hook)).status_code == 201
+    route_mail(dns_server, "fast.example")
+    route_mail(dns_server, "slow.example")
+
+    single = await account.client.post("/v1/emails/", json=message("ann@fast.example"))
+    batch = await account.client.post(
+        "/v1/emails/batch",
+        json=[message("tempfail@slow.example"), message("permfail@fast.example")],
+    )
+    assert single.status_code == batch.status_code == 202
+    delivered = await wait_for_status(account, single.json()["id"])
+    deferred_id, bounced_id = (entry["id"] for entry in batch.json())
+    await wait_for_status(account, deferred_id, ("deferred",))
+    await wait_for_status(account, bounced_id)
+    await https_receiver.wait_for_requests(1)
+    webhook_delivered = ("postroom_webhook_deliveries_total", (("outcome", "delivered"),))
+    with trio.fail_after(15):  # the dispatcher records the 2xx just after the receiver answers
+        while True:
+            samples = await scrape(service)
+            if samples.get(webhook_delivered) == 1:
+                break
+            await trio.sleep(0.05)
+
+    assert delivered["status"] == "delivered"
+    depth = {
+        labels: value for (name, labels), value in samples.items() if name == "postroom_queue_depth"
+    }
+    assert depth == {(("domain", "slow.example"), ("status", "deferred")): 1}
+    assert samples[("postroom_emails_waiting", (("status", "deferred"),))] == 1
+    for outcome, count in (("delivered", 1), ("deferred", 1), ("bounced", 1), ("failed", 0)):
+        assert samples[("postroom_deliveries_total", (("outcome", outcome),))] == count
+    assert samples[("postroom_delivery_latency_seconds_count", ())] == 1
+    assert samples[("postroom_delivery_latency_seconds_bucket", (("le", "+Inf"),))] == 1
+    assert 0 < samples[("postroom_delivery_latency_seconds_sum", ())] < 15
+    for endpoint in ("send", "batch"):
+        labels = (("endpoint", endpoint),)
+        assert samples[("postroom_api_accept_seconds_count", labels)] == 1
+        assert 0 < samples[("postroom_api_accept_seconds_sum", labels)] < 15
+    assert samples[("postroom_webhook_deliveries_total", (("outcome", "dead"),))] == 0
