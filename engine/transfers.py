@@ -10,6 +10,7 @@ pending until the new record is published and verified.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from storage.tx import Tx
 SYSTEM_ACTOR = "postroom"  # the actor of changes nobody made by hand (deadlines)
 DUE_BATCH = 100
 MAX_TOKEN_LENGTH = 200
+
+log = logging.getLogger("postroom.transfers")
 
 _ERRORS: dict[str, type[EngineError]] = {
     "not_found": NotFound,
@@ -428,8 +431,8 @@ def _move(
         record(tx, to_org, actor, change, now)
 
 
-def _new_key(key: dkim_keys.DkimKey | None) -> NewDkimKey | None:
-    return None if key is None else NewDkimKey(key.selector, key.private_pem, key.public_b64)
+def _new_key(key: dkim_keys.DkimKey) -> NewDkimKey:
+    return NewDkimKey(key.selector, key.private_pem, key.public_b64)
 
 
 def _apply_deadline(tx: Tx, transfer_id: str, key: NewDkimKey | None, now: datetime) -> str | None:
@@ -460,21 +463,27 @@ def _apply_deadline(tx: Tx, transfer_id: str, key: NewDkimKey | None, now: datet
 async def apply_deadlines(rt: Runtime) -> dict[str, int]:
     """Expire pending transfers past 7 days and complete accepted ones past their window.
 
-    Each transfer is its own unit of work, so one that cannot be applied holds no other back.
-    Returns how many ended in each state.
+    Each transfer is its own unit of work, so one that cannot be applied (it is logged and
+    tried again next round) holds no other back and does not stop the timer. Returns how many
+    ended in each state.
     """
     counts: dict[str, int] = {}
     while True:
         now = rt.clock.now()
         due = await rt.db.read(transfers.due, now, DUE_BATCH)
+        applied = 0
         for t in due:
-            key = (
-                await dkim_keys.generate() if t.rotate_dkim and t.status == rules.ACCEPTED else None
-            )
-            ended = await rt.db.write(_apply_deadline, t.id, _new_key(key), now)
+            rotate = t.rotate_dkim and t.status == rules.ACCEPTED
+            try:
+                key = _new_key(await dkim_keys.generate()) if rotate else None
+                ended = await rt.db.write(_apply_deadline, t.id, key, now)
+            except Exception:
+                log.exception("domain transfer %s could not be applied", t.id)
+                continue
+            applied += 1
             if ended is not None:
                 counts[ended] = counts.get(ended, 0) + 1
-        if len(due) < DUE_BATCH:
+        if len(due) < DUE_BATCH or not applied:
             return counts
 
 
@@ -549,10 +558,10 @@ async def force(rt: Runtime, req: ForceRequest) -> Transfer:
             code="reauth_required",
         )
     target = normalize_email(req.target_email, "target_email")
-    key = await dkim_keys.generate() if req.rotate_dkim else None
+    key = _new_key(await dkim_keys.generate()) if req.rotate_dkim else None
     return await rt.db.write(
         _force,
         ForceRequest(req.admin, until, req.domain_id, target, req.rotate_dkim),
-        _new_key(key),
+        key,
         rt.clock.now(),
     )
