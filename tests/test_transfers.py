@@ -169,9 +169,12 @@ async def test_the_window_ending_moves_the_domain_and_revokes_smtp_credentials(
     [incoming] = (await target.client.get("/v1/domain-transfers/incoming")).json()
     assert incoming["status"] == "accepted"
 
+    stop = await stop_token(smtp_sink, source)
     clock.jump(DAY + 1)
     done = await wait_for_transfer(source, started["id"], "completed")
     assert done["completed_at"] is not None
+    late = await service.client().post(f"/v1/domain-transfers/stop/{stop}")
+    assert_error(late, 409, "not_stoppable")
 
     moved = await target.client.get(f"/v1/domains/{domain}")
     assert moved.status_code == 200
