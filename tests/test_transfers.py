@@ -10,6 +10,7 @@ from __future__ import annotations
 import email
 import email.policy
 import re
+import smtplib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
+from tests.harness.tls import TlsAuthority
 from tests.test_sending import SENDER, SENDING_DOMAIN, message, ready_account, route_mail
 
 DAY = 24 * 3600
@@ -156,12 +158,29 @@ async def test_accept_then_stop_within_the_window_reverses(
     )
 
 
+def relay_login(service: Service, tls_ca: TlsAuthority, credential: dict[str, Any]) -> int:
+    """Log in to the SMTP relay with a credential (blocking); the reply code."""
+    host, port = service.submission_address
+    with smtplib.SMTP(host, port, timeout=15) as smtp:
+        smtp.starttls(context=tls_ca.client_context())
+        try:
+            code, _ = smtp.login(credential["username"], credential["password"])
+        except smtplib.SMTPAuthenticationError as exc:
+            return exc.smtp_code
+        return code
+
+
 async def test_the_window_ending_moves_the_domain_and_revokes_smtp_credentials(
-    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+    service: Service,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: MockClock,
+    tls_ca: TlsAuthority,
 ) -> None:
     source, target, domain = await setup(service, dns_server)
     credential = await source.client.post("/v1/smtp-credentials/", json={"domain_id": domain})
     assert credential.status_code == 201, credential.text
+    assert await trio.to_thread.run_sync(relay_login, service, tls_ca, credential.json()) == 235
     started = await initiate(source, target, domain)
     token = await accept_token(smtp_sink, target)
     response = await target.client.post(f"/v1/domain-transfers/{token}/accept", json={})
@@ -185,6 +204,8 @@ async def test_the_window_ending_moves_the_domain_and_revokes_smtp_credentials(
     assert (await source.client.get("/v1/senders/")).json() == []
     [old] = (await source.client.get("/v1/smtp-credentials/")).json()
     assert old["is_active"] is False
+    refused = await trio.to_thread.run_sync(relay_login, service, tls_ca, credential.json())
+    assert refused == 535
     assert (await target.client.get("/v1/domain-transfers/incoming")).json() == []
     assert "transfer.completed" in await actions(source)
     assert {"transfer.accepted", "transfer.completed"} <= set(await actions(target))
