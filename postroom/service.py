@@ -34,6 +34,10 @@ from engine.webhook_dispatcher import WebhookDispatcher
 from postroom.config import Settings
 from postroom.logs import log_left_behind
 from postroom.metrics import ServiceMetrics
+from relay.inbound import inbound_listener
+from relay.listener import SmtpListener
+from relay.submission import submission_listener
+from relay.tls import server_context
 from storage import accounts, backlog, migrations
 from storage.database import Database, open_database
 
@@ -47,6 +51,8 @@ class RunningService:
     api_url: str
     runtime: Runtime
     stop: Callable[[], None]
+    submission_address: tuple[str, int] = ("", 0)  # the SMTP relay's bound address
+    inbound_address: tuple[str, int] = ("", 0)  # the inbound MX's bound address
 
 
 async def open_runtime(db: Database, settings: Settings) -> Runtime:
@@ -84,6 +90,12 @@ def _hypercorn_config(settings: Settings) -> HypercornConfig:
     return config
 
 
+async def _stop_on(shutdown: trio.Event, listeners: list[SmtpListener]) -> None:
+    await shutdown.wait()
+    for listener in listeners:
+        listener.stop()
+
+
 async def serve(
     settings: Settings, *, task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -101,6 +113,15 @@ async def serve(
             ]
         )
         metrics = ServiceMetrics(db, supervisor)
+        relay_tls = await server_context(
+            db, settings.tls_cert, settings.tls_key, settings.smtp_host, rt.clock.now()
+        )
+        smtp_listeners = [
+            submission_listener(rt, settings.submission_listen, relay_tls),
+            inbound_listener(rt, settings.inbound_listen, relay_tls),
+        ]
+        for listener in smtp_listeners:
+            metrics.add_source(listener.name, listener)
         app = create_app(rt, supervisor, metrics.registry)
         app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
         async with trio.open_nursery() as engine:
@@ -115,7 +136,19 @@ async def serve(
                     )
                 )
                 log.info("API listening on %s", binds[0])
-                task_status.started(RunningService(binds[0], rt, shutdown.set))
+                submission_address, inbound_address = [
+                    await front_doors.start(listener.run) for listener in smtp_listeners
+                ]
+                front_doors.start_soon(_stop_on, shutdown, smtp_listeners)
+                task_status.started(
+                    RunningService(
+                        binds[0],
+                        rt,
+                        shutdown.set,
+                        submission_address=submission_address,
+                        inbound_address=inbound_address,
+                    )
+                )
             # The front doors have closed and finished their requests; the actors' work is in
             # the database and resumes on the next start.
             engine.cancel_scope.cancel()

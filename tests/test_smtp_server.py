@@ -116,7 +116,7 @@ def test_client_and_server_machines_complete_a_pipelined_transaction() -> None:
         RcptTo("b@example.net"),
         RcptTo("c@example.net"),
     ]
-    assert client.state is ClientState.MESSAGE
+    assert client.state in (ClientState.MESSAGE,)  # (mypy narrowed it to READY above)
     [data] = exchange(client.message(message))
     assert data == MessageData(
         "a@example.org",

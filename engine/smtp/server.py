@@ -36,7 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.smtp.client import NEED_DATA, NeedData
+from engine.smtp.client import NEED_DATA as NEED_DATA
+from engine.smtp.client import NeedData as NeedData
 from engine.smtp.replies import (
     S214_HELP,
     S221_BYE,

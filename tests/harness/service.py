@@ -122,6 +122,16 @@ class Service:
     def url(self) -> str:
         return self.running.api_url
 
+    @property
+    def submission_address(self) -> tuple[str, int]:
+        """The SMTP relay (STARTTLS with the ``tls_ca`` loopback certificate, then AUTH)."""
+        return self.running.submission_address
+
+    @property
+    def inbound_address(self) -> tuple[str, int]:
+        """The inbound MX (STARTTLS with the ``tls_ca`` loopback certificate)."""
+        return self.running.inbound_address
+
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An HTTP client for the API, closed when the test ends.
 
@@ -163,11 +173,18 @@ async def service(
     Recipients' MX hosts are reached at the SMTP sink's port on whatever address the DNS
     server gives them (use 127.0.0.1).
     """
+    # The relay and the inbound MX present the loopback certificate, so clients verify them
+    # with `tls_ca.client_context()`.
+    relay_pem = tls_ca.ca_file.parent / "relay-key-and-chain.pem"
+    if not relay_pem.exists():
+        tls_ca.server_cert.private_key_and_cert_chain_pem.write_to_path(str(relay_pem))
     settings = test_settings(
         database_url,
         dns_server,
         delivery_port=str(smtp_sink.port),
         extra_ca_file=str(tls_ca.ca_file),  # trusts the HTTPS receiver's certificate
+        tls_cert=str(relay_pem),
+        tls_key=str(relay_pem),
     )
     running: RunningService = await nursery.start(serve, settings)
     service = Service(running, clock)

@@ -1,0 +1,140 @@
+"""A TCP listener speaking SMTP: accepts connections up to a limit, drives each one.
+
+Shared by the submission relay and the inbound MX, which differ only in their policy
+(`ServerPolicy`) and their per-connection `SessionHandler`. Rules: at most
+`max_connections` conversations at once (one more is told 421 and closed, before any
+other work); `stop()` stops accepting and makes idle conversations say 421 at once, while
+a conversation in the middle of a message finishes it first (bounded by `GRACE`).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from engine.smtp.replies import SmtpReply
+from engine.smtp.server import ServerPolicy, SmtpServer
+from relay.connection import SessionHandler, ShutdownSignal, Timeouts, drive
+
+log = logging.getLogger("postroom.relay")
+
+GRACE = 10.0  # seconds a conversation in the middle of a message gets to finish on stop
+S421_TOO_BUSY = SmtpReply.of(421, "4.7.0 Too many connections, try again later")
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerStatistics:
+    """A snapshot for /metrics."""
+
+    name: str
+    connections_open: int
+    connections_total: int
+    connections_refused: int
+    messages_accepted: int
+    messages_refused: int
+
+
+class SmtpListener:
+    """One SMTP port. `run` binds and serves until `stop()` or cancellation."""
+
+    def __init__(
+        self,
+        name: str,
+        address: Address,
+        policy: ServerPolicy,
+        handler_factory: Callable[[], SessionHandler],
+        *,
+        tls: ssl.SSLContext | None,
+        max_connections: int = 500,
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        self.name = name
+        self._address = address
+        self._policy = policy
+        self._handler_factory = handler_factory
+        self._tls = tls
+        self._max_connections = max_connections
+        self._timeouts = timeouts or Timeouts()
+        self._shutdown = ShutdownSignal()
+        self._stopped = trio.Event()
+        self._open = 0
+        self._total = 0
+        self._refused_connections = 0
+        self._accepted = 0
+        self._refused = 0
+
+    def message_done(self, accepted: bool) -> None:
+        if accepted:
+            self._accepted += 1
+        else:
+            self._refused += 1
+
+    def stop(self) -> None:
+        """Stop accepting; idle conversations end with 421, busy ones finish first."""
+        self._stopped.set()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        host, port = self._address
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound = listeners[0].socket.getsockname()
+        log.info("%s listening on %s:%s", self.name, bound[0], bound[1])
+        async with trio.open_nursery() as conversations:
+            async with trio.open_nursery() as accepting:
+                accepting.start_soon(
+                    partial(
+                        trio.serve_listeners, self._handle, listeners, handler_nursery=conversations
+                    )
+                )
+                task_status.started((bound[0], bound[1]))
+                await self._stopped.wait()
+                accepting.cancel_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            self._shutdown.close()
+            conversations.cancel_scope.deadline = trio.current_time() + GRACE
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        self._total += 1
+        try:
+            if self._open >= self._max_connections:
+                self._refused_connections += 1
+                with trio.move_on_after(5):
+                    await stream.send_all(S421_TOO_BUSY.to_bytes())
+                return
+            self._open += 1
+            try:
+                server = SmtpServer(self._policy)
+                await drive(
+                    stream,
+                    server,
+                    self._handler_factory(),
+                    tls=self._tls,
+                    timeouts=self._timeouts,
+                    shutdown=self._shutdown,
+                    tally=self,
+                )
+            finally:
+                self._open -= 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
+            pass  # the client went away or stalled the TLS handshake: nothing to tell it
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    def statistics(self) -> ListenerStatistics:
+        return ListenerStatistics(
+            self.name,
+            self._open,
+            self._total,
+            self._refused_connections,
+            self._accepted,
+            self._refused,
+        )

@@ -1,0 +1,89 @@
+"""The submission relay (POSTROOM_SUBMISSION_LISTEN, 587 in production): STARTTLS, AUTH
+with an SMTP credential, then mail from the credential's domain, under the API's rules.
+
+Thin: each step asks one engine function (engine/smtp_credentials.py to authenticate,
+engine/submission.py for senders, suppressions, the plan and storing) and turns its answer
+into a reply. 250 to the message comes only after it is committed.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from engine import smtp_credentials, submission
+from engine.runtime import Runtime
+from engine.smtp.replies import (
+    S235_AUTH_OK,
+    S250_RECIPIENT_OK,
+    S250_SENDER_OK,
+    S535_AUTH_FAILED,
+    SmtpReply,
+)
+from engine.smtp.server import AuthAttempt, MailFrom, MessageData, RcptTo, ServerPolicy
+from relay.connection import Timeouts
+from relay.listener import Address, SmtpListener
+from storage.smtp_credentials import RelayLogin
+
+# What a base64-encoded message with 24 MiB of attachments (the API's cap) needs, and more.
+MAX_MESSAGE_SIZE = 40 * 1024 * 1024
+
+
+def _refused(reason: str) -> SmtpReply:
+    """550 5.7.1 with the engine's sentence (one line, no CR or LF)."""
+    return SmtpReply.of(550, "5.7.1 " + " ".join(reason.split()))
+
+
+class SubmissionSession:
+    """One client connection's decisions; the credential it authenticated as."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._login: RelayLogin | None = None
+
+    async def authenticate(self, event: AuthAttempt) -> SmtpReply:
+        login = await smtp_credentials.authenticate(self._rt, event.username, event.password)
+        if login is None or not login.domain_verified:
+            return S535_AUTH_FAILED  # the same for unknown, wrong and deactivated
+        self._login = login
+        return S235_AUTH_OK
+
+    async def mail_from(self, event: MailFrom) -> SmtpReply:
+        assert self._login is not None  # the machine requires AUTH before MAIL here
+        problem = await submission.check_sender(self._rt, self._login, event.address)
+        return S250_SENDER_OK if problem is None else _refused(problem)
+
+    async def rcpt_to(self, event: RcptTo) -> SmtpReply:
+        assert self._login is not None
+        problem = await submission.check_recipient(self._rt, self._login, event.address)
+        return S250_RECIPIENT_OK if problem is None else _refused(problem)
+
+    async def message(self, event: MessageData) -> SmtpReply:
+        assert self._login is not None
+        outcome = await submission.submit(
+            self._rt, self._login, event.mail_from, list(event.recipients), event.data
+        )
+        if isinstance(outcome, str):
+            return _refused(outcome)
+        return SmtpReply.of(250, f"2.0.0 Queued as {outcome.email_id}")
+
+
+def submission_listener(
+    rt: Runtime,
+    address: Address,
+    tls: ssl.SSLContext | None,
+    *,
+    auth_without_tls: bool = False,
+    timeouts: Timeouts | None = None,
+) -> SmtpListener:
+    """The submission listener. `auth_without_tls` lets AUTH through in plaintext: only for
+    a loopback benchmark, never in production (passwords would cross the wire in clear)."""
+    policy = ServerPolicy(
+        hostname=rt.smtp_host,
+        max_message_size=MAX_MESSAGE_SIZE,
+        tls_available=tls is not None,
+        auth=True,
+        auth_without_tls=auth_without_tls,
+    )
+    return SmtpListener(
+        "submission", address, policy, lambda: SubmissionSession(rt), tls=tls, timeouts=timeouts
+    )
