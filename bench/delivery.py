@@ -1,23 +1,24 @@
-"""End-to-end sending benchmark: `python bench/delivery.py [--engines sqlite,postgresql]`.
+"""End-to-end sending benchmark, side by side with Postfix: `python bench/delivery.py`.
 
 Starts `postroom serve` in a child process over a fresh database, with this process running
 the project's test DNS server and SMTP sink on loopback (the recipients' MX). For each engine
 it prints, as the median of `--runs` runs:
 
-- accept:   POST /v1/emails/ (one recipient) requests/s with p50/p99 latency, while the
-            delivery engine works at the same time;
+- accept:   POST /v1/emails/ (one recipient) requests/s with p50/p99 latency, flat out, while
+            the delivery engine works at the same time;
+- half:     p99 latency with the load paced at half that rate;
 - batch:    POST /v1/emails/batch of 100 emails, in emails/s;
 - e2e:      emails/s from the first accept to the sink's 250 for the last of them.
+
+Then Postfix (a private instance, see bench/postfix.py) relays the same number of messages
+to the same kind of sink, injected with Postfix's own `smtp-source` over 50 connections; it
+prints Postfix's SMTP accept rate and its end-to-end rate, and the ratio Postroom / Postfix.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,10 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from bench import postfix
+from bench.api_throughput import REPO
+from bench.peers import RECIPIENT_DOMAIN, bench_parser, loopback_mail, postroom_process
+from bench.stats import median, median_run
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
 
@@ -36,7 +40,7 @@ DOMAIN = "bench.example.org"
 
 async def ready_to_send(api: httpx.AsyncClient, dns_server: DnsServer) -> None:
     """Wait for the service, then register DOMAIN (DKIM published, verified) and its sender."""
-    for _ in range(300):
+    for _ in range(600):
         try:
             if (await api.get("/healthz")).status_code == 200:
                 break
@@ -52,7 +56,7 @@ async def ready_to_send(api: httpx.AsyncClient, dns_server: DnsServer) -> None:
 def _body(n: str) -> dict[str, Any]:
     return {
         "from_": {"email": f"news@{DOMAIN}"},
-        "to": [{"email": f"reader{n}@dest.example"}],
+        "to": [{"email": f"reader{n}@{RECIPIENT_DOMAIN}"}],
         "subject": "Benchmark",
         "text": "Hello from the benchmark.",
     }
@@ -65,9 +69,10 @@ async def _arrived(sink: SmtpSink, count: int, seconds: float) -> None:
         print(f"  (the sink had {len(sink.messages)} of {count} after {seconds} s)", flush=True)
 
 
-async def _load(
-    url: str, key: str, path: str, body: str, seconds: float, start: int
+async def load(
+    url: str, key: str, path: str, body: str, seconds: float, start: int, rate: float = 0.0
 ) -> dict[str, Any]:
+    """One run of bench/load.py (50 connections) in its own process."""
     command = [
         sys.executable,
         str(REPO / "bench" / "load.py"),
@@ -85,83 +90,132 @@ async def _load(
         str(seconds),
         "--start",
         str(start),
+        "--rate",
+        str(rate),
     ]
     done = await trio.run_process(command, capture_stdout=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
-async def _run_engine(engine: str, args: argparse.Namespace) -> None:
-    dns_server, sink = DnsServer(), SmtpSink()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(dns_server.run)
-        await nursery.start(sink.run)
-        dns_server.set("dest.example", "MX", ["10 mx.dest.example."])
-        dns_server.set("mx.dest.example", "A", ["127.0.0.1"])
-        with tempfile.TemporaryDirectory() as tmp, _database(engine, Path(tmp)) as db_url:
-            port = _free_port()
-            env = {
-                "POSTROOM_DATABASE_URL": db_url,
-                "POSTROOM_API_LISTEN": f"127.0.0.1:{port}",
-                "POSTROOM_DNS_SERVERS": dns_server.nameserver,
-                "POSTROOM_DELIVERY_PORT": str(sink.port),
-                "PYTHONPATH": str(REPO),
-                "PATH": "/usr/bin:/bin",
-            }
-            cli = [sys.executable, "-m", "postroom"]
-            created = await trio.run_process(
-                [*cli, *CREATE_ACCOUNT], env=env, cwd=tmp, capture_stdout=True
-            )
-            key = json.loads(created.stdout)["api_key"]
-            server = await trio.lowlevel.open_process(
-                [*cli, "serve"], env=env, cwd=tmp, stderr=subprocess.DEVNULL
-            )
-            url = f"http://127.0.0.1:{port}"
-            try:
-                async with httpx.AsyncClient(
-                    base_url=url, headers={"Authorization": f"Bearer {key}"}
-                ) as api:
-                    await ready_to_send(api, dns_server)
-                accepts, batches, e2e = [], [], []
-                single = json.dumps(_body("{n}"))
-                batch = json.dumps([_body(f"{{n}}-{i}") for i in range(100)])
-                for run in range(args.runs):
-                    before = len(sink.messages)
-                    started = time.perf_counter()
-                    result = await _load(url, key, "/v1/emails/", single, args.seconds, run * 10**7)
-                    accepted = result["statuses"].get("202", 0)
-                    await _arrived(sink, before + accepted, 120)
-                    e2e.append((len(sink.messages) - before) / (time.perf_counter() - started))
-                    accepts.append(result)
-                    before = len(sink.messages)
-                    result = await _load(
-                        url, key, "/v1/emails/batch", batch, args.seconds, 5 * 10**8 + run * 10**7
-                    )
-                    batches.append(result["rate"] * 100)
-                    await _arrived(sink, before + result["statuses"].get("202", 0) * 100, 300)
-                median = sorted(accepts, key=lambda r: r["rate"])[len(accepts) // 2]
-                print(
-                    f"{engine:<11} accept {median['rate']:>7.0f} req/s  p50 {median['p50_ms']:.1f} ms"
-                    f"  p99 {median['p99_ms']:.1f} ms   batch {statistics.median(batches):>7.0f} emails/s"
-                    f"   e2e {statistics.median(e2e):>6.0f} emails/s   (sink got {len(sink.messages)})",
-                    flush=True,
+async def postroom_figures(engine: str, runs: int, seconds: float) -> dict[str, Any]:
+    """Accept (flat out and at half rate), batch and end-to-end figures for one engine."""
+    async with trio.open_nursery() as nursery, loopback_mail(nursery) as (dns_server, sink):
+        async with postroom_process(
+            engine, dns_servers=dns_server.nameserver, delivery_port=str(sink.port)
+        ) as service:
+            async with httpx.AsyncClient(
+                base_url=service.url, headers={"Authorization": f"Bearer {service.key}"}
+            ) as api:
+                await ready_to_send(api, dns_server)
+            accepts, halves, batches, e2e, delivered = [], [], [], [], []
+            single = json.dumps(_body("{n}"))
+            batch = json.dumps([_body(f"{{n}}-{i}") for i in range(100)])
+            for run in range(runs):
+                before = len(sink.messages)
+                started = time.perf_counter()
+                result = await load(
+                    service.url, service.key, "/v1/emails/", single, seconds, run * 10**7
                 )
-            finally:
-                server.terminate()
-                await server.wait()
+                accepted = result["statuses"].get("202", 0)
+                await _arrived(sink, before + accepted, 120)
+                delivered.append(len(sink.messages) - before)
+                e2e.append(delivered[-1] / (time.perf_counter() - started))
+                accepts.append(result)
+                half = await load(
+                    service.url,
+                    service.key,
+                    "/v1/emails/",
+                    single,
+                    seconds,
+                    2 * 10**8 + run * 10**7,
+                    rate=result["rate"] / 2,
+                )
+                halves.append(half)
+                before = len(sink.messages)
+                result = await load(
+                    service.url,
+                    service.key,
+                    "/v1/emails/batch",
+                    batch,
+                    seconds,
+                    5 * 10**8 + run * 10**7,
+                )
+                batches.append(result["rate"] * 100)
+                await _arrived(sink, before + result["statuses"].get("202", 0) * 100, 300)
         nursery.cancel_scope.cancel()
+    accept = median_run(accepts)
+    return {
+        "engine": engine,
+        "accept_rate": accept["rate"],
+        "accept_p50_ms": accept["p50_ms"],
+        "accept_p99_ms": accept["p99_ms"],
+        "accept_runs": accept["runs"],
+        "half_rate_p99_ms": median([h["p99_ms"] for h in halves]),
+        "batch_emails_per_s": median(batches),
+        "e2e_per_s": median(e2e),
+        "e2e_messages": int(median([float(d) for d in delivered])),
+    }
+
+
+async def postfix_figures(count: int, runs: int) -> dict[str, Any] | None:
+    """Postfix relaying `count` messages to the sink: SMTP accept rate and end-to-end rate."""
+    why = postfix.missing()
+    if why is not None:
+        print(f"  {why}", flush=True)
+        return None
+    accepts, e2e, relay_client = [], [], []
+    async with trio.open_nursery() as nursery:
+        sink = SmtpSink()
+        await nursery.start(sink.run)
+        with postfix.private_postfix(sink.port) as port:
+            for _ in range(runs):
+                before = len(sink.messages)
+                started = time.perf_counter()
+                accepts.append(await trio.to_thread.run_sync(postfix.smtp_source, port, count))
+                await _arrived(sink, before + count, 300)
+                e2e.append((len(sink.messages) - before) / (time.perf_counter() - started))
+            if (Path(__file__).parent / "relay.py").exists():
+                for _ in range(runs):
+                    relay_client.append(await postfix.relay_client(port))
+        nursery.cancel_scope.cancel()
+    return {
+        "accept_rate": median(accepts),
+        "e2e_per_s": median(e2e),
+        "messages": count,
+        "relay_client_accept": median(relay_client),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser = bench_parser(__doc__)
+    parser.add_argument("--no-postfix", action="store_true", help="Postroom figures only")
     args = parser.parse_args()
+    results = []
     for engine in args.engines.split(","):
-        trio.run(_run_engine, engine, args)
+        r = trio.run(postroom_figures, engine, args.runs, args.seconds)
+        results.append(r)
+        print(
+            f"{engine:<11} accept {r['accept_rate']:>6.0f} req/s  p50 {r['accept_p50_ms']:.1f} ms"
+            f"  p99 {r['accept_p99_ms']:.1f} ms (p99 at half rate {r['half_rate_p99_ms']:.1f} ms)"
+            f"   batch {r['batch_emails_per_s']:>6.0f} emails/s"
+            f"   e2e {r['e2e_per_s']:>5.0f} emails/s  (accept runs: {r['accept_runs']})",
+            flush=True,
+        )
+    if args.no_postfix:
+        return
+    count = max(r["e2e_messages"] for r in results)
+    theirs = trio.run(postfix_figures, count, args.runs)
+    if theirs is None:
+        return
+    print(
+        f"{'postfix':<11} SMTP accept {theirs['accept_rate']:>5.0f} msg/s"
+        f"   e2e {theirs['e2e_per_s']:>5.0f} msg/s  ({count} messages, smtp-source -s 50);"
+        f" with bench/relay.py's client {theirs['relay_client_accept']:.0f} msg/s",
+        flush=True,
+    )
+    for r in results:
+        print(f"  e2e {r['engine']}/postfix: {r['e2e_per_s'] / theirs['e2e_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

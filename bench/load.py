@@ -1,6 +1,7 @@
 """A small HTTP/1.1 keep-alive load generator (Trio + h11), run in its own process.
 
-Each of `--concurrency` connections sends requests back to back for `--seconds` and records
+Each of `--concurrency` connections sends requests back to back for `--seconds` (or, with
+`--rate`, paced so that all of them together send that many per second) and records
 per-request latency. Prints one JSON object: requests, errors, rate and latency percentiles.
 The request body may contain `{n}`, replaced by a unique number per request.
 """
@@ -29,11 +30,16 @@ async def _connection(
     counter: itertools.count[int],
     latencies: list[float],
     statuses: dict[int, int],
+    interval: float,
 ) -> None:
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
         conn = h11.Connection(h11.CLIENT)
+        next_send = time.perf_counter()
         while time.perf_counter() < deadline:
+            if interval:
+                next_send += interval
+                await trio.sleep(max(0.0, next_send - time.perf_counter()))
             payload = body.replace("{n}", str(next(counter))).encode()
             request_headers = [("Host", host), ("Content-Length", str(len(payload))), *headers]
             started = time.perf_counter()
@@ -67,6 +73,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     counter = itertools.count(args.start)
     started = time.perf_counter()
     deadline = started + args.seconds
+    interval = args.concurrency / args.rate if args.rate else 0.0
     async with trio.open_nursery() as nursery:
         for _ in range(args.concurrency):
             nursery.start_soon(
@@ -81,7 +88,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 counter,
                 latencies,
                 statuses,
+                interval,
             )
+            if interval:
+                await trio.sleep(interval / args.concurrency)  # spread the connections out
     elapsed = time.perf_counter() - started
     quantiles = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
     return {
@@ -102,6 +112,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--start", type=int, default=0, help="first value of {n}")
+    parser.add_argument("--rate", type=float, default=0.0, help="requests/s in all (0: flat out)")
     print(json.dumps(trio.run(run, parser.parse_args())))
 
 

@@ -10,9 +10,7 @@ emails in batches of 100, and reports the rate at which signed deliveries reach 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,69 +21,43 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
 from bench.delivery import DOMAIN, ready_to_send
+from bench.peers import RECIPIENT_DOMAIN, bench_parser, loopback_mail, postroom_process
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
-from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import make_authority
 
 
 def _email(n: int) -> dict[str, Any]:
     return {
         "from_": {"email": f"news@{DOMAIN}"},
-        "to": [{"email": f"reader{n}@dest.example"}],
+        "to": [{"email": f"reader{n}@{RECIPIENT_DOMAIN}"}],
         "subject": "Fan-out",
         "text": "Hello.",
     }
 
 
-async def _run_engine(engine: str, args: argparse.Namespace) -> None:
+async def fan_out(engine: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Signed deliveries/s reaching the receiver for one engine: median and every run."""
     with tempfile.TemporaryDirectory() as tmp:
         authority = make_authority(Path(tmp))
-        dns_server, sink, receiver = (
-            DnsServer(),
-            SmtpSink(),
-            HttpsReceiver(authority.server_context()),
-        )
-        async with trio.open_nursery() as nursery:
-            for peer in (dns_server, sink, receiver):
-                await nursery.start(peer.run)
-            dns_server.set("dest.example", "MX", ["10 mx.dest.example."])
-            dns_server.set("mx.dest.example", "A", ["127.0.0.1"])
-            with _database(engine, Path(tmp)) as db_url:
-                port = _free_port()
-                env = {
-                    "POSTROOM_DATABASE_URL": db_url,
-                    "POSTROOM_API_LISTEN": f"127.0.0.1:{port}",
-                    "POSTROOM_DNS_SERVERS": dns_server.nameserver,
-                    "POSTROOM_DELIVERY_PORT": str(sink.port),
-                    "POSTROOM_EXTRA_CA_FILE": str(authority.ca_file),
-                    "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
-                    "PYTHONPATH": str(REPO),
-                    "PATH": "/usr/bin:/bin",
-                }
-                cli = [sys.executable, "-m", "postroom"]
-                created = await trio.run_process(
-                    [*cli, *CREATE_ACCOUNT], env=env, cwd=tmp, capture_stdout=True
-                )
-                key = json.loads(created.stdout)["api_key"]
-                server = await trio.lowlevel.open_process(
-                    [*cli, "serve"], env=env, cwd=tmp, stderr=subprocess.DEVNULL
-                )
-                try:
-                    rates = await _measure(
-                        f"http://127.0.0.1:{port}", key, dns_server, receiver, args
-                    )
-                finally:
-                    server.terminate()
-                    await server.wait()
-            print(
-                f"{engine:<11} fan-out {statistics.median(rates):>7.0f} signed deliveries/s"
-                f"  (runs: {', '.join(f'{r:.0f}' for r in rates)})",
-                flush=True,
-            )
+        receiver = HttpsReceiver(authority.server_context())
+        async with trio.open_nursery() as nursery, loopback_mail(nursery) as (dns_server, sink):
+            await nursery.start(receiver.run)
+            async with postroom_process(
+                engine,
+                dns_servers=dns_server.nameserver,
+                delivery_port=str(sink.port),
+                extra_ca_file=str(authority.ca_file),
+                allow_private_targets="on",
+            ) as service:
+                rates = await _measure(service.url, service.key, dns_server, receiver, args)
             nursery.cancel_scope.cancel()
+    return {
+        "engine": engine,
+        "rate": statistics.median(rates),
+        "runs": ", ".join(f"{r:.0f}" for r in rates),
+    }
 
 
 async def _measure(
@@ -120,16 +92,17 @@ async def _measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("--runs", type=int, default=3)
+    parser = bench_parser(__doc__)
     parser.add_argument("--emails", type=int, default=500)
     parser.add_argument("--webhooks", type=int, default=5)
     args = parser.parse_args()
     for engine in args.engines.split(","):
-        trio.run(_run_engine, engine, args)
+        result = trio.run(fan_out, engine, args)
+        print(
+            f"{engine:<11} fan-out {result['rate']:>7.0f} signed deliveries/s"
+            f"  (runs: {result['runs']})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

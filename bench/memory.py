@@ -1,0 +1,160 @@
+"""A large queue: `python bench/memory.py [--engines sqlite,postgresql] [--emails 1000000]`.
+
+Writes `--emails` queued emails (one recipient each, spread over `--domains` recipient
+domains) straight into a fresh database through `storage.emails.insert` in multi-row
+transactions, as if a node had died with them accepted, then starts `postroom serve` over it
+and reports:
+
+- start-up: from spawning the process to `/healthz` answering 200 (migrations checked,
+  leases given back, one queue actor started per domain with work);
+- RSS when healthy, and after `--work` seconds of delivering to the loopback sink (current
+  and peak, VmRSS/VmHWM from /proc), with how many messages arrived meanwhile.
+
+The point is that the queue lives in the database: memory grows with the work in flight
+(at most 200 recipients claimed per domain queue), not with the length of the queue.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.delivery import DOMAIN
+from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
+from engine import domains
+from engine.runtime import Principal
+from postroom import config
+from postroom.service import open_runtime
+from storage import emails
+from storage.codec import new_id
+from storage.database import open_database
+from storage.emails import Email, Recipient
+
+CHUNK = 20_000  # emails per transaction
+
+
+def _chunk(
+    workspace_id: str, domain_id: str, start: int, count: int, domains_: int, now: datetime
+) -> tuple[list[Email], list[Recipient]]:
+    mails, recipients = [], []
+    for n in range(start, start + count):
+        email_id = new_id()
+        address = f"reader{n}@d{n % domains_}.example"
+        mails.append(
+            Email(
+                id=email_id,
+                workspace_id=workspace_id,
+                domain_id=domain_id,
+                from_address=f"news@{DOMAIN}",
+                from_name=None,
+                to=[{"email": address}],
+                cc=[],
+                bcc=[],
+                reply_to=None,
+                subject="Queued before the restart",
+                html=None,
+                text="Hello from the memory benchmark.",
+                headers={},
+                tags=[],
+                attachments=[],
+                status="queued",
+                source="api",
+                message_id=f"<{email_id}@{DOMAIN}>",
+                rejection_reason=None,
+                retry_of_id=None,
+                send_at=None,
+                created_at=now,
+                updated_at=now,
+                delivered_at=None,
+            )
+        )
+        recipients.append(
+            Recipient(email_id, address, "to", address.split("@")[1], "queued", 0, now, None, now)
+        )
+    return mails, recipients
+
+
+async def fill(database_url: str, account: dict[str, Any], count: int, domains_: int) -> float:
+    """Store `count` queued emails; the time it took in seconds."""
+    settings = config.load({"POSTROOM_DATABASE_URL": database_url})
+    started = time.perf_counter()
+    async with open_database(database_url) as db:
+        rt = await open_runtime(db, settings)
+        who = Principal(account["user_id"], account["email"], account["workspace_id"], "business")
+        domain = await domains.create(rt, who, DOMAIN)
+        now = datetime.now(UTC)
+        for start in range(0, count, CHUNK):
+            mails, recipients = _chunk(
+                who.workspace_id, domain.id, start, min(CHUNK, count - start), domains_, now
+            )
+            await db.transaction(emails.insert, mails, recipients, [])
+    return time.perf_counter() - started
+
+
+async def measure(engine: str, count: int, domains_: int, work: float) -> dict[str, Any]:
+    filled: list[float] = []
+
+    async def prepare(database_url: str, account: dict[str, Any]) -> None:
+        filled.append(await fill(database_url, account, count, domains_))
+
+    async with trio.open_nursery() as nursery, loopback_mail(nursery) as (dns_server, sink):
+        for i in range(domains_):
+            dns_server.set(f"d{i}.example", "MX", ["10 mx.dest.example."])
+        async with postroom_process(
+            engine, prepare, dns_servers=dns_server.nameserver, delivery_port=str(sink.port)
+        ) as service:
+            started = time.perf_counter()  # the process is spawned after prepare
+            async with httpx.AsyncClient(base_url=service.url) as api:
+                while True:
+                    try:
+                        if (await api.get("/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await trio.sleep(0.02)
+            startup = time.perf_counter() - started
+            ready = memory_mib(service.pid)
+            await trio.sleep(work)
+            after = memory_mib(service.pid)
+            arrived = len(sink.messages)
+        nursery.cancel_scope.cancel()
+    return {
+        "engine": engine,
+        "emails": count,
+        "fill_s": filled[0],
+        "startup_s": startup,
+        "rss_ready_mib": ready["VmRSS"],
+        "rss_work_mib": after["VmRSS"],
+        "peak_mib": after["VmHWM"],
+        "delivered_meanwhile": arrived,
+        "work_s": work,
+    }
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--emails", type=int, default=1_000_000)
+    parser.add_argument("--domains", type=int, default=1000)
+    parser.add_argument("--work", type=float, default=20.0, help="seconds of delivery")
+    args = parser.parse_args()
+    for engine in args.engines.split(","):
+        r = trio.run(measure, engine, args.emails, args.domains, args.work)
+        print(
+            f"{engine:<11} {r['emails']:,} queued (written in {r['fill_s']:.0f} s): start-up"
+            f" {r['startup_s']:.1f} s, RSS {r['rss_ready_mib']:.0f} MiB when healthy,"
+            f" {r['rss_work_mib']:.0f} MiB after {r['work_s']:.0f} s of delivery"
+            f" (peak {r['peak_mib']:.0f} MiB, {r['delivered_meanwhile']} delivered)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

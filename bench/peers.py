@@ -1,0 +1,112 @@
+"""Postroom in a child process for the benchmarks, with the test peers it talks to.
+
+`loopback_mail()` runs the project's test DNS server and SMTP sink in this process, with
+`dest.example` routed to the sink. `postroom_process(engine, ...)` creates a database on the
+engine, a Business account with the CLI, starts `postroom serve` in a child process (so
+server and load client each get a core) and yields its URL, API key and pid; it stops the
+process with SIGTERM, as systemd would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from tests.harness.dns_server import DnsServer
+from tests.harness.smtp_sink import SmtpSink
+
+RECIPIENT_DOMAIN = "dest.example"
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    url: str
+    key: str
+    pid: int
+    database_url: str
+
+
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --engines, --runs, --seconds (per load run)."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--engines", default="sqlite,postgresql")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    return parser
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """Current (VmRSS) and peak (VmHWM) resident memory of a process, in MiB."""
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = int(value.split()[0]) / 1024
+    return found
+
+
+@asynccontextmanager
+async def loopback_mail(nursery: trio.Nursery) -> AsyncIterator[tuple[DnsServer, SmtpSink]]:
+    """The DNS server and SMTP sink, with RECIPIENT_DOMAIN's MX pointing at the sink."""
+    dns_server, sink = DnsServer(), SmtpSink()
+    await nursery.start(dns_server.run)
+    await nursery.start(sink.run)
+    dns_server.set(RECIPIENT_DOMAIN, "MX", [f"10 mx.{RECIPIENT_DOMAIN}."])
+    dns_server.set(f"mx.{RECIPIENT_DOMAIN}", "A", ["127.0.0.1"])
+    yield dns_server, sink
+
+
+@asynccontextmanager
+async def postroom_process(
+    engine: str,
+    prepare: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
+    **settings: str,
+) -> AsyncIterator[Running]:
+    """`postroom serve` over a fresh database on `engine`; `settings` are POSTROOM_* values
+    by lower-case name (e.g. dns_servers="127.0.0.1:5353"). `prepare(database_url,
+    account)` runs after the account exists (the JSON of `accounts create`) and before the
+    service starts."""
+    with tempfile.TemporaryDirectory() as tmp, _database(engine, Path(tmp)) as db_url:
+        port = _free_port()
+        env = {
+            "POSTROOM_DATABASE_URL": db_url,
+            "POSTROOM_API_LISTEN": f"127.0.0.1:{port}",
+            "POSTROOM_SUBMISSION_LISTEN": f"127.0.0.1:{_free_port()}",
+            "POSTROOM_INBOUND_LISTEN": f"127.0.0.1:{_free_port()}",
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+        }
+        env.update({f"POSTROOM_{name.upper()}": value for name, value in settings.items()})
+        cli = [sys.executable, "-m", "postroom"]
+        created = await trio.run_process(
+            [*cli, *CREATE_ACCOUNT], env=env, cwd=tmp, capture_stdout=True
+        )
+        account = json.loads(created.stdout)
+        key = account["api_key"]
+        if prepare is not None:
+            await prepare(db_url, account)
+        server = await trio.lowlevel.open_process(
+            [*cli, "serve"], env=env, cwd=tmp, stderr=subprocess.DEVNULL
+        )
+        try:
+            yield Running(f"http://127.0.0.1:{port}", key, server.pid, db_url)
+        finally:
+            server.terminate()
+            with trio.move_on_after(60) as waited:
+                await server.wait()
+            if waited.cancelled_caught:
+                server.kill()
+                await server.wait()
