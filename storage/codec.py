@@ -34,9 +34,14 @@ def parse_optional_timestamp(value: str | None) -> datetime | None:
     return None if value is None else parse_timestamp(value)
 
 
+# One encoder for every call: json.dumps with options builds a new one each time, which is
+# half the cost of encoding the small values stored per email in bulk sends.
+_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def to_json(value: Any) -> str:
     """Compact JSON text for a JSON column."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return _JSON.encode(value)
 
 
 def from_json(value: str | None) -> Any:
