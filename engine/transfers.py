@@ -410,7 +410,7 @@ def _move(
     tx: Tx, t: Transfer, to_org: str, key: NewDkimKey | None, actor: str, now: datetime
 ) -> None:
     """Move the domain and everything of it to `to_org`; revoke the old owner's credentials."""
-    removed = transfers.move_domain(tx, t.domain_id, to_org, key)
+    removed = transfers.move_domain(tx, t.domain_id, to_org, key, now)
     for duplicate_id, name in removed:
         change = Change("domain.deleted", name, duplicate_id, {"replaced_by_transfer": t.id})
         record(tx, to_org, actor, change, now)

@@ -72,9 +72,10 @@ def _sender(row: Row) -> Sender:
 def insert(tx: Tx, domain: Domain) -> None:
     tx.execute(
         "INSERT INTO domains (id, workspace_id, name, status, dkim_selector, dkim_private_key,"
-        " dkim_public_key, record_status, open_tracking, click_tracking, created_at)"
+        " dkim_public_key, record_status, open_tracking, click_tracking, created_at,"
+        " pending_since)"
         " VALUES (:id, :ws, :name, :status, :selector, :private, :public, :records,"
-        " :open, :click, :created_at)",
+        " :open, :click, :created_at, :created_at)",
         {
             "id": domain.id,
             "ws": domain.workspace_id,
@@ -135,12 +136,12 @@ def enable_bimi(tx: Tx, domain_id: str) -> None:
     tx.execute("UPDATE domains SET bimi_enabled = TRUE WHERE id = :id", {"id": domain_id})
 
 
-def pending_since(tx: Tx, created_after: datetime) -> list[Domain]:
-    """Every workspace's pending domains registered after a time, oldest first."""
+def pending_since(tx: Tx, after: datetime) -> list[Domain]:
+    """Every workspace's domains that became pending (registered or re-keyed) after a time."""
     rows = tx.all(
-        "SELECT * FROM domains WHERE status = 'pending' AND created_at > :after"
-        " ORDER BY created_at, id",
-        {"after": timestamp(created_after)},
+        "SELECT * FROM domains WHERE status = 'pending' AND pending_since > :after"
+        " ORDER BY pending_since, id",
+        {"after": timestamp(after)},
     )
     return [_domain(row) for row in rows]
 

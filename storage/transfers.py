@@ -261,7 +261,7 @@ class NewDkimKey:
 
 
 def move_domain(
-    tx: Tx, domain_id: str, to_workspace_id: str, new_key: NewDkimKey | None
+    tx: Tx, domain_id: str, to_workspace_id: str, new_key: NewDkimKey | None, now: datetime
 ) -> list[tuple[str, str]]:
     """Move a domain with its senders (and BIMI settings, which are its columns) to a workspace.
 
@@ -290,8 +290,9 @@ def move_domain(
         tx.execute(
             "UPDATE domains SET dkim_selector = :selector, dkim_private_key = :private,"
             " dkim_public_key = :public, status = 'pending', record_status = '{}',"
-            " verified_at = NULL, checked_at = NULL WHERE id = :id",
+            " verified_at = NULL, checked_at = NULL, pending_since = :now WHERE id = :id",
             {
+                "now": timestamp(now),
                 "selector": new_key.selector,
                 "private": new_key.private_pem,
                 "public": new_key.public_b64,

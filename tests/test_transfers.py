@@ -18,6 +18,7 @@ import httpx
 import trio
 from trio.testing import MockClock
 
+from engine.domain_checker import GIVE_UP_AFTER, INTERVAL
 from engine.runtime import Runtime
 from postroom.service import serve
 from storage import broadcasts
@@ -234,6 +235,14 @@ async def test_rotate_dkim_on_accept_gives_the_domain_a_new_key_to_publish(
     assert dkim_after["host"] != dkim_before["host"]
     assert dkim_after["value"] != dkim_before["value"]
     assert "domain.dkim_rotated" in await actions(target)
+    # The new owner publishes the new record and the background checker verifies it by
+    # itself: its three days count from the re-keying, not from the domain's registration.
+    clock.jump(GIVE_UP_AFTER.total_seconds() - DAY)
+    dns_server.set(dkim_after["host"], "TXT", [dkim_after["value"]])
+    clock.jump(INTERVAL.total_seconds() + 1)
+    with trio.fail_after(10):
+        while (await target.client.get(f"/v1/domains/{domain}")).json()["status"] != "verified":
+            await trio.sleep(0.1)
 
 
 async def test_an_offer_expires_after_seven_days(
