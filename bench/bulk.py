@@ -135,7 +135,7 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> None:
 
 def _report(engine: str, rows: int, runs: list[dict[str, Any]]) -> None:
     def median(key: str) -> float:
-        return statistics.median(r[key] for r in runs)
+        return float(statistics.median(r[key] for r in runs))
 
     each = ", ".join(f"{r['import_s']:.1f}/{r['send_s']:.1f} s" for r in runs)
     print(

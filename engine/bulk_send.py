@@ -14,13 +14,16 @@ The broadcast row and the volume reservation are written first; then the list is
 `seq` order, CHUNK contacts per transaction of multi-row inserts (the same rows a single send
 stores, built by `sending.email_records`), waking delivery after each commit; finally the
 broadcast becomes `sent` (or `failed` when nothing was queued) and the volume is corrected to
-what was actually queued. The walk is shielded from cancellation: once started it finishes.
+what was actually queued. Each chunk also adds its counts to the broadcast, so its progress
+shows in `GET /v1/broadcasts/`. The walk is shielded from cancellation: once started it
+finishes. A broadcast left `sending` by a node that died is failed by `fail_interrupted` when
+that node starts again (or after STALE_AFTER without progress, by any node's start).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import trio
@@ -40,6 +43,8 @@ from storage.emails import Email, Event, Recipient
 from storage.tx import Tx
 
 CHUNK = 1_000
+# A broadcast that made no progress for this long was left by a node that died.
+STALE_AFTER = timedelta(minutes=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +69,6 @@ class BulkSendResult:
 class _Started:
     broadcast: Broadcast
     sender: Sender
-    reserved: int  # emails counted against the month up front
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +104,7 @@ def _month(now: datetime) -> str:
     return now.strftime("%Y-%m")
 
 
-def _start(tx: Tx, who: Principal, req: BulkSendRequest, now: datetime) -> _Started:
+def _start(tx: Tx, who: Principal, req: BulkSendRequest, node: str, now: datetime) -> _Started:
     found = contacts.get_list(tx, who.workspace_id, req.contact_list_id)
     if found is None:
         raise NotFound("contact list not found")
@@ -137,6 +141,8 @@ def _start(tx: Tx, who: Principal, req: BulkSendRequest, now: datetime) -> _Star
         status="sending",
         queued=0,
         skipped=0,
+        reserved=to_send,
+        node=node,
         failure_reason=None,
         created_at=now,
         updated_at=now,
@@ -150,7 +156,7 @@ def _start(tx: Tx, who: Principal, req: BulkSendRequest, now: datetime) -> _Star
         Change("broadcast.created", req.subject, broadcast.id, {"contact_list": found.name}),
         now,
     )
-    return _Started(broadcast, sender, to_send)
+    return _Started(broadcast, sender)
 
 
 def _plausible(email: str) -> bool:
@@ -204,28 +210,33 @@ def _queue_chunk(
         rows.extend(recipients)
         events.append(event)
     emails.insert(tx, records, rows, events)
+    broadcasts.progress(tx, broadcast.id, len(records), len(skipped), now)
     return _Chunk(batch[-1].seq, len(records), skipped, sorted({row.domain for row in rows}))
 
 
-def _finish(
-    tx: Tx, who: Principal, started: _Started, progress: _Progress, error: str | None, now: datetime
-) -> None:
-    broadcast = started.broadcast
-    if progress.queued != started.reserved:  # contacts changed meanwhile, or it stopped
+def _close(tx: Tx, broadcast: Broadcast, actor: str, error: str | None, now: datetime) -> None:
+    """End a broadcast: `sent`, or `failed` when nothing was queued or queuing stopped;
+    the month's volume is corrected from what was reserved to what was queued."""
+    counts = broadcasts.get(tx, broadcast.workspace_id, broadcast.id)
+    assert counts is not None
+    if counts.queued != broadcast.reserved:  # contacts changed meanwhile, or queuing stopped
         emails.count_sent(
-            tx, who.workspace_id, _month(broadcast.created_at), progress.queued - started.reserved
+            tx,
+            broadcast.workspace_id,
+            _month(broadcast.created_at),
+            counts.queued - broadcast.reserved,
         )
-    if error is None and progress.queued == 0:
+    if error is None and counts.queued == 0:
         error = "every contact was skipped"
     status = "failed" if error is not None else "sent"
-    broadcasts.finish(tx, broadcast.id, status, progress.queued, progress.skipped, error, now)
-    meta: dict[str, Any] = {"queued": progress.queued, "skipped": progress.skipped}
+    broadcasts.finish(tx, broadcast.id, status, error, now)
+    meta: dict[str, Any] = {"queued": counts.queued, "skipped": counts.skipped}
     if error is not None:
         meta["reason"] = error
     record(
         tx,
-        who.workspace_id,
-        who.user_email,
+        broadcast.workspace_id,
+        actor,
         Change(f"broadcast.{status}", broadcast.name, broadcast.id, meta),
         now,
     )
@@ -239,7 +250,7 @@ async def send_to_list(
         raise InvalidRequest(
             "contact_list_id must be the list named in the URL", code="list_mismatch"
         )
-    started = await rt.db.write(_start, who, req, rt.clock.now())
+    started = await rt.db.write(_start, who, req, rt.node, rt.clock.now())
     progress = _Progress()
     error: str | None = None
     with trio.CancelScope(shield=True):
@@ -254,10 +265,23 @@ async def send_to_list(
             error = f"queuing stopped: {exc}"
             raise
         finally:
-            await rt.db.write(_finish, who, started, progress, error, rt.clock.now())
+            await rt.db.write(_close, started.broadcast, who.user_email, error, rt.clock.now())
     return BulkSendResult(
         started.broadcast.id, progress.queued, progress.skipped, progress.errors.result()
     )
+
+
+def _fail_interrupted(tx: Tx, node: str, actor: str, now: datetime) -> int:
+    left = broadcasts.interrupted(tx, node, now - STALE_AFTER)
+    for broadcast in left:
+        _close(tx, broadcast, actor, "interrupted: the service stopped while queuing", now)
+    return len(left)
+
+
+async def fail_interrupted(rt: Runtime) -> int:
+    """At start-up: fail the broadcasts this node left `sending` when it stopped, and any
+    other node's that made no progress for STALE_AFTER; how many there were."""
+    return await rt.db.write(_fail_interrupted, rt.node, rt.system_from, rt.clock.now())
 
 
 async def broadcasts_page(rt: Runtime, who: Principal, page: int, limit: int) -> list[Broadcast]:

@@ -20,6 +20,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from api.app import create_app
+from engine.bulk_send import fail_interrupted
 from engine.clock import Clock
 from engine.delivery.router import DeliveryRouter
 from engine.delivery.wakeups import Wakeups
@@ -103,6 +104,8 @@ async def serve(
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
+        if interrupted := await fail_interrupted(rt):
+            log.warning("%d broadcasts were cut short by the last stop: marked failed", interrupted)
         supervisor = Supervisor(
             [
                 DeliveryRouter(rt),

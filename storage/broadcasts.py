@@ -27,6 +27,8 @@ class Broadcast:
     status: str
     queued: int
     skipped: int
+    reserved: int  # emails counted against the month when it started
+    node: str
     failure_reason: str | None
     created_at: datetime
     updated_at: datetime
@@ -46,6 +48,8 @@ def _broadcast(row: Row) -> Broadcast:
         status=row["status"],
         queued=int(row["queued"]),
         skipped=int(row["skipped"]),
+        reserved=int(row["reserved"]),
+        node=row["node"],
         failure_reason=row["failure_reason"],
         created_at=parse_timestamp(row["created_at"]),
         updated_at=parse_timestamp(row["updated_at"]),
@@ -56,10 +60,10 @@ def _broadcast(row: Row) -> Broadcast:
 def insert(tx: Tx, broadcast: Broadcast) -> None:
     tx.execute(
         "INSERT INTO broadcasts (id, workspace_id, contact_list_id, sender_id, domain_id,"
-        " from_address, subject, tags, status, queued, skipped, failure_reason, created_at,"
-        " updated_at, finished_at) VALUES (:id, :ws, :list_id, :sender_id, :domain_id,"
-        " :from_address, :subject, :tags, :status, :queued, :skipped, :failure_reason,"
-        " :created_at, :updated_at, :finished_at)",
+        " from_address, subject, tags, status, queued, skipped, reserved, node, failure_reason,"
+        " created_at, updated_at, finished_at) VALUES (:id, :ws, :list_id, :sender_id,"
+        " :domain_id, :from_address, :subject, :tags, :status, :queued, :skipped, :reserved,"
+        " :node, :failure_reason, :created_at, :updated_at, :finished_at)",
         {
             "id": broadcast.id,
             "ws": broadcast.workspace_id,
@@ -72,6 +76,8 @@ def insert(tx: Tx, broadcast: Broadcast) -> None:
             "status": broadcast.status,
             "queued": broadcast.queued,
             "skipped": broadcast.skipped,
+            "reserved": broadcast.reserved,
+            "node": broadcast.node,
             "failure_reason": broadcast.failure_reason,
             "created_at": timestamp(broadcast.created_at),
             "updated_at": timestamp(broadcast.updated_at),
@@ -82,28 +88,34 @@ def insert(tx: Tx, broadcast: Broadcast) -> None:
     )
 
 
-def finish(
-    tx: Tx,
-    broadcast_id: str,
-    status: str,
-    queued: int,
-    skipped: int,
-    failure_reason: str | None,
-    now: datetime,
-) -> None:
-    """Record how a broadcast ended (`sent` or `failed`) and its counts."""
+def progress(tx: Tx, broadcast_id: str, queued: int, skipped: int, now: datetime) -> None:
+    """Count one more committed chunk of a broadcast that is still sending."""
     tx.execute(
-        "UPDATE broadcasts SET status = :status, queued = :queued, skipped = :skipped,"
-        " failure_reason = :reason, updated_at = :now, finished_at = :now WHERE id = :id",
-        {
-            "status": status,
-            "queued": queued,
-            "skipped": skipped,
-            "reason": failure_reason,
-            "now": timestamp(now),
-            "id": broadcast_id,
-        },
+        "UPDATE broadcasts SET queued = queued + :queued, skipped = skipped + :skipped,"
+        " updated_at = :now WHERE id = :id",
+        {"queued": queued, "skipped": skipped, "now": timestamp(now), "id": broadcast_id},
     )
+
+
+def finish(
+    tx: Tx, broadcast_id: str, status: str, failure_reason: str | None, now: datetime
+) -> None:
+    """Record how a broadcast ended: `sent` or `failed`."""
+    tx.execute(
+        "UPDATE broadcasts SET status = :status, failure_reason = :reason, updated_at = :now,"
+        " finished_at = :now WHERE id = :id",
+        {"status": status, "reason": failure_reason, "now": timestamp(now), "id": broadcast_id},
+    )
+
+
+def interrupted(tx: Tx, node: str, stale_before: datetime) -> list[Broadcast]:
+    """Broadcasts left `sending` by this node (before it restarted) or idle since a time."""
+    rows = tx.all(
+        "SELECT * FROM broadcasts WHERE status = 'sending'"
+        " AND (node = :node OR updated_at < :stale) ORDER BY created_at, id",
+        {"node": node, "stale": timestamp(stale_before)},
+    )
+    return [_broadcast(row) for row in rows]
 
 
 def get(tx: Tx, workspace_id: str, broadcast_id: str) -> Broadcast | None:

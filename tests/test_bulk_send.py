@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import email
 import email.policy
+import uuid
+from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
 import trio
+from trio.testing import MockClock
 
+from engine.bulk_send import fail_interrupted
+from storage import broadcasts as broadcasts_storage
+from storage.broadcasts import Broadcast
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
@@ -241,3 +247,47 @@ async def test_all_contacts_skipped_fails_the_broadcast(
     [broadcast] = await broadcasts(account)
     assert broadcast["status"] == "failed"
     assert broadcast["failure_reason"] == "every contact was skipped"
+
+
+def _left_sending(account: Account, node: str, now: datetime) -> Broadcast:
+    return Broadcast(
+        id=str(uuid.uuid4()),
+        workspace_id=account.workspace_id,
+        contact_list_id=str(uuid.uuid4()),
+        sender_id=str(uuid.uuid4()),
+        domain_id=str(uuid.uuid4()),
+        from_address="news@example.org",
+        name="Half done",
+        tags=[],
+        status="sending",
+        queued=40,
+        skipped=2,
+        reserved=100,
+        node=node,
+        failure_reason=None,
+        created_at=now,
+        updated_at=now,
+        finished_at=None,
+    )
+
+
+async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(
+    service: Service, clock: MockClock
+) -> None:
+    account = await service.account("business")
+    rt = service.running.runtime
+    mine = _left_sending(account, rt.node, rt.clock.now())
+    other_node = _left_sending(account, "another-host", rt.clock.now())
+    for broadcast in (mine, other_node):
+        await rt.db.write(broadcasts_storage.insert, broadcast)
+
+    assert await fail_interrupted(rt) == 1  # this node's own: its queuing died with it
+    by_id = {b["id"]: b for b in await broadcasts(account)}
+    assert by_id[mine.id]["status"] == "failed"
+    assert by_id[mine.id]["failure_reason"].startswith("interrupted")
+    assert by_id[mine.id]["queued"] == 40
+    assert by_id[other_node.id]["status"] == "sending"  # another node may still be at work
+
+    service.clock.jump(11 * 60)
+    assert await fail_interrupted(rt) == 1  # no progress for 10 minutes: that node is gone
+    assert {b["status"] for b in await broadcasts(account)} == {"failed"}

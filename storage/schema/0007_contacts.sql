@@ -43,6 +43,8 @@ CREATE TABLE templates (
 );
 CREATE INDEX templates_workspace_updated ON templates (workspace_id, updated_at);
 
+-- `queued` and `skipped` grow with each committed chunk; `reserved` is the monthly volume
+-- counted up front; `node` is the node queuing it (a restarted node fails its own at once).
 CREATE TABLE broadcasts (
     id TEXT PRIMARY KEY,
     workspace_id TEXT NOT NULL REFERENCES workspaces (id),
@@ -55,6 +57,8 @@ CREATE TABLE broadcasts (
     status TEXT NOT NULL,
     queued INTEGER NOT NULL,
     skipped INTEGER NOT NULL,
+    reserved INTEGER NOT NULL,
+    node TEXT NOT NULL,
     failure_reason TEXT,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
@@ -62,3 +66,4 @@ CREATE TABLE broadcasts (
 );
 CREATE INDEX broadcasts_workspace_created ON broadcasts (workspace_id, created_at);
 CREATE INDEX broadcasts_domain_status ON broadcasts (domain_id, status);
+CREATE INDEX broadcasts_status ON broadcasts (status, updated_at);
