@@ -114,18 +114,30 @@ async def delete(rt: Runtime, who: Principal, credential_id: str) -> None:
     await rt.db.write(_deactivate, who, credential_id, rt.clock.now())
 
 
+def match(candidates: list[RelayLogin], password: str) -> RelayLogin | None:
+    """The candidate whose hash `password` matches (compared in constant time), or None."""
+    offered = token_hash(password)
+    found = None
+    for login in candidates:  # compare against every candidate: the time says nothing
+        if same(login.password_hash, offered) and found is None:
+            found = login
+    return found
+
+
+def usable_username(username: str) -> str | None:
+    """The username as stored (lower case), or None when it cannot be one."""
+    if not username or len(username) > _MAX_USERNAME:
+        return None
+    return username.lower()
+
+
 async def authenticate(rt: Runtime, username: str, password: str) -> RelayLogin | None:
     """The active credential these relay credentials name, or None.
 
     None for an unknown username, a wrong password, a deactivated credential or one whose
     domain is gone; the relay says the same 535 for all of them.
     """
-    if not username or len(username) > _MAX_USERNAME or not password:
+    name = usable_username(username)
+    if name is None or not password:
         return None
-    found = await rt.db.read(smtp_credentials.logins, username.lower())
-    offered = token_hash(password)
-    match = None
-    for login in found:  # compare against every candidate: the time says nothing
-        if same(login.password_hash, offered) and match is None:
-            match = login
-    return match
+    return match(await rt.db.read(smtp_credentials.logins, name), password)

@@ -1,8 +1,11 @@
 """The rules of SMTP submission: who may send what through the relay, once authenticated.
 
 The same rules as the API, applied at the SMTP step where a client can best be told:
-- MAIL FROM must be an active registered sender on the credential's domain, and that
-  domain verified; the plan's monthly volume must have room (checked again on commit).
+- AUTH reads the credential with the domain's active senders and the month's volume in
+  one unit of work (`authenticate`), so MAIL FROM is checked without the database: it must
+  be an active registered sender on the credential's verified domain, and the plan's
+  monthly volume must have room. Both are checked again, against the database of the
+  moment, in the transaction that stores the message.
 - RCPT TO a suppressed address is refused with the reason and counts as an attempt of the
   one-time override (engine/suppression_override.py, through `sending.attempt_suppressed`):
   the first attempt opens a 24-hour window, one retry within it is accepted (the override
@@ -19,10 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine import plans
+from engine import smtp_credentials as credentials
 from engine.raw_mail import RawMail, store_raw, summarize, wake
 from engine.runtime import Runtime
 from engine.sending import attempt_suppressed, suppression_overrides
-from storage import domains, emails, suppressions
+from storage import domains, emails, smtp_credentials, suppressions
 from storage.smtp_credentials import RelayLogin
 from storage.tx import Tx
 
@@ -32,33 +36,65 @@ class Accepted:
     email_id: str
 
 
-def _sender_problem(tx: Tx, login: RelayLogin, address: str) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Submitter:
+    """An authenticated relay connection: its credential, and what MAIL FROM is checked
+    against, read once with the credential (the connection's view; commit re-checks)."""
+
+    login: RelayLogin
+    senders: frozenset[str]  # active sender addresses on the credential's domain
+    sent_this_month: int
+
+
+def _candidates(tx: Tx, username: str, month: str) -> list[Submitter]:
+    return [
+        Submitter(
+            login,
+            frozenset(
+                s.email
+                for s in domains.list_senders(tx, login.workspace_id)
+                if s.is_active and s.domain_id == login.domain_id
+            ),
+            emails.sent_in_month(tx, login.workspace_id, month),
+        )
+        for login in smtp_credentials.logins(tx, username)
+    ]
+
+
+async def authenticate(rt: Runtime, username: str, password: str) -> Submitter | None:
+    """The connection's submitter for these credentials, or None (the relay says 535 for
+    unknown, wrong, deactivated, and a credential whose domain is gone or unverified)."""
+    name = credentials.usable_username(username)
+    if name is None or not password:
+        return None
+    month = rt.clock.now().strftime("%Y-%m")
+    candidates = await rt.db.read(_candidates, name, month)
+    login = credentials.match([c.login for c in candidates], password)
+    if login is None or not login.domain_verified:
+        return None
+    return next(c for c in candidates if c.login is login)
+
+
+def _sender_problem(login: RelayLogin, senders: frozenset[str], address: str) -> str | None:
     if address.rpartition("@")[2] != login.domain_name:
         return f"{address or '<>'} is not on {login.domain_name}, the domain of this credential"
-    sender = domains.sender_by_email(tx, login.workspace_id, address)
-    if sender is None or not sender.is_active or sender.domain_id != login.domain_id:
+    if address not in senders:
         return f"{address} is not a registered sender; add it under /v1/senders/ first"
-    domain = domains.get(tx, login.workspace_id, login.domain_id)
-    if domain is None or domain.status != "verified":
-        return f"{login.domain_name} is not verified"
     return None
 
 
-def _volume_problem(tx: Tx, login: RelayLogin, now: datetime) -> str | None:
+def _volume_problem(login: RelayLogin, sent_this_month: int) -> str | None:
     plan = plans.plan(login.plan)
-    used = emails.sent_in_month(tx, login.workspace_id, now.strftime("%Y-%m"))
-    if plan.emails_per_month != plans.UNLIMITED and used >= plan.emails_per_month:
+    if plan.emails_per_month != plans.UNLIMITED and sent_this_month >= plan.emails_per_month:
         return f"the {plan.name} plan allows {plan.emails_per_month} emails a month"
     return None
 
 
-def _check_sender(tx: Tx, login: RelayLogin, address: str, now: datetime) -> str | None:
-    return _sender_problem(tx, login, address) or _volume_problem(tx, login, now)
-
-
-async def check_sender(rt: Runtime, login: RelayLogin, address: str) -> str | None:
-    """Why MAIL FROM `address` is refused for this credential, or None."""
-    return await rt.db.read(_check_sender, login, address.lower(), rt.clock.now())
+def check_sender(submitter: Submitter, address: str) -> str | None:
+    """Why MAIL FROM `address` is refused for this connection, or None (no database)."""
+    return _sender_problem(submitter.login, submitter.senders, address.lower()) or _volume_problem(
+        submitter.login, submitter.sent_this_month
+    )
 
 
 def _attempt(tx: Tx, workspace_id: str, address: str, now: datetime) -> str | None:
@@ -69,34 +105,51 @@ def _attempt(tx: Tx, workspace_id: str, address: str, now: datetime) -> str | No
     return attempt_suppressed(tx, workspace_id, suppressed, overrides, now)
 
 
-async def check_recipient(rt: Runtime, login: RelayLogin, address: str) -> str | None:
+async def check_recipient(rt: Runtime, submitter: Submitter, address: str) -> str | None:
     """Why RCPT TO `address` is refused (suppressed, no override), or None.
 
     Counts as an attempt only for a suppressed address: one read for everyone else.
     """
     address = address.lower()
-    found = await rt.db.read(suppressions.suppressed_among, login.workspace_id, [address])
+    workspace_id = submitter.login.workspace_id
+    found = await rt.db.read(suppressions.suppressed_among, workspace_id, [address])
     if not found:
         return None
-    reason: str | None = await rt.db.write(_attempt, login.workspace_id, address, rt.clock.now())
+    reason: str | None = await rt.db.write(_attempt, workspace_id, address, rt.clock.now())
     return reason
 
 
 def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime) -> Accepted | str:
+    """Re-check against the database of now (the connection's view may be stale), store."""
     summary = summarize(mail.data)
     if summary.from_address is None:
         return "the message has no From header with an address"
-    problem = _sender_problem(tx, login, summary.from_address) or _volume_problem(tx, login, now)
+    senders = frozenset(
+        s.email
+        for s in domains.list_senders(tx, login.workspace_id)
+        if s.is_active and s.domain_id == login.domain_id
+    )
+    domain = domains.get(tx, login.workspace_id, login.domain_id)
+    if domain is None or domain.status != "verified":
+        return f"{login.domain_name} is not verified"
+    problem = (
+        _sender_problem(login, senders, mail.from_email)
+        or _sender_problem(login, senders, summary.from_address)
+        or _volume_problem(
+            login, emails.sent_in_month(tx, login.workspace_id, now.strftime("%Y-%m"))
+        )
+    )
     if problem is not None:
         return problem
     return Accepted(store_raw(tx, mail, now))
 
 
 async def submit(
-    rt: Runtime, login: RelayLogin, mail_from: str, recipients: list[str], data: bytes
+    rt: Runtime, submitter: Submitter, mail_from: str, recipients: list[str], data: bytes
 ) -> Accepted | str:
     """Store a submitted message (committed when this returns) and wake delivery; or why
     it is refused."""
+    login = submitter.login
     mail = RawMail(
         workspace_id=login.workspace_id,
         domain_id=login.domain_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from engine import smtp_credentials, submission
+from engine import submission
 from engine.runtime import Runtime
 from engine.smtp.replies import (
     S235_AUTH_OK,
@@ -22,7 +22,6 @@ from engine.smtp.replies import (
 from engine.smtp.server import AuthAttempt, MailFrom, MessageData, RcptTo, ServerPolicy
 from relay.connection import Timeouts
 from relay.listener import Address, SmtpListener
-from storage.smtp_credentials import RelayLogin
 
 # What a base64-encoded message with 24 MiB of attachments (the API's cap) needs, and more.
 MAX_MESSAGE_SIZE = 40 * 1024 * 1024
@@ -38,29 +37,29 @@ class SubmissionSession:
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
-        self._login: RelayLogin | None = None
+        self._submitter: submission.Submitter | None = None
 
     async def authenticate(self, event: AuthAttempt) -> SmtpReply:
-        login = await smtp_credentials.authenticate(self._rt, event.username, event.password)
-        if login is None or not login.domain_verified:
+        submitter = await submission.authenticate(self._rt, event.username, event.password)
+        if submitter is None:
             return S535_AUTH_FAILED  # the same for unknown, wrong and deactivated
-        self._login = login
+        self._submitter = submitter
         return S235_AUTH_OK
 
     async def mail_from(self, event: MailFrom) -> SmtpReply:
-        assert self._login is not None  # the machine requires AUTH before MAIL here
-        problem = await submission.check_sender(self._rt, self._login, event.address)
+        assert self._submitter is not None  # the machine requires AUTH before MAIL here
+        problem = submission.check_sender(self._submitter, event.address)
         return S250_SENDER_OK if problem is None else _refused(problem)
 
     async def rcpt_to(self, event: RcptTo) -> SmtpReply:
-        assert self._login is not None
-        problem = await submission.check_recipient(self._rt, self._login, event.address)
+        assert self._submitter is not None
+        problem = await submission.check_recipient(self._rt, self._submitter, event.address)
         return S250_RECIPIENT_OK if problem is None else _refused(problem)
 
     async def message(self, event: MessageData) -> SmtpReply:
-        assert self._login is not None
+        assert self._submitter is not None
         outcome = await submission.submit(
-            self._rt, self._login, event.mail_from, list(event.recipients), event.data
+            self._rt, self._submitter, event.mail_from, list(event.recipients), event.data
         )
         if isinstance(outcome, str):
             return _refused(outcome)

@@ -23,6 +23,7 @@ from engine.smtp.server import ServerPolicy, SmtpServer
 from relay import submission
 from relay.connection import ShutdownSignal, Timeouts, drive
 from relay.inbound import InboundSession
+from relay.listener import SmtpListener
 from relay.tls import server_context
 from storage import accounts, migrations
 from storage.database import open_database
@@ -433,3 +434,27 @@ async def test_a_silent_client_is_told_421_and_dropped(autojump_clock: MockClock
     received = await client.receive_some()
     assert received.startswith(b"220 relay.test")
     assert received.endswith(b"421 4.4.2 Timeout, closing channel\r\n")
+
+
+async def test_connections_over_the_limit_are_told_421_and_counted(nursery: trio.Nursery) -> None:
+    policy = ServerPolicy("relay.test", max_message_size=1000, tls_available=False)
+    listener = SmtpListener(
+        "test",
+        ("127.0.0.1", 0),
+        policy,
+        lambda: InboundSession(cast(Runtime, None)),
+        tls=None,
+        max_connections=1,
+    )
+    host, port = await nursery.start(listener.run)
+    first = await trio.open_tcp_stream(host, port)
+    assert (await first.receive_some()).startswith(b"220 relay.test")
+    second = await trio.open_tcp_stream(host, port)
+    assert await second.receive_some() == b"421 4.7.0 Too many connections, try again later\r\n"
+    assert await second.receive_some() == b""
+    stats = listener.statistics()
+    assert (stats.connections_open, stats.connections_total, stats.connections_refused) == (1, 2, 1)
+    listener.stop()  # an idle conversation is told at once
+    assert await first.receive_some() == b"421 4.3.2 Service shutting down, closing channel\r\n"
+    await first.aclose()
+    await second.aclose()
