@@ -1,5 +1,5 @@
 """SMTP relay credentials: create one per verified domain within the plan, list, deactivate,
-and check a username and password for the relay.
+and match a username and password for the relay (engine/submission.py authenticates).
 
 The username is derived (DESIGN.md: the first 8 characters of the workspace id, `@`, the
 domain name); the password is a random token shown once, stored as its SHA-256 hash (like
@@ -129,15 +129,3 @@ def usable_username(username: str) -> str | None:
     if not username or len(username) > _MAX_USERNAME:
         return None
     return username.lower()
-
-
-async def authenticate(rt: Runtime, username: str, password: str) -> RelayLogin | None:
-    """The active credential these relay credentials name, or None.
-
-    None for an unknown username, a wrong password, a deactivated credential or one whose
-    domain is gone; the relay says the same 535 for all of them.
-    """
-    name = usable_username(username)
-    if name is None or not password:
-        return None
-    return match(await rt.db.read(smtp_credentials.logins, name), password)

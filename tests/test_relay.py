@@ -158,6 +158,8 @@ async def test_submission_with_auth_plain_and_login_arrives_dkim_signed(
     assert {item["source"] for item in listed} == {"smtp"}
     for item in listed:
         assert (await wait_for_status(account, item["id"]))["status"] == "delivered"
+    metrics = (await service.client().get("/metrics")).text
+    assert "postroom_submission_messages_accepted 2.0" in metrics
 
 
 def _plain_token(username: str, password: str) -> str:
