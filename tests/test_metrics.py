@@ -1,5 +1,5 @@
 """`/metrics` after real sends: queue depth per recipient domain, delivery and webhook outcomes,
-and the accept and delivery latency histograms."""
+the accept and delivery latency histograms, and the SMTP listeners' connections."""
 
 from __future__ import annotations
 
@@ -68,3 +68,5 @@ async def test_metrics_show_depth_outcomes_and_latencies_after_sending(
         assert samples[("postroom_api_accept_seconds_count", labels)] == 1
         assert 0 < samples[("postroom_api_accept_seconds_sum", labels)] < 15
     assert samples[("postroom_webhook_deliveries_total", (("outcome", "dead"),))] == 0
+    for listener in ("submission", "inbound"):  # the SMTP listeners report their connections
+        assert samples[(f"postroom_{listener}_connections_total", ())] == 0
