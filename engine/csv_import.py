@@ -11,9 +11,10 @@ Rules (spec: Contacts, CSV rules):
   are found before anything is stored.
 
 The file is read through a text stream (UTF-8, with or without BOM) `CHUNK` rows at a time;
-each chunk is parsed in a worker thread and stored in one transaction of multi-row inserts,
-so memory stays bounded and other writers are not held up for the whole import. An import
-stopped half-way leaves the chunks already stored; importing the file again skips them.
+each chunk is parsed in a worker thread (the next one while the last is being stored) and
+stored in one transaction of multi-row inserts, so memory stays bounded and other writers
+are not held up for the whole import. An import stopped half-way leaves the chunks already
+stored; importing the file again skips them.
 """
 
 from __future__ import annotations
@@ -220,6 +221,10 @@ def _log(tx: Tx, who: Principal, list_id: str, result: ImportResult, now: dateti
     )
 
 
+async def _read_into(reader: _Reader, into: list[_Chunk | None]) -> None:
+    into.append(await trio.to_thread.run_sync(reader.next_chunk))
+
+
 async def import_csv(rt: Runtime, who: Principal, list_id: str, stream: IO[bytes]) -> ImportResult:
     """Import a CSV file into a list; NotFound for an unknown list, InvalidRequest per 400."""
     if await rt.db.read(contacts.get_list, who.workspace_id, list_id) is None:
@@ -230,8 +235,13 @@ async def import_csv(rt: Runtime, who: Principal, list_id: str, stream: IO[bytes
     imported = skipped = 0
     errors = CappedErrors()
     limit_note = ""
-    while (chunk := await trio.to_thread.run_sync(reader.next_chunk)) is not None:
-        stored = await rt.db.transaction(_store, who, list_id, chunk.rows, now)
+    chunk = await trio.to_thread.run_sync(reader.next_chunk)
+    while chunk is not None:
+        following: list[_Chunk | None] = []
+        async with trio.open_nursery() as nursery:
+            if not chunk.stopped:  # parse the next chunk while this one is stored
+                nursery.start_soon(_read_into, reader, following)
+            stored = await rt.db.transaction(_store, who, list_id, chunk.rows, now)
         imported += stored.imported
         skipped += chunk.skipped + stored.skipped
         if stored.over_limit and not limit_note:
@@ -239,8 +249,7 @@ async def import_csv(rt: Runtime, who: Principal, list_id: str, stream: IO[bytes
         reported = chunk.errors + [(number, limit_note) for number in stored.over_limit]
         for number, reason in sorted(reported):  # in file order
             errors.add(f"row {number}: {reason}")
-        if chunk.stopped:
-            break
+        chunk = following[0] if following else None
     result = ImportResult(imported, skipped, errors.result())
     if imported:
         await rt.db.write(_log, who, list_id, result, rt.clock.now())
