@@ -3,10 +3,12 @@
 `variables` is never taken from the client: it is extracted (engine/variables.py) from
 html_body and text_body, as the spec says, each time either changes. A duplicate is named
 `<name> (copy)` (DESIGN.md) and counts against the plan's limit like any new template.
+`fill` completes a send request from a template (`template_id` + `variables` on /v1/emails).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -15,7 +17,8 @@ from engine import plans
 from engine.activity import Change, record
 from engine.errors import NotFound
 from engine.runtime import Principal, Runtime
-from engine.variables import extract
+from engine.sending import SendRequest
+from engine.variables import extract, render, render_subject
 from storage import templates
 from storage.codec import new_id
 from storage.templates import Template
@@ -126,3 +129,19 @@ async def duplicate(rt: Runtime, who: Principal, template_id: str) -> Template:
     """A copy named `<name> (copy)` with a new id and timestamps."""
     _require_plan(who)
     return await rt.db.write(_duplicate, who, template_id, rt.clock.now())
+
+
+async def fill(
+    rt: Runtime, who: Principal, req: SendRequest, template_id: str, variables: Mapping[str, Any]
+) -> SendRequest:
+    """A send request completed from a template: the subject, html and text it leaves out
+    (empty or absent) rendered with `variables` (values HTML-escaped in html)."""
+    template = await get(rt, who, template_id)
+    html = render(template.html_body, variables, escape_html=True)
+    text = render(template.text_body, variables)
+    return replace(
+        req,
+        subject=req.subject or render_subject(template.subject, variables),
+        html=req.html if req.html is not None else html or None,
+        text=req.text if req.text is not None else text or None,
+    )

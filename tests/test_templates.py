@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import email
+import email.policy
+from email.message import EmailMessage
 from typing import Any
 
+from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
 from tests.test_contacts import MISSING
+from tests.test_sending import SENDER, ready_account, route_mail
 
 TEMPLATE_FIELDS = {
     "id",
@@ -162,3 +168,70 @@ async def test_changes_are_in_the_activity_log(service: Service) -> None:
         ("template.created", "Welcome"),
     ]
     assert {i["target_type"] for i in items} == {"Template"}
+
+
+async def test_an_email_can_be_sent_from_a_template(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    template = await create_template(
+        account,
+        subject="Order {{order}} shipped",
+        html_body="<p>Hi {{name}}, order {{order}} is on its way.</p>",
+        text_body="Hi {{name}}, order {{order}} is on its way.{{missing}}",
+    )
+    body = {
+        "from_": {"email": SENDER},
+        "to": [{"email": "ann@customer.example"}],
+        "template_id": template["id"],
+        "variables": {"name": "Ann <3", "order": 1042},
+    }
+    validated = await account.client.post("/v1/emails/validate", json=body)
+    assert validated.json()["valid"] is True
+    sent = await account.client.post("/v1/emails/", json=body)
+    assert sent.status_code == 202, sent.text
+    [received] = await smtp_sink.wait_for_messages(1)
+    message = email.message_from_bytes(received.data, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    assert message["Subject"] == "Order 1042 shipped"
+    plain = message.get_body(preferencelist=("plain",))
+    html = message.get_body(preferencelist=("html",))
+    assert plain is not None and html is not None
+    assert plain.get_content().strip() == "Hi Ann <3, order 1042 is on its way."
+    assert "<p>Hi Ann &lt;3, order 1042 is on its way.</p>" in html.get_content()
+
+    # What the body gives itself wins over the template.
+    own = await account.client.post(
+        "/v1/emails/", json={**body, "subject": "My own subject", "text": "Mine"}
+    )
+    detail = (await account.client.get(f"/v1/emails/{own.json()['id']}")).json()
+    assert detail["subject"] == "My own subject"
+    assert detail["text"] == "Mine"
+    assert detail["html"] == "<p>Hi Ann &lt;3, order 1042 is on its way.</p>"
+
+
+async def test_sending_from_an_unknown_or_gated_template_is_refused(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account = await ready_account(service, dns_server)
+    body = {
+        "from_": {"email": SENDER},
+        "to": [{"email": "ann@customer.example"}],
+        "template_id": MISSING,
+    }
+    unknown = await account.client.post("/v1/emails/", json=body)
+    assert unknown.status_code == 404
+    batch = await account.client.post("/v1/emails/batch", json=[body])
+    assert batch.status_code == 202
+    assert batch.json()[0]["status"] == "error"
+    assert batch.json()[0]["rejection_reason"] == "template not found"
+    no_subject = await account.client.post(
+        "/v1/emails/", json={k: v for k, v in body.items() if k != "template_id"}
+    )
+    assert no_subject.status_code == 422
+    assert no_subject.json()["errors"][0]["loc"] == ["body", "subject"]
+    free = await service.account("free")  # the template is refused before the sender
+    gated = await free.client.post("/v1/emails/", json=body)
+    assert gated.status_code == 403
+    assert gated.json()["code"] == "plan_feature"

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, Field, RootModel, model_validator
 from quart import Blueprint, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery
 from api.validation import json_body, query_args
-from engine import batch, email_log, idempotency, scheduling, sending
-from engine.errors import Unprocessable
+from engine import batch, email_log, idempotency, scheduling, sending, templates
+from engine.errors import EngineError, Unprocessable
 from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult
 from storage.emails import Email
 
@@ -59,6 +59,19 @@ class SendBody(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=20)
     send_at: datetime | None = None
     attachments: list[Attachment] = Field(default_factory=list, max_length=100)
+    # A template (Starter and above) fills the subject, html and text the body leaves out,
+    # rendered with `variables`.
+    template_id: uuid.UUID | None = None
+    variables: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict, max_length=100
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def subject_from_template(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("template_id") is not None:
+            return {"subject": "", **data}
+        return data
 
     def to_request(self) -> SendRequest:
         def box(a: Address) -> Mailbox:
@@ -182,6 +195,14 @@ def _idempotency_key() -> str | None:
     return key
 
 
+async def _request(body: SendBody) -> SendRequest:
+    """The body as a send request; with template_id, completed from the template."""
+    req = body.to_request()
+    if body.template_id is None:
+        return req
+    return await templates.fill(runtime(), principal(), req, str(body.template_id), body.variables)
+
+
 async def at_most_once(
     body: pydantic.BaseModel, run: Callable[[], Awaitable[tuple[Any, int]]]
 ) -> tuple[Any, int]:
@@ -198,7 +219,7 @@ async def at_most_once(
 @document_response(SendResponse, 202)
 async def send(body: SendBody) -> tuple[dict[str, Any], int]:
     async def run() -> tuple[Any, int]:
-        return _send_response(await sending.send(runtime(), principal(), body.to_request())), 202
+        return _send_response(await sending.send(runtime(), principal(), await _request(body))), 202
 
     response, status = await at_most_once(body, run)
     return response, status
@@ -208,7 +229,7 @@ async def send(body: SendBody) -> tuple[dict[str, Any], int]:
 @json_body(SendBody)
 @document_response(ValidationOut)
 async def validate(body: SendBody) -> dict[str, Any]:
-    checked = await sending.validate(runtime(), principal(), body.to_request())
+    checked = await sending.validate(runtime(), principal(), await _request(body))
     return ValidationOut(
         valid=checked.valid,
         can_send=checked.can_send,
@@ -268,12 +289,14 @@ class SavedSearches(BaseModel):
     searches: list[SavedSearch] = Field(max_length=50)
 
 
-def _parse_entry(entry: dict[str, Any]) -> SendRequest | str:
+async def _parse_entry(entry: dict[str, Any]) -> SendRequest | str:
     try:
-        return SendBody.model_validate(entry).to_request()
+        return await _request(SendBody.model_validate(entry))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    except EngineError as exc:  # the entry's template is unknown or not available
+        return exc.detail
 
 
 @blueprint.post("/batch")
@@ -284,7 +307,7 @@ async def send_batch(body: BatchBody) -> tuple[list[dict[str, Any]], int]:
     batch.check_size(who, len(body.root))  # before parsing every entry of an oversized batch
 
     async def run() -> tuple[Any, int]:
-        entries = await batch.send_batch(runtime(), who, [_parse_entry(e) for e in body.root])
+        entries = await batch.send_batch(runtime(), who, [await _parse_entry(e) for e in body.root])
         out = [
             BatchEntryOut(id=None, status="error", message_id=None, rejection_reason=e.error)
             if e.result is None
