@@ -139,6 +139,13 @@ def _rows(f: dict[str, Any], engines: list[str]) -> list[tuple[str, list[float],
         (f"{queued} queued: start-up (s)", each("memory", "startup_s"), "", "< 5 s", 5.0),
         (f"{queued} queued: RSS healthy (MiB)", each("memory", "rss_ready_mib"), "", "", 0.0),
         (
+            f"{queued} queued: one /metrics scrape (s)",
+            each("memory", "metrics_scrape_s"),
+            "",
+            "",
+            0.0,
+        ),
+        (
             f"{queued} queued: peak RSS delivering (MiB)",
             each("memory", "peak_mib"),
             "",

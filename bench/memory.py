@@ -8,7 +8,8 @@ and reports:
 - start-up: from spawning the process to `/healthz` answering 200 (migrations checked,
   leases given back, one queue actor started per domain with work);
 - RSS when healthy, and after `--work` seconds of delivering to the loopback sink (current
-  and peak, VmRSS/VmHWM from /proc), with how many messages arrived meanwhile.
+  and peak, VmRSS/VmHWM from /proc), with how many messages arrived meanwhile;
+- how long one `/metrics` scrape takes (it counts the backlog per domain in the database).
 
 The point is that the queue lives in the database: memory grows with the work in flight
 (at most 200 recipients claimed per domain queue), not with the length of the queue.
@@ -120,11 +121,16 @@ async def measure(engine: str, count: int, domains_: int, work: float) -> dict[s
                     except httpx.TransportError:
                         pass
                     await trio.sleep(0.02)
-            startup = time.perf_counter() - started
-            ready = memory_mib(service.pid)
-            await trio.sleep(work)
-            after = memory_mib(service.pid)
-            arrived = len(sink.messages)
+                startup = time.perf_counter() - started
+                ready = memory_mib(service.pid)
+                await trio.sleep(work)
+                after = memory_mib(service.pid)
+                arrived = len(sink.messages)
+                # A scrape counts the whole backlog (queue depth per domain) in the database.
+                started = time.perf_counter()
+                scraped = await api.get("/metrics", timeout=120)
+                scrape = time.perf_counter() - started
+                assert scraped.status_code == 200
         nursery.cancel_scope.cancel()
     return {
         "engine": engine,
@@ -136,6 +142,7 @@ async def measure(engine: str, count: int, domains_: int, work: float) -> dict[s
         "peak_mib": after["VmHWM"],
         "delivered_meanwhile": arrived,
         "work_s": work,
+        "metrics_scrape_s": scrape,
     }
 
 
@@ -151,7 +158,8 @@ def main() -> None:
             f"{engine:<11} {r['emails']:,} queued (written in {r['fill_s']:.0f} s): start-up"
             f" {r['startup_s']:.1f} s, RSS {r['rss_ready_mib']:.0f} MiB when healthy,"
             f" {r['rss_work_mib']:.0f} MiB after {r['work_s']:.0f} s of delivery"
-            f" (peak {r['peak_mib']:.0f} MiB, {r['delivered_meanwhile']} delivered)",
+            f" (peak {r['peak_mib']:.0f} MiB, {r['delivered_meanwhile']} delivered);"
+            f" a /metrics scrape {r['metrics_scrape_s'] * 1000:.0f} ms",
             flush=True,
         )
 
