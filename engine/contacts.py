@@ -56,7 +56,7 @@ class CappedErrors:
 class ListChanges:
     """The fields a PATCH supplied; absent ones stay as they are."""
 
-    fields: dict[str, str | None]
+    fields: dict[str, Any]  # name, description, icon_seed
 
 
 def locked_list(tx: Tx, who: Principal, list_id: str) -> ContactList:
@@ -116,7 +116,7 @@ def _update(
     found = contacts.get_list(tx, who.workspace_id, list_id)
     if found is None:
         raise NotFound("contact list not found")
-    updated = replace(found, **changes.fields, updated_at=now)  # type: ignore[arg-type]
+    updated = replace(found, **changes.fields, updated_at=now)
     contacts.update_list(tx, updated)
     record(
         tx,
