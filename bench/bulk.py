@@ -1,13 +1,15 @@
 """Contacts benchmark: `python bench/bulk.py [--engines sqlite,postgresql] [--contacts N]`.
 
 Starts `postroom serve` in a child process over a fresh database (Business account), with
-this process running the test DNS server and SMTP sink on loopback. For each engine and run:
+this process running the test DNS server and SMTP sink on loopback (bench/peers.py). For each
+engine and run:
 
 - import: POST a CSV of `--contacts` rows (email, name, city) to a new list's upload
   endpoint; time until the 200, in rows/s;
 - send:   POST a bulk send to that list with `{{name}}` and `{{city}}` in subject and bodies;
-  time until the 200 (every email committed), in emails/s. Delivery to the sink runs
-  meanwhile, as it would in production (the emails of a run keep being delivered later).
+  time until the 200 (every email committed), in emails/s. Delivery to the sink starts when
+  the send has been queued; a run's emails keep being delivered during the next run, so
+  `--runs` defaults to 1.
 
 Memory is the service process's resident set from /proc: before the run, and its high-water
 mark (VmHWM) after each step. Figures are the median of `--runs` runs.
@@ -15,12 +17,8 @@ mark (VmHWM) after each step. Figures are the median of `--runs` runs.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,27 +28,13 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
 from bench.delivery import ready_to_send
-from tests.harness.dns_server import DnsServer
-from tests.harness.smtp_sink import SmtpSink
-
-RECIPIENTS = "dest.example"
-
-
-def _memory_mib(pid: int) -> dict[str, float]:
-    """Current (VmRSS) and peak (VmHWM) resident memory of a process, in MiB."""
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(value.split()[0]) / 1024
-    return found
+from bench.peers import RECIPIENT_DOMAIN, bench_parser, loopback_mail, memory_mib, postroom_process
 
 
 def _csv(rows: int, run: int) -> bytes:
     lines = ["email,name,city"]
-    lines += [f"r{run}-{i}@{RECIPIENTS},Reader {i},City {i % 97}" for i in range(rows)]
+    lines += [f"r{run}-{i}@{RECIPIENT_DOMAIN},Reader {i},City {i % 97}" for i in range(rows)]
     return ("\r\n".join(lines) + "\r\n").encode()
 
 
@@ -58,7 +42,7 @@ async def _one_run(api: httpx.AsyncClient, pid: int, run: int, rows: int) -> dic
     contact_list = (await api.post("/v1/contacts/", json={"name": f"Run {run}"})).json()
     sender = (await api.get("/v1/senders/")).json()[0]["id"]
     content = _csv(rows, run)
-    before = _memory_mib(pid)
+    before = memory_mib(pid)
     started = time.perf_counter()
     uploaded = await api.post(
         f"/v1/contacts/{contact_list['id']}/upload", files={"file": ("c.csv", content)}
@@ -66,7 +50,7 @@ async def _one_run(api: httpx.AsyncClient, pid: int, run: int, rows: int) -> dic
     import_seconds = time.perf_counter() - started
     assert uploaded.status_code == 200, uploaded.text
     assert uploaded.json()["imported"] == rows, uploaded.json()
-    after_import = _memory_mib(pid)
+    after_import = memory_mib(pid)
     body = {
         "contact_list_id": contact_list["id"],
         "sender_address_id": sender,
@@ -79,7 +63,7 @@ async def _one_run(api: httpx.AsyncClient, pid: int, run: int, rows: int) -> dic
     send_seconds = time.perf_counter() - started
     assert sent.status_code == 200, sent.text
     assert sent.json()["queued"] == rows, sent.json()
-    after_send = _memory_mib(pid)
+    after_send = memory_mib(pid)
     return {
         "import_s": import_seconds,
         "send_s": send_seconds,
@@ -89,48 +73,23 @@ async def _one_run(api: httpx.AsyncClient, pid: int, run: int, rows: int) -> dic
     }
 
 
-async def _run_engine(engine: str, args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        dns_server, sink = DnsServer(), SmtpSink()
-        async with trio.open_nursery() as nursery:
-            for peer in (dns_server, sink):
-                await nursery.start(peer.run)
-            dns_server.set(RECIPIENTS, "MX", [f"10 mx.{RECIPIENTS}."])
-            dns_server.set(f"mx.{RECIPIENTS}", "A", ["127.0.0.1"])
-            with _database(engine, Path(tmp)) as db_url:
-                port = _free_port()
-                env = {
-                    "POSTROOM_DATABASE_URL": db_url,
-                    "POSTROOM_API_LISTEN": f"127.0.0.1:{port}",
-                    "POSTROOM_DNS_SERVERS": dns_server.nameserver,
-                    "POSTROOM_DELIVERY_PORT": str(sink.port),
-                    "PYTHONPATH": str(REPO),
-                    "PATH": "/usr/bin:/bin",
-                }
-                cli = [sys.executable, "-m", "postroom"]
-                created = await trio.run_process(
-                    [*cli, *CREATE_ACCOUNT], env=env, cwd=tmp, capture_stdout=True
-                )
-                key = json.loads(created.stdout)["api_key"]
-                server = await trio.lowlevel.open_process(
-                    [*cli, "serve"], env=env, cwd=tmp, stderr=subprocess.DEVNULL
-                )
-                try:
-                    async with httpx.AsyncClient(
-                        base_url=f"http://127.0.0.1:{port}",
-                        headers={"Authorization": f"Bearer {key}"},
-                        timeout=600,
-                    ) as api:
-                        await ready_to_send(api, dns_server)
-                        runs = [
-                            await _one_run(api, server.pid, run, args.contacts)
-                            for run in range(args.runs)
-                        ]
-                finally:
-                    server.terminate()
-                    await server.wait()
-            _report(engine, args.contacts, runs)
-            nursery.cancel_scope.cancel()
+async def measure(engine: str, runs: int, rows: int) -> list[dict[str, Any]]:
+    """Import and bulk-send `rows` contacts `runs` times on one engine."""
+    async with trio.open_nursery() as nursery, loopback_mail(nursery) as (dns_server, sink):
+        async with (
+            postroom_process(
+                engine, dns_servers=dns_server.nameserver, delivery_port=str(sink.port)
+            ) as service,
+            httpx.AsyncClient(
+                base_url=service.url,
+                headers={"Authorization": f"Bearer {service.key}"},
+                timeout=600,
+            ) as api,
+        ):
+            await ready_to_send(api, dns_server)
+            results = [await _one_run(api, service.pid, run, rows) for run in range(runs)]
+        nursery.cancel_scope.cancel()
+    return results
 
 
 def _report(engine: str, rows: int, runs: list[dict[str, Any]]) -> None:
@@ -151,15 +110,12 @@ def _report(engine: str, rows: int, runs: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("--runs", type=int, default=1)
+    parser = bench_parser(__doc__)
+    parser.set_defaults(runs=1)
     parser.add_argument("--contacts", type=int, default=100_000)
     args = parser.parse_args()
     for engine in args.engines.split(","):
-        trio.run(_run_engine, engine, args)
+        _report(engine, args.contacts, trio.run(measure, engine, args.runs, args.contacts))
 
 
 if __name__ == "__main__":
