@@ -17,6 +17,7 @@ from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
+from engine.variables import header_safe
 from storage import contacts
 from storage.codec import new_id
 from storage.contacts import Contact, ContactList
@@ -200,7 +201,7 @@ async def add_contact(
     """Add one contact: Conflict if its address is in the list, PlanLimit when it is full."""
     now = rt.clock.now()
     contact = Contact(
-        new_id(), list_id, normalize_email(email), name or None, check_metadata(metadata), now
+        new_id(), list_id, normalize_email(email), header_safe(name), check_metadata(metadata), now
     )
     return await rt.db.write(_add, who, list_id, contact, now)
 

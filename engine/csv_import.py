@@ -33,6 +33,7 @@ from engine.addresses import normalize_email
 from engine.contacts import CappedErrors, check_metadata, locked_list, room_left
 from engine.errors import EngineError, InvalidRequest, NotFound
 from engine.runtime import Principal, Runtime
+from engine.variables import header_safe
 from storage import contacts
 from storage.codec import new_id
 from storage.contacts import Contact
@@ -177,9 +178,9 @@ class _Reader:
         except EngineError as exc:
             chunk.errors.append((number, exc.detail))
             return
-        name = cells[columns.name].strip() if columns.name is not None else ""
+        name = header_safe(cells[columns.name]) if columns.name is not None else None
         in_chunk.add(email)
-        chunk.rows.append(_Row(number, email, name or None, checked))
+        chunk.rows.append(_Row(number, email, name, checked))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ One renderer serves templates and bulk sends. Rules:
   text without braces or line breaks (CSV headers such as `First Name` are valid names).
 - Substitution is a single pass: a value that itself contains `{{x}}` is not expanded again.
   An unknown variable renders as the empty string. Values are HTML-escaped in HTML bodies,
-  and have line breaks folded into spaces in subjects (no header injection).
+  and have line breaks (any control character) folded into spaces in subjects.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}\r\n]+?)\s*\}\}")
-_LINE_BREAKS = re.compile(r"[\r\n]+")
+# What may not appear in a header line (as engine/mail/compose.py refuses it).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
 def extract(*texts: str | None) -> list[str]:
@@ -45,8 +46,16 @@ def render(template: str, values: Mapping[str, Any], *, escape_html: bool = Fals
 
 
 def render_subject(template: str, values: Mapping[str, Any]) -> str:
-    """A subject line: values with line breaks folded into single spaces."""
-    return _LINE_BREAKS.sub(" ", render(template, values))
+    """A subject line: line breaks and other control characters folded into single spaces."""
+    return _CONTROL.sub(" ", render(template, values))
+
+
+def header_safe(text: str | None) -> str | None:
+    """A display name fit for a header: control characters and runs of spaces folded into
+    single spaces, trimmed; None when nothing is left."""
+    if text is None:
+        return None
+    return " ".join(_CONTROL.sub(" ", text).split()) or None
 
 
 def contact_values(

@@ -76,7 +76,12 @@ async def test_personalised_mail_reaches_each_contact_and_suppressed_ones_are_sk
         name="Ann",
         metadata={"plan": "gold", "code": "<A&1>"},
     )
-    await add_contact(account, list_id, f"bob@{RECIPIENT_DOMAIN}", metadata={"code": "B2"})
+    await add_contact(
+        account,
+        list_id,
+        f"bob@{RECIPIENT_DOMAIN}",
+        metadata={"code": "B2", "plan": "silver\r\nBcc: eve@evil.example"},
+    )
     await add_contact(account, list_id, f"carol@{RECIPIENT_DOMAIN}", name="Carol")
     suppressed = await account.client.post(
         "/v1/suppressions/", json={"email": f"carol@{RECIPIENT_DOMAIN}", "reason": "unsubscribe"}
@@ -102,7 +107,9 @@ async def test_personalised_mail_reaches_each_contact_and_suppressed_ones_are_sk
     assert part(ann, "plain").strip() == f"Dear Ann, code <A&1> for ann@{RECIPIENT_DOMAIN}."
     assert f"<p>Dear Ann, code &lt;A&amp;1&gt; for ann@{RECIPIENT_DOMAIN}.</p>" in part(ann, "html")
     bob = by_rcpt[(f"bob@{RECIPIENT_DOMAIN}",)]
-    assert bob["Subject"] == "Hello , your  plan"  # no name, no plan: both empty
+    # No name renders empty; a line break in a value cannot start a header of its own.
+    assert bob["Subject"] == "Hello , your silver Bcc: eve@evil.example plan"
+    assert bob["Bcc"] is None
     assert part(bob, "plain").strip() == f"Dear , code B2 for bob@{RECIPIENT_DOMAIN}."
     for message in (ann, bob):
         assert message["List-Unsubscribe"].startswith("<http://postroom.test/")

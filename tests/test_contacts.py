@@ -95,7 +95,10 @@ async def test_contacts_are_added_paged_and_removed(service: Service) -> None:
     assert first["email"] == "ann@example.com"
     assert first["name"] == "Ann"
     assert first["metadata"] == {"plan": "gold", "age": 41}
-    bare = await add_contact(account, list_id, "bob@example.com")
+    bare = await add_contact(account, list_id, "bob@example.com", name="  ")
+    folded = await add_contact(account, list_id, "cy@example.com", name="Cy\r\nBcc:  x@y.z")
+    assert folded["name"] == "Cy Bcc: x@y.z"  # a name must fit in a To: header
+    await account.client.delete(f"/v1/contacts/{list_id}/contacts/{folded['id']}")
     assert bare["name"] is None and bare["metadata"] is None
     for i in range(3):
         await add_contact(account, list_id, f"c{i}@example.com")
