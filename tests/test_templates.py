@@ -235,3 +235,19 @@ async def test_sending_from_an_unknown_or_gated_template_is_refused(
     gated = await free.client.post("/v1/emails/", json=body)
     assert gated.status_code == 403
     assert gated.json()["code"] == "plan_feature"
+
+
+async def test_unauthenticated_is_401(service: Service) -> None:
+    client = service.client()
+    for method, path in (
+        ("GET", "/v1/templates/"),
+        ("POST", "/v1/templates/"),
+        ("GET", f"/v1/templates/{MISSING}"),
+        ("PATCH", f"/v1/templates/{MISSING}"),
+        ("DELETE", f"/v1/templates/{MISSING}"),
+        ("POST", f"/v1/templates/{MISSING}/duplicate"),
+        ("GET", "/v1/broadcasts/"),
+    ):
+        response = await client.request(method, path)
+        assert response.status_code == 401, path
+        assert response.json()["code"] == "unauthorized"
