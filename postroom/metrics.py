@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import trio
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,6 +35,7 @@ ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 # POST paths whose 202 is timed, and the label each gets.
 ACCEPT_PATHS = {"/v1/emails/": "send", "/v1/emails": "send", "/v1/emails/batch": "batch"}
 METRICS_PATH = "/metrics"
+BACKLOG_TIMEOUT = 5.0  # seconds; Prometheus' default scrape timeout is 10
 
 ASGIApp = Any  # (scope, receive, send) -> Awaitable[None]
 
@@ -186,8 +188,10 @@ class ServiceMetrics:
         self._collector.sources[name] = source
 
     async def refresh(self) -> None:
-        """Read the backlog from the database: done before each scrape."""
-        self._collector.backlog = await self._db.read(backlog.read)
+        """Read the backlog from the database: done before each scrape. A database too slow
+        to answer leaves the previous counts, so the scrape still reports everything else."""
+        with trio.move_on_after(BACKLOG_TIMEOUT):
+            self._collector.backlog = await self._db.read(backlog.read)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """The ASGI app with accept latency timed and the backlog read before a scrape."""
