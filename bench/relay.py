@@ -131,10 +131,9 @@ async def _clients(port: int, credential: dict[str, Any], args: argparse.Namespa
         "--client",
         "--port",
         str(port),
-        "--user",
-        credential["username"],
-        "--password",
-        credential["password"],
+        f"--user={credential['username']}",
+        # One argument: a generated password may begin with "-".
+        f"--password={credential['password']}",
         "--seconds",
         str(args.seconds),
         "--threads",

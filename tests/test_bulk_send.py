@@ -256,7 +256,8 @@ async def test_all_contacts_skipped_fails_the_broadcast(
     assert broadcast["failure_reason"] == "every contact was skipped"
 
 
-def _left_sending(account: Account, node: str, now: datetime) -> Broadcast:
+def left_sending(account: Account, node: str, now: datetime) -> Broadcast:
+    """A broadcast row as a node leaves it while sending (tests put it in place directly)."""
     return Broadcast(
         id=str(uuid.uuid4()),
         workspace_id=account.workspace_id,
@@ -283,8 +284,8 @@ async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(
 ) -> None:
     account = await service.account("business")
     rt = service.running.runtime
-    mine = _left_sending(account, rt.node, rt.clock.now())
-    other_node = _left_sending(account, "another-host", rt.clock.now())
+    mine = left_sending(account, rt.node, rt.clock.now())
+    other_node = left_sending(account, "another-host", rt.clock.now())
     for broadcast in (mine, other_node):
         await rt.db.write(broadcasts_storage.insert, broadcast)
 

@@ -11,6 +11,7 @@ import email
 import email.policy
 import re
 import smtplib
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,13 +23,13 @@ from engine.domain_checker import GIVE_UP_AFTER, INTERVAL
 from engine.runtime import Runtime
 from postroom.service import serve
 from storage import broadcasts
-from storage.broadcasts import Broadcast
 from storage.codec import new_id
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
+from tests.test_bulk_send import left_sending
 from tests.test_sending import SENDER, SENDING_DOMAIN, message, ready_account, route_mail
 
 DAY = 24 * 3600
@@ -241,7 +242,9 @@ async def test_rotate_dkim_on_accept_gives_the_domain_a_new_key_to_publish(
     dns_server.set(dkim_after["host"], "TXT", [dkim_after["value"]])
     clock.jump(INTERVAL.total_seconds() + 1)
     with trio.fail_after(10):
-        while (await target.client.get(f"/v1/domains/{domain}")).json()["status"] != "verified":
+        while True:
+            if (await target.client.get(f"/v1/domains/{domain}")).json()["status"] == "verified":
+                break
             await trio.sleep(0.1)
 
 
@@ -340,10 +343,7 @@ async def test_initiate_preconditions(
 async def in_flight_broadcast(rt: Runtime, account: Account, domain: str) -> str:
     """A broadcast in `sending` on the domain (a bulk send is too quick to catch in flight)."""
     now = rt.clock.now()
-    broadcast = Broadcast(
-        new_id(), account.workspace_id, new_id(), new_id(), domain, SENDER, "Spring sale",
-        [], "sending", 0, 0, None, now, now, None,
-    )  # fmt: skip
+    broadcast = replace(left_sending(account, rt.node, now), domain_id=domain, name="Spring sale")
     await rt.db.write(broadcasts.insert, broadcast)
     return broadcast.id
 
