@@ -161,11 +161,13 @@ class DomainQueue:
         rt: Runtime,
         domain: str,
         tls: ssl.SSLContext,
+        rounds: trio.CapacityLimiter,
         latency: LatencyHistogram | None = None,
     ) -> None:
         self._rt = rt
         self.domain = domain
         self._tls = tls
+        self._rounds_in_flight = rounds
         # Accept -> 250 per delivered recipient, shared by the router's queues (for /metrics).
         self._latency = latency or LatencyHistogram()
         self._in_flight = 0
@@ -181,16 +183,20 @@ class DomainQueue:
         clock = self._rt.clock
         while True:
             self._woken = trio.Event()  # reset before claiming: a wake-up now is not lost
-            now = clock.now()
-            claimed, next_due = await self._rt.db.write(
-                emails.claim, self.domain, now, now + LEASE, self._rt.node, BATCH
-            )
+            # A round holds one of the router's slots from its claim to its outcome: with a
+            # long backlog over many domains, only so many batches are built and held at once.
+            async with self._rounds_in_flight:
+                now = clock.now()
+                claimed, next_due = await self._rt.db.write(
+                    emails.claim, self.domain, now, now + LEASE, self._rt.node, BATCH
+                )
+                if claimed:
+                    self._in_flight = len(claimed)
+                    try:
+                        await self._deliver(claimed)
+                    finally:
+                        self._in_flight = 0
             if claimed:
-                self._in_flight = len(claimed)
-                try:
-                    await self._deliver(claimed)
-                finally:
-                    self._in_flight = 0
                 continue
             wait_until = next_due if next_due is not None else now + IDLE_EXIT
             with trio.move_on_at(clock.deadline_for(wait_until)):
