@@ -132,7 +132,7 @@ class Forwarder:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         rt = self._rt
         await rt.db.write(inbound.release_leases, rt.node)
-        self._client = httpx.AsyncClient(verify=self._tls, timeout=TIMEOUT, follow_redirects=False)
+        self._client = outbound_http.client(rt, self._tls, TIMEOUT)
         try:
             async with trio.open_nursery() as nursery:
                 task_status.started()

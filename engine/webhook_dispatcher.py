@@ -114,13 +114,11 @@ class WebhookDispatcher:
     def _client(self, origin: str) -> httpx.AsyncClient:
         client = self._clients.get(origin)
         if client is None:
-            client = httpx.AsyncClient(
-                verify=self._tls,
-                timeout=TIMEOUT,
-                limits=httpx.Limits(
-                    max_connections=PER_ENDPOINT, max_keepalive_connections=PER_ENDPOINT
-                ),
-                follow_redirects=False,
+            client = outbound_http.client(
+                self._rt,
+                self._tls,
+                TIMEOUT,
+                httpx.Limits(max_connections=PER_ENDPOINT, max_keepalive_connections=PER_ENDPOINT),
             )
             self._clients[origin] = client
         return client

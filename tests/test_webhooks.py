@@ -10,10 +10,13 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
+from postroom.service import RunningService, serve
+from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 EVENTS = [
@@ -241,3 +244,45 @@ async def test_webhook_rules_and_workspace_scoping(
     assert (await account.client.delete(f"/v1/webhooks/{hook['id']}")).status_code == 204
     assert (await account.client.get("/v1/webhooks/")).json() == []
     assert (await account.client.get(f"/v1/webhook-deliveries/{item['id']}")).status_code == 200
+
+
+async def test_a_host_repointed_at_a_private_address_after_saving_is_not_called(
+    nursery: trio.Nursery,
+    database_url: str,
+    dns_server: DnsServer,
+    https_receiver: HttpsReceiver,
+    tls_ca: TlsAuthority,
+    clock: MockClock,
+) -> None:
+    """With private targets off, the SSRF rule is applied again at connect (DNS rebinding)."""
+    settings = harness.test_settings(
+        database_url,
+        dns_server,
+        allow_private_targets="off",
+        extra_ca_file=str(tls_ca.ca_file),
+    )
+    running: RunningService = await nursery.start(serve, settings)
+    service = Service(running, clock)
+    try:
+        account = await service.account()
+        url = f"https://hooks.example.net:{https_receiver.port}/hook"
+        direct = await account.client.post(
+            "/v1/webhooks/", json={"url": https_receiver.url + "/hook", "events": EVENTS}
+        )
+        assert direct.status_code == 422  # a loopback URL is refused when saved
+        # Saved while the name points at a public address (never contacted by this test)...
+        dns_server.set("hooks.example.net", "A", ["93.184.216.34"])
+        created = await account.client.post("/v1/webhooks/", json={"url": url, "events": EVENTS})
+        assert created.status_code == 201, created.text
+        # ...then re-pointed at the operator's loopback, where a receiver listens.
+        dns_server.set("hooks.example.net", "A", ["127.0.0.1"])
+        hook = created.json()
+        await account.client.post(f"/v1/webhooks/{hook['id']}/test")
+        attempt = await _recorded(account, hook["id"], 1)
+        assert attempt["status"] == "retrying"
+        detail = (await account.client.get(f"/v1/webhook-deliveries/{attempt['id']}")).json()
+        assert "public address" in (detail["response_body"] or "")
+        assert https_receiver.requests == []
+    finally:
+        await service.aclose()
+        running.stop()
