@@ -18,11 +18,11 @@ from datetime import datetime
 from storage.codec import (
     from_json,
     new_id,
-    parse_optional_timestamp,
     parse_timestamp,
     timestamp,
     to_json,
 )
+from storage.leases import LeasedTable
 from storage.tx import Row, Tx
 
 
@@ -145,36 +145,16 @@ def _job(row: Row) -> Job:
     )
 
 
-def release_leases(tx: Tx, node: str) -> int:
-    """Give back every lease this node holds (it restarted: its work resumes at once)."""
-    return tx.execute(
-        "UPDATE forward_jobs SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
-        {"node": node},
-    )
+JOBS = LeasedTable("forward_jobs", "next_attempt_at")
+release_leases = JOBS.release
 
 
 def claim_due(
     tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int
 ) -> tuple[list[Job], datetime | None]:
     """Lease up to `limit` due jobs; and when the next unleased one falls due."""
-    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
-    rows = tx.all(
-        "SELECT * FROM forward_jobs WHERE status IN ('pending', 'retrying')"
-        " AND next_attempt_at <= :now AND (lease_until IS NULL OR lease_until < :now)"
-        f" ORDER BY next_attempt_at, id LIMIT :limit{lock}",
-        {"now": timestamp(now), "limit": limit},
-    )
-    jobs = [_job(row) for row in rows]
-    tx.execute_many(
-        "UPDATE forward_jobs SET lease_until = :lease, leased_by = :node WHERE id = :id",
-        ({"lease": timestamp(lease_until), "node": node, "id": job.id} for job in jobs),
-    )
-    following = tx.value(
-        "SELECT MIN(next_attempt_at) FROM forward_jobs WHERE status IN ('pending', 'retrying')"
-        " AND (lease_until IS NULL OR lease_until < :now)",
-        {"now": timestamp(now)},
-    )
-    return jobs, parse_optional_timestamp(following)
+    rows, following = JOBS.claim_due(tx, now, lease_until, node, limit)
+    return [_job(row) for row in rows], following
 
 
 def record_outcomes(tx: Tx, outcomes: Sequence[Outcome], now: datetime) -> None:

@@ -21,6 +21,7 @@ from storage.codec import (
     timestamp,
     to_json,
 )
+from storage.leases import LeasedTable
 from storage.tx import Row, Tx
 
 
@@ -265,39 +266,24 @@ def replay(tx: Tx, delivery_id: str, now: datetime) -> None:
     )
 
 
-def release_leases(tx: Tx, node: str) -> int:
-    return tx.execute(
-        "UPDATE webhook_deliveries SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
-        {"node": node},
-    )
+DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at")
+release_leases = DELIVERIES.release
 
 
 def claim_due(
     tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int
 ) -> tuple[list[tuple[Delivery, str]], datetime | None]:
     """Lease due deliveries with their webhook's secret; and when the next one falls due."""
-    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
-    rows = tx.all(
-        "SELECT * FROM webhook_deliveries WHERE status IN ('pending', 'retrying')"
-        " AND next_retry_at <= :now AND (lease_until IS NULL OR lease_until < :now)"
-        f" ORDER BY next_retry_at, id LIMIT :limit{lock}",
-        {"now": timestamp(now), "limit": limit},
+    rows, following = DELIVERIES.claim_due(
+        tx,
+        now,
+        lease_until,
+        node,
+        limit,
+        join=" JOIN webhooks w ON w.id = q.webhook_id",
+        also=", w.secret AS webhook_secret",
     )
-    claimed = []
-    for row in rows:
-        delivery = _delivery(row)
-        secret = tx.value("SELECT secret FROM webhooks WHERE id = :id", {"id": delivery.webhook_id})
-        claimed.append((delivery, str(secret)))
-    tx.execute_many(
-        "UPDATE webhook_deliveries SET lease_until = :lease, leased_by = :node WHERE id = :id",
-        ({"lease": timestamp(lease_until), "node": node, "id": d.id} for d, _ in claimed),
-    )
-    following = tx.value(
-        "SELECT MIN(next_retry_at) FROM webhook_deliveries WHERE status IN ('pending', 'retrying')"
-        " AND (lease_until IS NULL OR lease_until < :now)",
-        {"now": timestamp(now)},
-    )
-    return claimed, parse_optional_timestamp(following)
+    return [(_delivery(row), str(row["webhook_secret"])) for row in rows], following
 
 
 def record_attempts(tx: Tx, attempts: Sequence[Attempt], now: datetime) -> None:
