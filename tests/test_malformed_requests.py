@@ -162,6 +162,68 @@ BODY_ROUTES = [
         missing=[{}, {"passwd": "whatever1"}],
         auth="cookie",
     ),
+    BodyRoute(
+        "smtp-credentials",
+        "POST",
+        "/v1/smtp-credentials/",
+        {"domain_id": UNKNOWN_ID},
+        "domain_id",
+        wrong_types=[{"domain_id": 5}, {"domain_id": None}, {"domain_id": [UNKNOWN_ID]}],
+        missing=[{}, {"domain": UNKNOWN_ID}],
+    ),
+    BodyRoute(
+        "forwards",
+        "POST",
+        "/v1/forwards/",
+        {"source_email": "in@valid.example", "domain_id": UNKNOWN_ID},
+        "source_email",
+        wrong_types=[
+            {"source_email": 5, "domain_id": UNKNOWN_ID},
+            {"source_email": "in@valid.example", "domain_id": 5},
+            {"source_email": "in@valid.example", "domain_id": UNKNOWN_ID, "destination_urls": 5},
+            {
+                "source_email": "in@valid.example",
+                "domain_id": UNKNOWN_ID,
+                "destination_emails": [5],
+            },
+        ],
+        missing=[],  # the spec's Forwards rules answer a missing field with 400 (decisions.md)
+    ),
+    BodyRoute(
+        "contact-lists",
+        "POST",
+        "/v1/contacts/",
+        {"name": "Customers"},
+        "name",
+        wrong_types=[{"name": 5}, {"name": None}, {"name": "ok", "description": ["x"]}],
+        missing=[{}, {"description": "no name"}],
+    ),
+    BodyRoute(
+        "templates",
+        "POST",
+        "/v1/templates/",
+        {"name": "Welcome", "subject": "Hi", "html_body": "<p>Hi</p>"},
+        "name",
+        wrong_types=[
+            {"name": 5, "subject": "Hi", "html_body": "x"},
+            {"name": "ok", "subject": ["Hi"], "html_body": "x"},
+            {"name": "ok", "subject": "Hi", "html_body": {"a": 1}},
+        ],
+        missing=[{}],
+    ),
+    BodyRoute(
+        "transfer-initiate",
+        "POST",
+        "/v1/domains/{domain_id}/transfer",
+        {"target_email": "nobody@valid.example"},
+        "target_email",
+        wrong_types=[
+            {"target_email": 5},
+            {"target_email": None},
+            {"target_email": "nobody@valid.example", "note": 5},
+        ],
+        missing=[{}, {"note": "no target"}],
+    ),
 ]
 
 
