@@ -70,16 +70,30 @@ async def test_logo_rules(service: Service, dns_server: DnsServer) -> None:
     account = await ready_account(service, dns_server, plan="business")
     domain_id = await _domain_id(account)
     cases = [
-        ("logo.png", LOGO),
-        ("logo.svg", b"<html>not an svg</html>"),
-        ("logo.svg", LOGO[:-6] + b"<!--" + b"x" * (100 * 1024) + b"--></svg>"),
-        ("logo.svg", b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'),
-        ("logo.svg", b'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"></svg>'),
-        ("logo.svg", b'<svg><a href="javascript:alert(1)"/></svg>'),
+        ("logo.png", LOGO, "not_svg"),
+        ("logo.svg", b"<html>not an svg</html>", "not_svg"),
+        ("logo.svg", b"\xff\xfe<\x00s\x00v\x00g\x00/\x00>\x00", "not_svg"),  # UTF-16
+        ("logo.svg", LOGO[:-6] + b"<!--" + b"x" * (100 * 1024) + b"--></svg>", "logo_too_large"),
+        (
+            "logo.svg",
+            b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>',
+            "unsafe_svg",
+        ),
+        (
+            "logo.svg",
+            b'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"></svg>',
+            "unsafe_svg",
+        ),
+        (
+            "logo.svg",
+            b'<svg xmlns="http://www.w3.org/2000/svg"><a href="javascript:alert(1)"/></svg>',
+            "unsafe_svg",
+        ),
     ]
-    for name, content in cases:
+    for name, content, code in cases:
         response = await _upload(account, domain_id, name, content)
         assert response.status_code == 400, (name, content[:40])
+        assert response.json()["code"] == code, (name, content[:40])
     missing = await account.client.post(
         f"/v1/domains/{domain_id}/bimi/logo", files={"other": ("a.svg", LOGO)}
     )

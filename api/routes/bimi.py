@@ -1,4 +1,9 @@
-"""BIMI: status, logo upload and enabling per domain, and the public logo."""
+"""BIMI: status, logo upload and enabling per domain, and the public logo.
+
+The public logo is served from the API's origin, where a session cookie lives: besides the
+upload check (engine.svg_policy), its headers forbid it to run anything or load anything,
+should a browser open it as a document.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,13 @@ from engine import bimi
 from engine.errors import InvalidRequest
 
 blueprint = Blueprint("bimi", __name__, url_prefix="/v1")
+
+LOGO_HEADERS = {
+    "Cache-Control": "public, max-age=86400",
+    "Access-Control-Allow-Origin": "*",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 class BimiStatusOut(BaseModel):
@@ -77,11 +89,4 @@ async def enable(domain_id: str) -> dict[str, object]:
 @public
 async def logo(domain_id: str) -> Response:
     svg = await bimi.public_logo(runtime(), domain_id)
-    return Response(
-        svg,
-        content_type="image/svg+xml",
-        headers={
-            "Cache-Control": "public, max-age=86400",
-            "Access-Control-Allow-Origin": "*",
-        },
-    )
+    return Response(svg, content_type="image/svg+xml", headers=LOGO_HEADERS)
