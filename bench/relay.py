@@ -91,12 +91,17 @@ def client(args: argparse.Namespace) -> None:
 async def _serve(plain_port: int) -> None:
     from postroom import config
     from postroom.service import serve
+    from relay.listener import MAX_CONNECTIONS
     from relay.submission import submission_listener
 
     async with trio.open_nursery() as nursery:
         running = await nursery.start(serve, config.load(dict(os.environ)))
         plain = submission_listener(
-            running.runtime, ("127.0.0.1", plain_port), None, auth_without_tls=True
+            running.runtime,
+            ("127.0.0.1", plain_port),
+            None,
+            auth_without_tls=True,
+            max_per_client=MAX_CONNECTIONS,  # every client process connects from 127.0.0.1
         )
         await nursery.start(plain.run)
 

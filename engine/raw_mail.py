@@ -3,7 +3,7 @@
 `store_raw` writes one such email in the caller's unit of work: the row the email log shows
 (subject, From, To and Cc read from the message's header; the bcc are the envelope
 recipients the header does not name), a `queued` recipient per envelope recipient, the
-`email.queued` event, the monthly volume, and the message bytes themselves. Delivery sends
+`queued` event, the monthly volume, and the message bytes themselves. Delivery sends
 the bytes as they are, DKIM-signed with the domain's key, from the email's bounce address,
 with Message-ID and Date added only if the message lacks them (engine/delivery/messages.py).
 
@@ -32,7 +32,7 @@ from storage.tx import Tx
 
 SOURCES = ("smtp", "forward")
 _MESSAGE_ID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]{1,900}@[\x21-\x3b\x3d\x3f-\x7e]{1,255}>")
-_SHOWN_FIELDS = frozenset({"from", "to", "cc", "subject", "message-id"})
+_READ_FIELDS = frozenset({"from", "sender", "to", "cc", "subject", "message-id"})
 _SUBJECT_LIMIT = 998  # one header line's worth: the log shows a subject, not a document
 
 
@@ -51,7 +51,8 @@ class RawMail:
 
 @dataclass(frozen=True, slots=True)
 class HeaderSummary:
-    """What the email log shows of a message, read from its header."""
+    """What the email log shows of a message, read from its header, and the originator
+    fields as given (one entry per field) for the submission rule to check."""
 
     subject: str
     from_address: str | None
@@ -59,6 +60,8 @@ class HeaderSummary:
     to: list[dict[str, Any]]
     cc: list[dict[str, Any]]
     message_id: str | None
+    from_fields: tuple[str, ...]
+    sender_fields: tuple[str, ...]
 
 
 def _mailboxes(values: list[str]) -> list[dict[str, Any]]:
@@ -73,20 +76,23 @@ def _header_fields(data: bytes) -> dict[str, list[str]]:
     """The header's fields by lower-case name, unfolded (RFC 5322 2.2.3), as text.
 
     Hand-written because the email package's parser costs ~0.4 ms a message, a large part
-    of the relay's whole budget; only the few fields the log shows are kept.
+    of the relay's whole budget; only the few fields the log and the originator check read
+    are kept. Lines end in CRLF only (the SMTP server refuses bare CR and LF), and the
+    header ends at the first empty line, as for every reader of the message: a From the
+    recipient would not see must not count, nor one it would see be missed.
     """
-    end = data.find(b"\r\n\r\n")
+    end = 0 if data.startswith(b"\r\n") else data.find(b"\r\n\r\n")
     header = (data if end < 0 else data[:end]).decode("utf-8", "replace")
     fields: dict[str, list[str]] = {}
     name = None
-    for line in header.splitlines():
+    for line in header.split("\r\n"):
         if line[:1] in (" ", "\t"):
             if name is not None:
                 fields[name][-1] += " " + line.strip()
             continue
         field, colon, value = line.partition(":")
         name = field.strip().lower() if colon else None
-        if name in _SHOWN_FIELDS:
+        if name in _READ_FIELDS:
             fields.setdefault(name, []).append(value.strip())
         else:
             name = None
@@ -116,6 +122,8 @@ def summarize(data: bytes) -> HeaderSummary:
         to=_mailboxes(fields.get("to", [])),
         cc=_mailboxes(fields.get("cc", [])),
         message_id=ids[0] if ids and _MESSAGE_ID.fullmatch(ids[0]) else None,
+        from_fields=tuple(fields.get("from", [])),
+        sender_fields=tuple(fields.get("sender", [])),
     )
 
 
@@ -179,7 +187,7 @@ def store_raw(tx: Tx, mail: RawMail, now: datetime) -> str:
         for address in recipients
     ]
     meta = {"subject": summary.subject, "tags": [], "source": mail.source}
-    event = Event(new_id(), email_id, mail.workspace_id, "email.queued", None, meta, now)
+    event = Event(new_id(), email_id, mail.workspace_id, "queued", None, meta, now)
     emails.insert(tx, [record], rows, [event])
     emails.insert_raw(tx, email_id, mail.data)
     emails.count_sent(tx, mail.workspace_id, now.strftime("%Y-%m"), 1)

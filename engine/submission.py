@@ -6,29 +6,39 @@ The same rules as the API, applied at the SMTP step where a client can best be t
   be an active registered sender on the credential's verified domain, and the plan's
   monthly volume must have room. Both are checked again, against the database of the
   moment, in the transaction that stores the message.
+- A credential deactivated on any node ends its open sessions: MAIL FROM re-reads it when
+  the session's last look is `RECHECK_AFTER` old (`current`; one indexed read a second at
+  most, nothing for a burst of messages), and storing a message reads it in any case.
 - RCPT TO a suppressed address is refused with the reason and counts as an attempt of the
   one-time override (engine/suppression_override.py, through `sending.attempt_suppressed`):
   the first attempt opens a 24-hour window, one retry within it is accepted (the override
   is used then), later ones are refused.
-- The message's From header must name an active sender on the same domain (what DMARC
-  and the recipient see must be what the workspace registered), and the message is stored
-  through `raw_mail.store_raw` before the relay answers 250.
+- The message names its author as the workspace registered it (what DMARC and the
+  recipient see; `_originator_problem`): exactly one From field, every address in it an
+  active sender on the credential's domain; at most one Sender field, naming one such
+  address. Fields are read strictly (engine/mail/address_list.py): anything ambiguous is
+  refused. The message is stored through `raw_mail.store_raw` before the relay answers 250.
 Each function returns why it refuses (a sentence for the SMTP reply) or None.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from engine import plans
 from engine import smtp_credentials as credentials
-from engine.raw_mail import RawMail, store_raw, summarize, wake
+from engine.mail import address_list
+from engine.raw_mail import HeaderSummary, RawMail, store_raw, summarize, wake
 from engine.runtime import Runtime
 from engine.sending import attempt_suppressed, suppression_overrides
 from storage import domains, emails, smtp_credentials, suppressions
 from storage.smtp_credentials import RelayLogin
 from storage.tx import Tx
+
+# How stale a session's view of its credential may be: a deactivation reaches every open
+# session, on any node, within this.
+RECHECK_AFTER = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +54,25 @@ class Submitter:
     login: RelayLogin
     senders: frozenset[str]  # active sender addresses on the credential's domain
     sent_this_month: int
+    checked_at: datetime  # when the credential was last read
 
 
-def _candidates(tx: Tx, username: str, month: str) -> list[Submitter]:
+def _active_senders(tx: Tx, login: RelayLogin) -> frozenset[str]:
+    return frozenset(
+        s.email
+        for s in domains.list_senders(tx, login.workspace_id)
+        if s.is_active and s.domain_id == login.domain_id
+    )
+
+
+def _candidates(tx: Tx, username: str, now: datetime) -> list[Submitter]:
+    month = now.strftime("%Y-%m")
     return [
         Submitter(
             login,
-            frozenset(
-                s.email
-                for s in domains.list_senders(tx, login.workspace_id)
-                if s.is_active and s.domain_id == login.domain_id
-            ),
+            _active_senders(tx, login),
             emails.sent_in_month(tx, login.workspace_id, month),
+            now,
         )
         for login in smtp_credentials.logins(tx, username)
     ]
@@ -67,12 +84,24 @@ async def authenticate(rt: Runtime, username: str, password: str) -> Submitter |
     name = credentials.usable_username(username)
     if name is None or not password:
         return None
-    month = rt.clock.now().strftime("%Y-%m")
-    candidates = await rt.db.read(_candidates, name, month)
+    candidates = await rt.db.read(_candidates, name, rt.clock.now())
     login = credentials.match([c.login for c in candidates], password)
     if login is None or not login.domain_verified:
         return None
     return next(c for c in candidates if c.login is login)
+
+
+async def current(rt: Runtime, submitter: Submitter) -> Submitter | None:
+    """The connection's submitter, its credential re-read if the last look is older than
+    `RECHECK_AFTER`; None once the credential is deactivated, or its domain gone or no
+    longer verified (the relay then says 535, as AUTH would)."""
+    now = rt.clock.now()
+    if now - submitter.checked_at < RECHECK_AFTER:
+        return submitter
+    login = await rt.db.read(smtp_credentials.login, submitter.login.credential_id)
+    if login is None or not login.domain_verified:
+        return None
+    return replace(submitter, login=login, checked_at=now)
 
 
 def _sender_problem(login: RelayLogin, senders: frozenset[str], address: str) -> str | None:
@@ -119,24 +148,43 @@ async def check_recipient(rt: Runtime, submitter: Submitter, address: str) -> st
     return reason
 
 
+def _originator_problem(
+    login: RelayLogin, senders: frozenset[str], summary: HeaderSummary
+) -> str | None:
+    """Why the message's From or Sender field is refused, or None (see the module's rule)."""
+    if len(summary.from_fields) != 1:
+        return f"the message has {len(summary.from_fields)} From headers; it must have exactly one"
+    if len(summary.sender_fields) > 1:
+        return f"the message has {len(summary.sender_fields)} Sender headers; it may have one"
+    for name, values in (("From", summary.from_fields), ("Sender", summary.sender_fields)):
+        for value in values:
+            found = address_list.addresses(value)
+            if found is None:
+                return f"the {name} header cannot be read as a list of email addresses"
+            if not found:
+                return f"the {name} header names no address"
+            if name == "Sender" and len(found) > 1:
+                return "the Sender header names more than one address"
+            for address in found:
+                problem = _sender_problem(login, senders, address.lower())
+                if problem is not None:
+                    return f"{name} header: {problem}"
+    return None
+
+
 def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime) -> Accepted | str:
     """Re-check against the database of now (the connection's view may be stale), store."""
-    summary = summarize(mail.data)
-    if summary.from_address is None:
-        return "the message has no From header with an address"
-    senders = frozenset(
-        s.email
-        for s in domains.list_senders(tx, login.workspace_id)
-        if s.is_active and s.domain_id == login.domain_id
-    )
-    domain = domains.get(tx, login.workspace_id, login.domain_id)
-    if domain is None or domain.status != "verified":
+    current_login = smtp_credentials.login(tx, login.credential_id)
+    if current_login is None:
+        return "this SMTP credential has been deleted, or its domain has"
+    if not current_login.domain_verified:
         return f"{login.domain_name} is not verified"
+    senders = _active_senders(tx, current_login)
     problem = (
-        _sender_problem(login, senders, mail.from_email)
-        or _sender_problem(login, senders, summary.from_address)
+        _sender_problem(current_login, senders, mail.from_email)
+        or _originator_problem(current_login, senders, summarize(mail.data))
         or _volume_problem(
-            login, emails.sent_in_month(tx, login.workspace_id, now.strftime("%Y-%m"))
+            current_login, emails.sent_in_month(tx, login.workspace_id, now.strftime("%Y-%m"))
         )
     )
     if problem is not None:

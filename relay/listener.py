@@ -2,9 +2,10 @@
 
 Shared by the submission relay and the inbound MX, which differ only in their policy
 (`ServerPolicy`) and their per-connection `SessionHandler`. Rules: at most
-`max_connections` conversations at once (one more is told 421 and closed, before any
-other work); `stop()` stops accepting and makes idle conversations say 421 at once, while
-a conversation in the middle of a message finishes it first (bounded by `GRACE`).
+`max_connections` conversations at once, and at most `max_per_client` from one client
+address, so one client cannot take all the places (one more is told 421 and closed, before
+any other work); `stop()` stops accepting and makes idle conversations say 421 at once,
+while a conversation in the middle of a message finishes it first (bounded by `GRACE`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from relay.connection import SessionHandler, ShutdownSignal, Timeouts, drive
 log = logging.getLogger("postroom.relay")
 
 GRACE = 10.0  # seconds a conversation in the middle of a message gets to finish on stop
+MAX_CONNECTIONS = 500  # conversations at once on one listener
+MAX_PER_CLIENT = 20  # of those, from one client address
 S421_TOO_BUSY = SmtpReply.of(421, "4.7.0 Too many connections, try again later")
+S421_TOO_MANY_FROM_CLIENT = SmtpReply.of(
+    421, "4.7.0 Too many connections from your address, try again later"
+)
 
 Address = tuple[str, int]
 
@@ -36,7 +42,8 @@ class ListenerStatistics:
     name: str
     connections_open: int
     connections_total: int
-    connections_refused: int
+    connections_refused: int  # the listener was full
+    connections_refused_per_client: int  # that client address had its share open
     messages_accepted: int
     messages_refused: int
 
@@ -52,7 +59,8 @@ class SmtpListener:
         handler_factory: Callable[[], SessionHandler],
         *,
         tls: ssl.SSLContext | None,
-        max_connections: int = 500,
+        max_connections: int = MAX_CONNECTIONS,
+        max_per_client: int = MAX_PER_CLIENT,
         timeouts: Timeouts | None = None,
     ) -> None:
         self.name = name
@@ -61,12 +69,15 @@ class SmtpListener:
         self._handler_factory = handler_factory
         self._tls = tls
         self._max_connections = max_connections
+        self._max_per_client = max_per_client
         self._timeouts = timeouts or Timeouts()
         self._shutdown = ShutdownSignal()
         self._stopped = trio.Event()
         self._open = 0
+        self._open_by_client: dict[str, int] = {}  # only addresses with a connection open
         self._total = 0
         self._refused_connections = 0
+        self._refused_per_client = 0
         self._accepted = 0
         self._refused = 0
 
@@ -102,15 +113,27 @@ class SmtpListener:
             self._shutdown.close()
             conversations.cancel_scope.deadline = trio.current_time() + GRACE
 
+    def _refusal(self, client: str) -> SmtpReply | None:
+        """Why a new connection from `client` is turned away at once, or None."""
+        if self._open >= self._max_connections:
+            self._refused_connections += 1
+            return S421_TOO_BUSY
+        if self._open_by_client.get(client, 0) >= self._max_per_client:
+            self._refused_per_client += 1
+            return S421_TOO_MANY_FROM_CLIENT
+        return None
+
     async def _handle(self, stream: trio.SocketStream) -> None:
         self._total += 1
         try:
-            if self._open >= self._max_connections:
-                self._refused_connections += 1
+            client = str(stream.socket.getpeername()[0])
+            refusal = self._refusal(client)
+            if refusal is not None:
                 with trio.move_on_after(5):
-                    await stream.send_all(S421_TOO_BUSY.to_bytes())
+                    await stream.send_all(refusal.to_bytes())
                 return
             self._open += 1
+            self._open_by_client[client] = self._open_by_client.get(client, 0) + 1
             try:
                 server = SmtpServer(self._policy)
                 await drive(
@@ -124,6 +147,9 @@ class SmtpListener:
                 )
             finally:
                 self._open -= 1
+                left = self._open_by_client.pop(client) - 1
+                if left:
+                    self._open_by_client[client] = left
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
             pass  # the client went away or stalled the TLS handshake: nothing to tell it
         finally:
@@ -135,6 +161,7 @@ class SmtpListener:
             self._open,
             self._total,
             self._refused_connections,
+            self._refused_per_client,
             self._accepted,
             self._refused,
         )

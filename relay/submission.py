@@ -3,7 +3,8 @@ with an SMTP credential, then mail from the credential's domain, under the API's
 
 Thin: each step asks one engine function (engine/smtp_credentials.py to authenticate,
 engine/submission.py for senders, suppressions, the plan and storing) and turns its answer
-into a reply. 250 to the message comes only after it is committed.
+into a reply. 250 to the message comes only after it is committed. A credential deactivated
+while a session is open gets 535 at its next MAIL FROM (`submission.current`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from engine.smtp.replies import (
 )
 from engine.smtp.server import AuthAttempt, MailFrom, MessageData, RcptTo, ServerPolicy
 from relay.connection import Timeouts
-from relay.listener import Address, SmtpListener
+from relay.listener import MAX_PER_CLIENT, Address, SmtpListener
 
 # What a base64-encoded message with 24 MiB of attachments (the API's cap) needs, and more.
 MAX_MESSAGE_SIZE = 40 * 1024 * 1024
@@ -47,7 +48,12 @@ class SubmissionSession:
         return S235_AUTH_OK
 
     async def mail_from(self, event: MailFrom) -> SmtpReply:
-        assert self._submitter is not None  # the machine requires AUTH before MAIL here
+        # The machine requires AUTH before MAIL here, so None means the credential was
+        # deactivated since (on any node): this session may send nothing more.
+        if self._submitter is not None:
+            self._submitter = await submission.current(self._rt, self._submitter)
+        if self._submitter is None:
+            return S535_AUTH_FAILED
         problem = submission.check_sender(self._submitter, event.address)
         return S250_SENDER_OK if problem is None else _refused(problem)
 
@@ -72,10 +78,12 @@ def submission_listener(
     tls: ssl.SSLContext | None,
     *,
     auth_without_tls: bool = False,
+    max_per_client: int = MAX_PER_CLIENT,
     timeouts: Timeouts | None = None,
 ) -> SmtpListener:
     """The submission listener. `auth_without_tls` lets AUTH through in plaintext: only for
-    a loopback benchmark, never in production (passwords would cross the wire in clear)."""
+    a loopback benchmark, never in production (passwords would cross the wire in clear);
+    such a benchmark also raises `max_per_client`, its clients all being 127.0.0.1."""
     policy = ServerPolicy(
         hostname=rt.smtp_host,
         max_message_size=MAX_MESSAGE_SIZE,
@@ -84,5 +92,11 @@ def submission_listener(
         auth_without_tls=auth_without_tls,
     )
     return SmtpListener(
-        "submission", address, policy, lambda: SubmissionSession(rt), tls=tls, timeouts=timeouts
+        "submission",
+        address,
+        policy,
+        lambda: SubmissionSession(rt),
+        tls=tls,
+        max_per_client=max_per_client,
+        timeouts=timeouts,
     )

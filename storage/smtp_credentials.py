@@ -2,7 +2,8 @@
 
 A credential is never deleted: deactivating it is irreversible and it stays listed with
 `is_active` false. The relay finds credentials by username (not unique across time: a
-deactivated one keeps its name) together with what it needs to authorise the session.
+deactivated one keeps its name) together with what it needs to authorise the session, and
+re-reads a session's credential by id to learn that it was deactivated on any node.
 """
 
 from __future__ import annotations
@@ -117,28 +118,39 @@ def revoke_for_domain(tx: Tx, domain_id: str, now: datetime) -> int:
     )
 
 
+# A login: an active credential joined to its domain (gone: no row) and workspace plan.
+_LOGIN = (
+    "SELECT c.id, c.password_hash, c.workspace_id, w.plan, c.domain_id, d.name, d.status"
+    " FROM smtp_credentials c JOIN workspaces w ON w.id = c.workspace_id"
+    " JOIN domains d ON d.id = c.domain_id AND d.workspace_id = c.workspace_id"
+    " WHERE c.is_active"
+)
+
+
+def _login(row: Row) -> RelayLogin:
+    return RelayLogin(
+        credential_id=row["id"],
+        password_hash=row["password_hash"],
+        workspace_id=row["workspace_id"],
+        plan=row["plan"],
+        domain_id=row["domain_id"],
+        domain_name=row["name"],
+        domain_verified=row["status"] == "verified",
+    )
+
+
 def logins(tx: Tx, username: str) -> list[RelayLogin]:
     """The active credentials called `username`, with their domain and workspace plan.
 
     A credential whose domain was deleted has no login. Usually one; more only if two
     workspaces whose ids share 8 characters hold credentials for the same domain name.
     """
-    rows = tx.all(
-        "SELECT c.id, c.password_hash, c.workspace_id, w.plan, c.domain_id, d.name,"
-        " d.status FROM smtp_credentials c JOIN workspaces w ON w.id = c.workspace_id"
-        " JOIN domains d ON d.id = c.domain_id AND d.workspace_id = c.workspace_id"
-        " WHERE c.username = :username AND c.is_active",
-        {"username": username},
-    )
-    return [
-        RelayLogin(
-            credential_id=row["id"],
-            password_hash=row["password_hash"],
-            workspace_id=row["workspace_id"],
-            plan=row["plan"],
-            domain_id=row["domain_id"],
-            domain_name=row["name"],
-            domain_verified=row["status"] == "verified",
-        )
-        for row in rows
-    ]
+    rows = tx.all(_LOGIN + " AND c.username = :username", {"username": username})
+    return [_login(row) for row in rows]
+
+
+def login(tx: Tx, credential_id: str) -> RelayLogin | None:
+    """The credential's login as it is now (by primary key: an open relay session re-reads
+    it), or None once it is deactivated or its domain is gone."""
+    row = tx.one(_LOGIN + " AND c.id = :id", {"id": credential_id})
+    return None if row is None else _login(row)
