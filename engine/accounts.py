@@ -2,23 +2,24 @@
 
 A user owns one or more workspaces; every resource belongs to a workspace and the plan is the
 workspace's. `create_account` makes the user, a first workspace and a first API key in one
-unit of work, for the `postroom accounts create` command.
+unit of work, for the `postroom accounts create` command. Password checks (login and
+re-authentication) are counted against `engine.login_limits` before any argon2 is spent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import jwt
 
-from engine import plans
+from engine import login_limits, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.api_keys import PERMISSIONS, insert_key
 from engine.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from engine.runtime import Principal, Runtime
-from engine.secrets import hash_password, verify_password
 from storage import accounts
 from storage.accounts import Session, User, Workspace
 from storage.codec import new_id
@@ -72,7 +73,7 @@ async def create_account(
     if len(password) < MIN_PASSWORD_LENGTH:
         raise Unprocessable(f"the password must have at least {MIN_PASSWORD_LENGTH} characters")
     now = rt.clock.now()
-    user = User(new_id(), address, await hash_password(password), admin, now)
+    user = User(new_id(), address, await rt.passwords.hash(password), admin, now)
     workspace = Workspace(new_id(), address, plan, user.id, now)
     return await rt.db.write(_insert_account, user, workspace)
 
@@ -113,7 +114,41 @@ class LoggedIn:
     expires_at: datetime
 
 
-def _open_session(tx: Tx, user: User, session: Session, now: datetime) -> list[Workspace]:
+def _admit(
+    tx: Tx,
+    attempt: login_limits.Attempt,
+    find: Callable[[Tx, str], User | None],
+    ident: str,
+    now: datetime,
+) -> User | None:
+    login_limits.count(tx, attempt, now)
+    return find(tx, ident)
+
+
+async def _password_owner(
+    rt: Runtime,
+    attempt: login_limits.Attempt,
+    find: Callable[[Tx, str], User | None],
+    ident: str,
+    password: str,
+) -> User | None:
+    """The user `find` names if `password` is theirs, else None.
+
+    The attempt is counted before the password is checked, and an unknown user costs the
+    same argon2 as a known one. RateLimited when a limit is reached or the queue for the
+    password threads is full.
+    """
+    with rt.passwords.place():
+        user = await rt.db.write(_admit, attempt, find, ident, rt.clock.now())
+        if await rt.passwords.verify(user.password_hash if user else None, password):
+            return user
+    return None
+
+
+def _open_session(
+    tx: Tx, user: User, session: Session, attempt: login_limits.Attempt, now: datetime
+) -> list[Workspace]:
+    login_limits.succeeded(tx, attempt)
     accounts.insert_session(tx, session, now)
     workspaces = accounts.workspaces_of(tx, user.id)
     for workspace in workspaces:
@@ -121,14 +156,19 @@ def _open_session(tx: Tx, user: User, session: Session, now: datetime) -> list[W
     return workspaces
 
 
-async def login(rt: Runtime, email: str, password: str) -> LoggedIn:
-    """Check a password and open a session; Unauthorized on any mismatch."""
-    user = await rt.db.read(accounts.user_by_email, email.strip().lower())
-    if not await verify_password(user.password_hash if user else None, password) or user is None:
+async def login(rt: Runtime, email: str, password: str, client: str | None) -> LoggedIn:
+    """Check a password and open a session; Unauthorized on any mismatch.
+
+    `client` is the caller's peer address, for the per-address limit.
+    """
+    email = email.strip().lower()  # as users are looked up
+    attempt = login_limits.attempt(email, client)
+    user = await _password_owner(rt, attempt, accounts.user_by_email, email, password)
+    if user is None:
         raise Unauthorized("wrong email or password")
     now = rt.clock.now()
     session = Session(new_id(), user.id, now + SESSION_LIFETIME, None, revoked=False)
-    workspaces = await rt.db.write(_open_session, user, session, now)
+    workspaces = await rt.db.write(_open_session, user, session, attempt, now)
     token = jwt.encode(
         {"sid": session.id, "sub": user.id, "exp": int(session.expires_at.timestamp())},
         rt.secret_key,
@@ -143,13 +183,25 @@ async def logout(rt: Runtime, who: Principal) -> None:
         await rt.db.write(accounts.revoke_session, who.session_id, rt.clock.now())
 
 
-async def reauthenticate(rt: Runtime, who: Principal, password: str) -> datetime:
-    """Mark the session re-authenticated for five minutes; the time it lapses."""
+def _mark_reauthenticated(
+    tx: Tx, session_id: str, until: datetime, attempt: login_limits.Attempt
+) -> None:
+    login_limits.succeeded(tx, attempt)
+    accounts.mark_reauthenticated(tx, session_id, until)
+
+
+async def reauthenticate(
+    rt: Runtime, who: Principal, password: str, client: str | None
+) -> datetime:
+    """Mark the session re-authenticated for five minutes; the time it lapses.
+
+    Counted against the same limits as a login to the account, from peer address `client`.
+    """
     if who.session_id is None:
         raise Forbidden("re-authentication needs a session cookie, not an API key")
-    user = await rt.db.read(accounts.user_by_id, who.user_id)
-    if user is None or not await verify_password(user.password_hash, password):
+    attempt = login_limits.attempt(who.user_email, client)
+    if await _password_owner(rt, attempt, accounts.user_by_id, who.user_id, password) is None:
         raise Unauthorized("wrong password")
     until = rt.clock.now() + REAUTH_WINDOW
-    await rt.db.write(accounts.mark_reauthenticated, who.session_id, until)
+    await rt.db.write(_mark_reauthenticated, who.session_id, until, attempt)
     return until

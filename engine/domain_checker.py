@@ -15,6 +15,7 @@ from datetime import timedelta
 import trio
 
 from engine import domains as domain_rules
+from engine import faults
 from engine.errors import EngineError
 from engine.runtime import Runtime
 from storage import domains
@@ -61,6 +62,11 @@ class DomainChecker:
                 )
             except EngineError as exc:  # e.g. deleted meanwhile, or taken by another workspace
                 log.info("domain %s not checked: %s", domain.name, exc.detail)
+                continue
+            except Exception as exc:  # one domain's fault: checked again next round
+                if not faults.blames_item(exc):
+                    raise
+                self._rt.faults.item_fault(self.name, f"domain {domain.name}", exc)
                 continue
             if checked.status == domain_rules.VERIFIED:
                 self._verified += 1

@@ -24,20 +24,22 @@ from pathlib import Path
 import httpx
 import trio
 
-from engine import outbound_http, raw_mail
+from engine import faults, outbound_http, raw_mail
 from engine.errors import EngineError
+from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
 from engine.raw_mail import RawMail
 from engine.runtime import Runtime
-from engine.webhook_dispatcher import TIMEOUT, next_retry
 from storage import forwards, inbound, suppressions
 from storage.codec import new_id
 from storage.forwards import LogEntry
 from storage.inbound import InboundMessage, Job, Outcome
+from storage.leases import Claimed, Fault
 from storage.tx import Tx
 
 BATCH = 200
-MAX_IN_FLIGHT = 100  # concurrent URL POSTs
+MAX_IN_FLIGHT = 100  # jobs worked at once
+TIMEOUT = 10.0  # seconds a URL gets to answer a POST
 LEASE = timedelta(minutes=5)
 POLL = timedelta(seconds=1)  # other nodes' inbound mail is noticed within this
 
@@ -53,12 +55,22 @@ class ForwarderStatistics:
     failed: int
 
 
-def _claim(
-    tx: Tx, now: datetime, node: str, limit: int
-) -> tuple[list[tuple[Job, InboundMessage]], datetime | None]:
-    jobs, next_due = inbound.claim_due(tx, now, now + LEASE, node, limit)
-    stored = inbound.messages(tx, [job.message_id for job in jobs])
-    return [(job, stored[job.message_id]) for job in jobs if job.message_id in stored], next_due
+Work = tuple[Job, InboundMessage]
+
+
+def _claim(tx: Tx, now: datetime, node: str, limit: int) -> Claimed[Work]:
+    policy = faults.policy(now)
+    claimed = inbound.claim_due(tx, now, now + LEASE, node, limit, policy)
+    jobs = claimed.items
+    stored, missing = inbound.messages(tx, [job.message_id for job in jobs])
+    unreadable = [Fault(j.id, missing[j.message_id]) for j in jobs if j.message_id in missing]
+    quarantined = inbound.JOBS.record_faults(tx, unreadable, now, policy)
+    return Claimed(
+        [(job, stored[job.message_id]) for job in jobs if job.message_id in stored],
+        claimed.next_due,
+        claimed.faults + unreadable,
+        claimed.quarantined + quarantined,
+    )
 
 
 def _log_entry(job: Job, message: InboundMessage, now: datetime) -> LogEntry:
@@ -103,11 +115,9 @@ def _email_one(tx: Tx, job: Job, message: InboundMessage, now: datetime) -> RawM
     return mail
 
 
-def _email_all(
-    tx: Tx, work: list[tuple[Job, InboundMessage]], now: datetime
-) -> list[RawMail | None]:
-    queued = [_email_one(tx, job, message, now) for job, message in work]
-    inbound.finish(tx, [job.message_id for job, _ in work])
+def _emailed(tx: Tx, job: Job, message: InboundMessage, now: datetime) -> RawMail | None:
+    queued = _email_one(tx, job, message, now)
+    inbound.finish(tx, [job.message_id])
     return queued
 
 
@@ -120,69 +130,43 @@ def _posted(tx: Tx, job: Job, message: InboundMessage, outcome: Outcome, now: da
 
 class Forwarder:
     name = "forwarder"
+    table = inbound.JOBS
 
     def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
         self._rt = rt
         self._tls = outbound_http.tls_context(extra_ca_file)
         self._client: httpx.AsyncClient | None = None
-        self._in_flight = trio.CapacityLimiter(MAX_IN_FLIGHT)
-        self._posting: set[str] = set()
+        self._worker = LeasedWorker(
+            rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL, wakeups=rt.forwarding
+        )
         self._counts: dict[str, int] = defaultdict(int)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        rt = self._rt
-        await rt.db.write(inbound.release_leases, rt.node)
-        self._client = outbound_http.client(rt, self._tls, TIMEOUT)
+        self._client = outbound_http.client(self._rt, self._tls, TIMEOUT)
         try:
-            async with trio.open_nursery() as nursery:
-                task_status.started()
-                while True:
-                    now = rt.clock.now()
-                    room = min(BATCH, int(self._in_flight.available_tokens))
-                    claimed, next_due = await rt.db.write(_claim, now, rt.node, room or 1)
-                    await self._start(nursery, claimed)
-                    if claimed:
-                        continue
-                    wake = now + POLL if next_due is None else min(next_due, now + POLL)
-                    await self._wait(wake)
+            await self._worker.run(task_status)
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await self._client.aclose()
 
-    async def _wait(self, until: datetime) -> None:
-        """Sleep until `until` or until inbound mail is stored, whichever is first."""
-        with trio.move_on_at(self._rt.clock.deadline_for(until)):
-            await self._rt.forwarding.receive.receive()
-        while True:  # one pass over the database serves every wake-up already sent
-            try:
-                self._rt.forwarding.receive.receive_nowait()
-            except trio.WouldBlock:
-                return
+    def key(self, item: Work) -> str:
+        return item[0].id
 
-    async def _start(
-        self, nursery: trio.Nursery, claimed: list[tuple[Job, InboundMessage]]
-    ) -> None:
-        emails = [(job, message) for job, message in claimed if job.kind == "email"]
-        if emails:
-            queued = await self._rt.db.write(_email_all, emails, self._rt.clock.now())
-            mails = [mail for mail in queued if mail is not None]
-            raw_mail.wake(self._rt, mails)
-            self._counts["emailed"] += len(mails)
-            self._counts["failed"] += len(queued) - len(mails)
-        for job, message in claimed:
-            # A POST outliving its lease is claimed again; the running one records it.
-            if job.kind == "url" and job.id not in self._posting:
-                self._posting.add(job.id)
-                await self._in_flight.acquire_on_behalf_of(job.id)
-                nursery.start_soon(self._post, job, message)
+    async def claim(self, now: datetime, limit: int) -> Claimed[Work]:
+        return await self._rt.db.write(_claim, now, self._rt.node, limit)
 
-    async def _post(self, job: Job, message: InboundMessage) -> None:
-        try:
-            outcome = await self._attempt(job, message)
-            await self._rt.db.write(_posted, job, message, outcome, self._rt.clock.now())
-        finally:
-            self._in_flight.release_on_behalf_of(job.id)
-            self._posting.discard(job.id)
+    async def work(self, item: Work) -> None:
+        job, message = item
+        if job.kind == "email":
+            queued = await self._rt.db.write(_emailed, job, message, self._rt.clock.now())
+            if queued is None:
+                self._counts["failed"] += 1
+            else:
+                raw_mail.wake(self._rt, [queued])
+                self._counts["emailed"] += 1
+            return
+        outcome = await self._attempt(job, message)
+        await self._rt.db.write(_posted, job, message, outcome, self._rt.clock.now())
 
     async def _attempt(self, job: Job, message: InboundMessage) -> Outcome:
         document = {
@@ -195,19 +179,13 @@ class Forwarder:
         body = json.dumps(document).encode()
         headers = {"Content-Type": "application/json", "User-Agent": "Postroom-Forwards/1"}
         assert self._client is not None
-        try:
-            with trio.fail_after(TIMEOUT):
-                response = await self._client.post(job.target, content=body, headers=headers)
-            error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
-        except (trio.TooSlowError, httpx.TimeoutException):
-            error = f"no answer within {TIMEOUT:.0f} s"
-        except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"[:500]
-        if error is None:
+        answer = await outbound_http.post(self._client, job.target, body, headers, TIMEOUT)
+        if answer.ok:
             self._counts["posted"] += 1
             return Outcome(job.id, "done", None, None)
+        error = answer.text if answer.status is None else f"HTTP {answer.status}"
         self._counts["failed_attempts"] += 1
-        delay = next_retry(job.attempt + 1)
+        delay = outbound_http.next_retry(job.attempt + 1)
         if delay is None:
             self._counts["failed"] += 1
             log.warning("forward %s gave up on %s: %s", job.forward_id, job.target, error)
@@ -216,7 +194,7 @@ class Forwarder:
 
     def statistics(self) -> ForwarderStatistics:
         return ForwarderStatistics(
-            in_flight=MAX_IN_FLIGHT - int(self._in_flight.available_tokens),
+            in_flight=self._worker.in_flight,
             emailed=self._counts["emailed"],
             posted=self._counts["posted"],
             failed_attempts=self._counts["failed_attempts"],

@@ -13,7 +13,9 @@ import dns.asyncresolver
 
 from engine.clock import Clock
 from engine.delivery.wakeups import Wakeups
+from engine.faults import FaultLog
 from engine.key_cache import KeyCache
+from engine.secrets import PasswordHashing
 from storage.database import Database
 
 
@@ -37,6 +39,10 @@ class Runtime:
     transfer_wakeups: Wakeups = field(default_factory=Wakeups)
     # POSTROOM_DOMAIN_TRANSFERS: off leaves the transfer endpoints out of the API (404).
     domain_transfers: bool = True
+    # Items that made an actor raise, and actor restarts (engine/faults.py), for /metrics.
+    faults: FaultLog = field(default_factory=FaultLog)
+    # Argon2 work, on threads of its own so logins never hold up storage's threads.
+    passwords: PasswordHashing = field(default_factory=PasswordHashing)
 
 
 @dataclass(frozen=True, slots=True)

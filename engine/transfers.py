@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import dkim_keys, plans, transfer_mail
+from engine import dkim_keys, faults, plans, transfer_mail
 from engine import transfer_rules as rules
 from engine.activity import Change, record
 from engine.addresses import normalize_email
@@ -477,8 +477,10 @@ async def apply_deadlines(rt: Runtime) -> dict[str, int]:
             try:
                 key = _new_key(await dkim_keys.generate()) if rotate else None
                 ended = await rt.db.write(_apply_deadline, t.id, key, now)
-            except Exception:
-                log.exception("domain transfer %s could not be applied", t.id)
+            except Exception as exc:  # one transfer's fault: tried again next round
+                if not faults.blames_item(exc):
+                    raise
+                rt.faults.item_fault("transfer_timer", f"domain transfer {t.id}", exc)
                 continue
             applied += 1
             if ended is not None:

@@ -4,23 +4,31 @@ Checks run in order and stop at the first verdict: a malformed address, a domain
 MX or no mail host at all is `invalid`; otherwise the primary MX is asked with EHLO, MAIL FROM
 and RCPT TO, then RSET — never DATA. 2xx -> `valid`, 5xx -> `invalid`, 4xx (greylisting) ->
 `risky`; a server that cannot be reached, times out or breaks off -> `unknown`.
+
+A probe connects to a server of the caller's choosing and can get the service's address
+blocklisted, so each workspace may ask `VERIFY.attempts` times per window (429 beyond, held in
+the database for every node); a private or reserved MX is never probed (engine/delivery/mx.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import trio
 
-from engine import dns
+from engine import dns, rate_limits
 from engine.addresses import normalize_email
 from engine.delivery import mx
 from engine.errors import Unprocessable
-from engine.runtime import Runtime
+from engine.rate_limits import Limit
+from engine.runtime import Principal, Runtime
 from engine.smtp.errors import SmtpError
 from engine.smtp.session import connect
+from storage.tx import Tx
 
 PROBE_TIMEOUT = 20.0
+VERIFY = Limit("verify", 30, timedelta(minutes=1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +40,25 @@ class Verification:
     mx_host: str | None
 
 
-async def verify(rt: Runtime, email: str, probe_sender: str) -> Verification:
+def _count(tx: Tx, workspace_id: str, now: datetime) -> None:
+    detail = f"at most {VERIFY.attempts} verifications a minute; retry after Retry-After"
+    rate_limits.count(tx, [(VERIFY, VERIFY.key(workspace_id))], now, detail)
+
+
+async def verify(rt: Runtime, who: Principal, email: str, probe_sender: str) -> Verification:
+    """Check one address for `who`'s workspace (RateLimited once its limit is reached)."""
+    await rt.db.write(_count, who.workspace_id, rt.clock.now())
     try:
         address = normalize_email(email)
     except Unprocessable as exc:
         return Verification(email, "invalid", f"malformed address: {exc.detail}", False, None)
     domain = address.rsplit("@", 1)[1]
     try:
-        targets = await mx.targets(rt.resolver, domain)
+        targets = await mx.targets(rt.resolver, domain, allow_private=rt.allow_private_targets)
     except mx.NoMailService as exc:
         return Verification(address, "invalid", str(exc), False, None)
+    except mx.PrivateTargets as exc:  # never probed: the operator's own network
+        return Verification(address, "unknown", str(exc), True, None)
     except dns.TemporaryDnsError as exc:
         return Verification(address, "unknown", f"DNS did not answer: {exc}", False, None)
     primary = targets[0]

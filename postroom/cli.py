@@ -22,6 +22,7 @@ import trio
 
 from engine import accounts, plans
 from engine.errors import EngineError
+from engine.supervisor import DatabaseGone
 from postroom import config, logs
 from postroom.service import open_runtime, serve
 from storage import migrations
@@ -120,6 +121,8 @@ def _operator_error(exc: BaseException) -> str | None:
     leaf = leaves[0]
     if isinstance(leaf, EngineError):
         return leaf.detail
+    if isinstance(leaf, DatabaseGone):
+        return str(leaf)
     if isinstance(leaf, sqlite3.Error | psycopg.Error):
         return f"cannot use the database: {leaf}; check POSTROOM_DATABASE_URL"
     if isinstance(leaf, OSError):

@@ -3,9 +3,10 @@
 Nothing on the engine's hot path touches a metric object: each scrape asks the actors for a
 frozen snapshot (delivery outcomes, what each domain queue has in flight, the accept -> 250
 histogram the router keeps as plain buckets) and counts the backlog in the database (one
-indexed GROUP BY per table, read before the registry renders, so the scrape itself never
-blocks the event loop). The API's accept latency, request to 202 on the send and batch
-endpoints, is the one figure observed as it happens, by an ASGI wrapper around the app.
+indexed GROUP BY per table, read by the `/metrics` route before the registry renders, so the
+scrape itself never blocks the event loop). The API's accept latency, request to 202 on the
+send and batch endpoints, is the one figure observed as it happens, by an ASGI wrapper
+around the app.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from storage.database import Database
 ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # POST paths whose 202 is timed, and the label each gets.
 ACCEPT_PATHS = {"/v1/emails/": "send", "/v1/emails": "send", "/v1/emails/batch": "batch"}
-METRICS_PATH = "/metrics"
 BACKLOG_TIMEOUT = 5.0  # seconds; Prometheus' default scrape timeout is 10
 
 ASGIApp = Any  # (scope, receive, send) -> Awaitable[None]
@@ -75,12 +75,18 @@ class ServiceCollector(Collector):
         for actor, snapshot in snapshots.items():
             for name, value in _numeric_fields(snapshot):
                 yield GaugeMetricFamily(f"postroom_{actor}_{name}", f"{actor}: {name}", value=value)
+        yield from self._faults()
         if "delivery" in snapshots:
             yield from self._delivery(snapshots["delivery"])
         if "webhooks" in snapshots:
             yield from self._webhooks(snapshots["webhooks"])
 
     def _database(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "postroom_storage_full",
+            "1 while the database has no room for writes (refused with 507 and 452)",
+            value=int(self._db.storage_full is not None),
+        )
         for role, stats in (
             ("write", self._db.writer_statistics()),
             ("read", self._db.reader_statistics()),
@@ -129,6 +135,22 @@ class ServiceCollector(Collector):
         for status in backlog.WAITING_WEBHOOK:
             hooks.add_metric([status], self.backlog.webhook_deliveries.get(status, 0))
         yield hooks
+
+    def _faults(self) -> Iterator[Metric]:
+        stats = self._supervisor.fault_statistics()
+        for name, doc, counts in (
+            ("postroom_actor_restarts", "Times an actor raised and was restarted", stats.restarts),
+            ("postroom_work_faults", "Work items that made their actor raise", stats.faults),
+            (
+                "postroom_work_quarantined",
+                "Work items quarantined after 3 faults",
+                stats.quarantined,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["actor"])
+            for actor, count in sorted(counts.items()):
+                family.add_metric([actor], count)
+            yield family
 
     def _delivery(self, stats: Any) -> Iterator[Metric]:
         outcomes = CounterMetricFamily(
@@ -194,12 +216,10 @@ class ServiceMetrics:
             self._collector.backlog = await self._db.read(backlog.read)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """The ASGI app with accept latency timed and the backlog read before a scrape."""
+        """The ASGI app with accept latency timed."""
 
         async def timed(scope: dict[str, Any], receive: Any, send: Any) -> None:
             http = scope["type"] == "http"
-            if http and scope["path"] == METRICS_PATH:
-                await self.refresh()
             endpoint = (
                 ACCEPT_PATHS.get(scope["path"]) if http and scope["method"] == "POST" else None
             )

@@ -7,17 +7,22 @@ from datetime import datetime
 
 from storage import domains, emails, suppressions
 from storage.domains import Domain
-from storage.emails import Email, Event, RecipientUpdate
+from storage.emails import Email, Event, RecipientUpdate, Unreadable
 from storage.suppressions import Suppression
 from storage.tx import Tx
 
 
-def emails_with_domains(tx: Tx, email_ids: Sequence[str]) -> list[tuple[Email, Domain | None]]:
-    """The emails to deliver, each with its sending domain (for DKIM; None if deleted since)."""
-    return [
+def emails_with_domains(
+    tx: Tx, email_ids: Sequence[str]
+) -> tuple[list[tuple[Email, Domain | None]], dict[str, Unreadable]]:
+    """The emails to deliver, each with its sending domain (for DKIM; None if deleted since);
+    and apart, those whose stored row cannot be read."""
+    found, unreadable = emails.readable_by_ids(tx, email_ids)
+    pairs = [
         (email, domains.get(tx, email.workspace_id, email.domain_id))
-        for email in emails.with_raw(tx, emails.by_ids(tx, email_ids)).values()
+        for email in emails.with_raw(tx, found).values()
     ]
+    return pairs, unreadable
 
 
 def suppressed_since_accepted(tx: Tx, email: Email, addresses: Sequence[str]) -> dict[str, str]:

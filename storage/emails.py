@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from storage import webhooks
 from storage.codec import (
     contains,
     from_json,
+    new_id,
     parse_optional_timestamp,
     parse_timestamp,
     timestamp,
     to_json,
 )
+from storage.leases import FaultPolicy
 from storage.tx import Row, Tx
 
 ACTIVE = ("queued", "deferred")  # recipients still to be tried
@@ -76,7 +78,7 @@ class Event:
     id: str
     email_id: str
     workspace_id: str
-    event_type: str
+    event_type: str  # queued, sent, delivered, ...; webhooks call it email.delivered etc.
     recipient: str | None
     metadata: dict[str, Any]
     created_at: datetime
@@ -231,9 +233,10 @@ def insert_events(tx: Tx, events: Iterable[Event]) -> None:
     )
     by_workspace: dict[str, list[tuple[str, str]]] = {}
     for e in events:
-        if e.event_type in webhooks.EVENT_TYPES:
-            body = webhooks.payload(e.event_type, e.email_id, e.recipient, e.created_at, e.metadata)
-            by_workspace.setdefault(e.workspace_id, []).append((e.event_type, body))
+        name = webhooks.webhook_event(e.event_type)
+        if name is not None:
+            body = webhooks.payload(name, e.email_id, e.recipient, e.created_at, e.metadata)
+            by_workspace.setdefault(e.workspace_id, []).append((name, body))
     for workspace_id, items in by_workspace.items():
         webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
 
@@ -264,14 +267,40 @@ def count_sent(tx: Tx, workspace_id: str, month: str, emails: int) -> None:
     )
 
 
-def by_ids(tx: Tx, email_ids: Sequence[str]) -> dict[str, Email]:
-    """The emails with these ids (any workspace), in one query."""
+def _rows_by_ids(tx: Tx, email_ids: Sequence[str]) -> list[Row]:
     if not email_ids:
-        return {}
+        return []
     names = {f"id{i}": email_id for i, email_id in enumerate(email_ids)}
     placeholders = ", ".join(f":{name}" for name in names)
-    rows = tx.all(f"SELECT * FROM emails WHERE id IN ({placeholders})", names)
-    return {row["id"]: _email(row) for row in rows}
+    return tx.all(f"SELECT * FROM emails WHERE id IN ({placeholders})", names)
+
+
+def by_ids(tx: Tx, email_ids: Sequence[str]) -> dict[str, Email]:
+    """The emails with these ids (any workspace), in one query."""
+    return {row["id"]: _email(row) for row in _rows_by_ids(tx, email_ids)}
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored email row no code can read, and why (it is failed, never retried)."""
+
+    workspace_id: str
+    error: str
+
+
+def readable_by_ids(
+    tx: Tx, email_ids: Sequence[str]
+) -> tuple[dict[str, Email], dict[str, Unreadable]]:
+    """The emails with these ids, in one query; apart, those whose row cannot be read."""
+    found: dict[str, Email] = {}
+    unreadable: dict[str, Unreadable] = {}
+    for row in _rows_by_ids(tx, email_ids):
+        try:
+            found[row["id"]] = _email(row)
+        except Exception as exc:  # one bad row must not stop the others' delivery
+            error = f"the stored email cannot be read: {exc!r}"
+            unreadable[row["id"]] = Unreadable(str(row["workspace_id"]), error)
+    return found, unreadable
 
 
 def insert_raw(tx: Tx, email_id: str, data: bytes) -> None:
@@ -523,7 +552,12 @@ def record_attempts(
         ),
     )
     insert_events(tx, events)
-    for email_id in dict.fromkeys(u.email_id for u in updates):
+    _summarise(tx, [u.email_id for u in updates], now)
+
+
+def _summarise(tx: Tx, email_ids: Sequence[str], now: datetime) -> None:
+    """Set each email's status from its recipients' (after some of them changed)."""
+    for email_id in dict.fromkeys(email_ids):
         statuses = [
             row["status"]
             for row in tx.all(
@@ -537,3 +571,46 @@ def record_attempts(
             " WHERE id = :id AND status NOT IN ('cancelled', 'rejected')",
             {"status": status, "now": timestamp(now), "id": email_id},
         )
+
+
+def record_faults(
+    tx: Tx, recipients: Sequence[Recipient], error: str, now: datetime, policy: FaultPolicy
+) -> int:
+    """Count a fault on each recipient (its round made the delivery actor raise) and try it
+    again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined:
+    `failed` with the error, and a `failed` event. How many were quarantined."""
+    keys = [{"email_id": r.email_id, "address": r.address} for r in recipients]
+    tx.execute_many(
+        "UPDATE email_recipients SET faults = faults + 1, last_fault = :error,"
+        " lease_until = NULL, leased_by = NULL, next_attempt_at = :retry, updated_at = :now"
+        " WHERE email_id = :email_id AND address = :address",
+        (
+            {"error": error, "retry": timestamp(policy.retry_at), "now": timestamp(now), **k}
+            for k in keys
+        ),
+    )
+    note = f"quarantined after {policy.quarantine_after} faults: {error}"
+    events: list[Event] = []
+    for key in keys:
+        quarantined = tx.execute(
+            "UPDATE email_recipients SET status = 'failed', next_attempt_at = NULL,"
+            " last_response = :note WHERE email_id = :email_id AND address = :address"
+            " AND faults >= :limit AND status IN ('queued', 'deferred')",
+            {"note": note, "limit": policy.quarantine_after, **key},
+        )
+        if quarantined:
+            workspace_id = tx.value("SELECT workspace_id FROM emails WHERE id = :email_id", key)
+            at = now + timedelta(microseconds=len(events))
+            event = Event(
+                new_id(),
+                key["email_id"],
+                workspace_id,
+                "failed",
+                key["address"],
+                {"error": note},
+                at,
+            )
+            events.append(event)
+    insert_events(tx, events)
+    _summarise(tx, [e.email_id for e in events], now)
+    return len(events)

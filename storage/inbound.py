@@ -22,7 +22,7 @@ from storage.codec import (
     timestamp,
     to_json,
 )
-from storage.leases import LeasedTable
+from storage.leases import Claimed, FaultPolicy, LeasedTable
 from storage.tx import Row, Tx
 
 
@@ -112,14 +112,25 @@ def insert_message(
     return message_id
 
 
-def messages(tx: Tx, message_ids: Sequence[str]) -> dict[str, InboundMessage]:
-    """The messages with these ids, in one query."""
+def messages(
+    tx: Tx, message_ids: Sequence[str]
+) -> tuple[dict[str, InboundMessage], dict[str, str]]:
+    """The messages with these ids, in one query; and why each of the others cannot be had
+    (gone, or a stored row that cannot be read)."""
     if not message_ids:
-        return {}
+        return {}, {}
     names = {f"id{i}": message_id for i, message_id in enumerate(set(message_ids))}
     placeholders = ", ".join(f":{name}" for name in names)
     rows = tx.all(f"SELECT * FROM inbound_messages WHERE id IN ({placeholders})", names)
-    return {row["id"]: _message(row) for row in rows}
+    found: dict[str, InboundMessage] = {}
+    missing = {message_id: "the inbound message is gone" for message_id in names.values()}
+    for row in rows:
+        try:
+            found[row["id"]] = _message(row)
+            del missing[row["id"]]
+        except Exception as exc:  # a row no code can read: its jobs must not be claimed forever
+            missing[row["id"]] = f"the stored message cannot be read: {exc!r}"
+    return found, missing
 
 
 def _message(row: Row) -> InboundMessage:
@@ -145,16 +156,15 @@ def _job(row: Row) -> Job:
     )
 
 
-JOBS = LeasedTable("forward_jobs", "next_attempt_at")
+JOBS = LeasedTable("forward_jobs", "next_attempt_at", "failed", "last_error")
 release_leases = JOBS.release
 
 
 def claim_due(
-    tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int
-) -> tuple[list[Job], datetime | None]:
-    """Lease up to `limit` due jobs; and when the next unleased one falls due."""
-    rows, following = JOBS.claim_due(tx, now, lease_until, node, limit)
-    return [_job(row) for row in rows], following
+    tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int, faults: FaultPolicy
+) -> Claimed[Job]:
+    """Lease up to `limit` due jobs."""
+    return JOBS.claim_due(tx, now, lease_until, node, limit, _job, faults)
 
 
 def record_outcomes(tx: Tx, outcomes: Sequence[Outcome], now: datetime) -> None:

@@ -3,6 +3,9 @@
 Deliveries are the outbox of email events: `fan_out` writes one per subscribed active webhook
 inside the same unit of work that stores the events, so an event is never recorded without
 its deliveries, nor the other way round. The dispatcher claims due deliveries with a lease.
+
+Email events are stored under their own names (`delivered`), as the events endpoint lists
+them; webhooks name them `email.delivered`. `webhook_event` is the one place that maps them.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from storage.codec import (
     timestamp,
     to_json,
 )
-from storage.leases import LeasedTable
+from storage.leases import Claimed, FaultPolicy, LeasedTable
 from storage.tx import Row, Tx
 
 
@@ -63,16 +66,26 @@ class Attempt:
     response_body: str | None
 
 
-EVENT_TYPES = (
-    "email.sent",
-    "email.delivered",
-    "email.opened",
-    "email.clicked",
-    "email.bounced",
-    "email.failed",
-    "email.complained",
-    "email.unsubscribed",
+_WEBHOOK_PREFIX = "email."
+# The email events webhooks carry (others, such as queued or deferred, are not sent).
+_SENT_TO_WEBHOOKS = (
+    "sent",
+    "delivered",
+    "opened",
+    "clicked",
+    "bounced",
+    "failed",
+    "complained",
+    "unsubscribed",
 )
+EVENT_TYPES = tuple(_WEBHOOK_PREFIX + name for name in _SENT_TO_WEBHOOKS)
+"""The event types a webhook may subscribe to, as its payloads name them."""
+
+
+def webhook_event(event_type: str) -> str | None:
+    """The webhook name of a stored email event (`delivered` -> `email.delivered`); None when
+    webhooks do not carry it."""
+    return _WEBHOOK_PREFIX + event_type if event_type in _SENT_TO_WEBHOOKS else None
 
 
 def payload(
@@ -261,29 +274,35 @@ def get_delivery(tx: Tx, workspace_id: str, delivery_id: str) -> Delivery | None
 def replay(tx: Tx, delivery_id: str, now: datetime) -> None:
     tx.execute(
         "UPDATE webhook_deliveries SET status = 'pending', attempt = 0, next_retry_at = :at,"
-        " updated_at = :at WHERE id = :id",
+        " faults = 0, last_fault = NULL, updated_at = :at WHERE id = :id",
         {"at": timestamp(now), "id": delivery_id},
     )
 
 
-DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at")
+# A quarantined delivery is dead, with the error where its log shows the receiver's answer.
+DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
 release_leases = DELIVERIES.release
 
 
+def _with_secret(row: Row) -> tuple[Delivery, str]:
+    return _delivery(row), str(row["webhook_secret"])
+
+
 def claim_due(
-    tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int
-) -> tuple[list[tuple[Delivery, str]], datetime | None]:
-    """Lease due deliveries with their webhook's secret; and when the next one falls due."""
-    rows, following = DELIVERIES.claim_due(
+    tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int, faults: FaultPolicy
+) -> Claimed[tuple[Delivery, str]]:
+    """Lease due deliveries, each with its webhook's secret."""
+    return DELIVERIES.claim_due(
         tx,
         now,
         lease_until,
         node,
         limit,
+        _with_secret,
+        faults,
         join=" JOIN webhooks w ON w.id = q.webhook_id",
         also=", w.secret AS webhook_secret",
     )
-    return [(_delivery(row), str(row["webhook_secret"])) for row in rows], following
 
 
 def record_attempts(tx: Tx, attempts: Sequence[Attempt], now: datetime) -> None:

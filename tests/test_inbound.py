@@ -12,7 +12,7 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
-from engine import inbound
+from engine import faults, inbound
 from storage import inbound as storage_inbound
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
@@ -246,7 +246,9 @@ async def test_work_leased_by_a_node_that_died_is_taken_over(
     def stored_then_claimed_by_a_dead_node(tx: Tx) -> None:
         job = storage_inbound.NewJob(forward["id"], account.workspace_id, SOURCE, "url", url)
         storage_inbound.insert_message(tx, "alice@sender.example", [SOURCE], letter(), [job], now)
-        storage_inbound.claim_due(tx, now, now + timedelta(minutes=5), "dead-node", 10)
+        storage_inbound.claim_due(
+            tx, now, now + timedelta(minutes=5), "dead-node", 10, faults.policy(now)
+        )
 
     await rt.db.write(stored_then_claimed_by_a_dead_node)
     await trio.sleep(1.5)

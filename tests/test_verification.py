@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trio.testing import MockClock
+
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
@@ -79,3 +81,19 @@ async def test_missing_email_is_422(service: Service) -> None:
     assert (
         await service.client().post("/v1/verify", json={"email": "a@b.example"})
     ).status_code == 401
+
+
+async def test_each_workspace_may_verify_thirty_addresses_a_minute(
+    service: Service, clock: MockClock
+) -> None:
+    account, other = await service.account(), await service.account()
+    for _ in range(30):
+        answered = await account.client.post("/v1/verify", json={"email": "not an address"})
+        assert answered.status_code == 200
+    refused = await account.client.post("/v1/verify", json={"email": "not an address"})
+    assert refused.status_code == 429
+    assert refused.json()["code"] == "rate_limited"
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert (await other.client.post("/v1/verify", json={"email": "x"})).status_code == 200
+    clock.jump(61)
+    assert (await account.client.post("/v1/verify", json={"email": "x"})).status_code == 200

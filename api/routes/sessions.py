@@ -1,11 +1,16 @@
-"""`/v1/auth/`: password login to a session cookie, logout, and re-authentication."""
+"""`/v1/auth/`: password login to a session cookie, logout, and re-authentication.
+
+Password attempts are limited per account and per client address (engine.login_limits); the
+address is the connection's peer as hypercorn reports it, never an X-Forwarded-For header,
+which any client can write.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from pydantic import BaseModel, Field
-from quart import Blueprint, Response, jsonify
+from quart import Blueprint, Response, jsonify, request
 
 from api.auth import principal, public, runtime
 from api.models import EmailText
@@ -13,6 +18,12 @@ from api.validation import json_body
 from engine import accounts
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/v1/auth")
+
+
+def _client_address() -> str | None:
+    """The peer address of the request's connection (the ASGI scope's `client`)."""
+    client = request.scope.get("client")
+    return client[0] if client else None
 
 
 class Login(BaseModel):
@@ -43,7 +54,7 @@ class LoginOut(BaseModel):
 @json_body(Login)
 async def login(body: Login) -> Response:
     rt = runtime()
-    session = await accounts.login(rt, body.email, body.password)
+    session = await accounts.login(rt, body.email, body.password, _client_address())
     out = LoginOut(
         user_id=session.user.id,
         email=session.user.email,
@@ -75,5 +86,5 @@ async def logout() -> Response:
 @blueprint.post("/reauth")
 @json_body(Reauth)
 async def reauth(body: Reauth) -> dict[str, object]:
-    until = await accounts.reauthenticate(runtime(), principal(), body.password)
+    until = await accounts.reauthenticate(runtime(), principal(), body.password, _client_address())
     return {"reauthenticated_until": until.isoformat().replace("+00:00", "Z")}

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 from quart import Blueprint
 from quart_schema import document_response
 
-from api.auth import runtime
+from api.auth import principal, runtime
 from api.validation import json_body
 from engine import verification
 
@@ -30,7 +30,7 @@ class VerificationOut(BaseModel):
 @document_response(VerificationOut)
 async def verify(body: VerifyBody) -> dict[str, object]:
     rt = runtime()
-    checked = await verification.verify(rt, body.email, rt.system_from)
+    checked = await verification.verify(rt, principal(), body.email, rt.system_from)
     return VerificationOut(
         email=checked.email,
         result=checked.result,

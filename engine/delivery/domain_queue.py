@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from engine import dns as lookups
+from engine import faults
 from engine.delivery import mx, retry
 from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, WireMessage, build_all
@@ -33,7 +34,7 @@ from engine.smtp.session import SmtpSession, connect
 from storage import delivery, emails
 from storage.codec import new_id
 from storage.domains import Domain
-from storage.emails import Email, Event, Recipient, RecipientUpdate
+from storage.emails import Email, Event, Recipient, RecipientUpdate, Unreadable
 from storage.suppressions import Suppression
 from storage.tx import Tx
 
@@ -79,9 +80,8 @@ class _Round:
         # A microsecond apart, so a timeline reads in the order things happened (sent, then
         # delivered) even though the round records them all at once.
         at = self.now + timedelta(microseconds=len(self.events))
-        event_type = f"email.{kind}"
         self.events.append(
-            Event(new_id(), email.id, email.workspace_id, event_type, recipient, metadata, at)
+            Event(new_id(), email.id, email.workspace_id, kind, recipient, metadata, at)
         )
 
     def delivered(self, email: Email, recipient: Recipient, reply: SmtpReply) -> None:
@@ -126,6 +126,21 @@ class _Round:
             )
             self.counts["deferred"] += 1
 
+    def unreadable(self, recipient: Recipient, unreadable: Unreadable) -> None:
+        """A recipient of an email whose stored row cannot be read: failed, nothing sent."""
+        at = self.now + timedelta(microseconds=len(self.events))
+        meta = {"error": unreadable.error}
+        address = recipient.address
+        self.events.append(
+            Event(
+                new_id(), recipient.email_id, unreadable.workspace_id, "failed", address, meta, at
+            )
+        )
+        self.updates.append(
+            RecipientUpdate(recipient.email_id, address, "failed", None, unreadable.error)
+        )
+        self.counts["failed"] += 1
+
     def failed(self, email: Email, recipient: Recipient, error: str) -> None:
         self._event(email, "failed", recipient.address, error=error)
         self.updates.append(RecipientUpdate(email.id, recipient.address, "failed", None, error))
@@ -141,18 +156,30 @@ class _Transfer:
     message: WireMessage
 
 
-def _load_batch(
-    tx: Tx, by_email: dict[str, list[Recipient]]
-) -> list[tuple[Email, Domain | None, dict[str, str]]]:
-    """Each claimed email with its sending domain and its recipients suppressed since."""
-    return [
-        (
-            email,
-            domain,
-            delivery.suppressed_since_accepted(tx, email, [r.address for r in by_email[email.id]]),
-        )
-        for email, domain in delivery.emails_with_domains(tx, list(by_email))
-    ]
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A round's emails, each with its sending domain and its recipients suppressed since;
+    and the emails whose stored row cannot be read."""
+
+    emails: list[tuple[Email, Domain | None, dict[str, str]]]
+    unreadable: dict[str, Unreadable]
+
+
+def _load_batch(tx: Tx, by_email: dict[str, list[Recipient]]) -> _Batch:
+    pairs, unreadable = delivery.emails_with_domains(tx, list(by_email))
+    return _Batch(
+        [
+            (
+                email,
+                domain,
+                delivery.suppressed_since_accepted(
+                    tx, email, [r.address for r in by_email[email.id]]
+                ),
+            )
+            for email, domain in pairs
+        ],
+        unreadable,
+    )
 
 
 class DomainQueue:
@@ -194,6 +221,10 @@ class DomainQueue:
                     self._in_flight = len(claimed)
                     try:
                         await self._deliver(claimed)
+                    except Exception as exc:
+                        if not faults.blames_item(exc):
+                            raise
+                        await self._fault(claimed, exc)
                     finally:
                         self._in_flight = 0
             if claimed:
@@ -204,6 +235,18 @@ class DomainQueue:
             if next_due is None and not self._woken.is_set():
                 return
 
+    async def _fault(self, claimed: list[Recipient], exc: Exception) -> None:
+        """The round raised: count a fault on each of its recipients (the items it held) and
+        try them again later; three faults quarantine a recipient (engine/faults.py)."""
+        rt = self._rt
+        what = f"a round of {len(claimed)} recipients at {self.domain}"
+        error = rt.faults.item_fault("delivery", what, exc)
+        now = rt.clock.now()
+        quarantined = await rt.db.write(
+            emails.record_faults, claimed, error, now, faults.policy(now)
+        )
+        rt.faults.quarantined("delivery", quarantined)
+
     async def _deliver(self, claimed: list[Recipient]) -> None:
         self._rounds += 1
         by_email: dict[str, list[Recipient]] = defaultdict(list)
@@ -211,10 +254,15 @@ class DomainQueue:
             by_email[recipient.email_id].append(recipient)
         batch = await self._rt.db.read(_load_batch, dict(by_email))
         links = LinkSettings(self._rt.public_url, self._rt.secret_key)
-        built = await trio.to_thread.run_sync(build_all, [(e, d) for e, d, _ in batch], links)
+        built = await trio.to_thread.run_sync(
+            build_all, [(e, d) for e, d, _ in batch.emails], links
+        )
         outcome = _Round(self._rt.clock.now())
+        for email_id, unreadable in batch.unreadable.items():
+            for recipient in by_email[email_id]:
+                outcome.unreadable(recipient, unreadable)
         work: list[_Transfer] = []
-        for email, _, late in batch:
+        for email, _, late in batch.emails:
             message = built[email.id]
             recipients = []
             for recipient in by_email[email.id]:
@@ -239,14 +287,19 @@ class DomainQueue:
 
     async def _send(self, work: list[_Transfer], outcome: _Round) -> None:
         """Hand the transfers to up to CONNECTIONS parallel sessions with the domain's MX."""
+        rt = self._rt
         try:
-            targets = await mx.targets(self._rt.resolver, self.domain)
+            targets = await mx.targets(
+                rt.resolver, self.domain, allow_private=rt.allow_private_targets
+            )
         except mx.NoMailService as exc:
             for transfer in work:
                 for recipient in transfer.recipients:
                     outcome.bounced(transfer.email, recipient, str(exc))
             return
-        except lookups.TemporaryDnsError as exc:
+        # Refused by our own rule: not the recipient's fault (no bounce, no suppression); DNS
+        # may point elsewhere later, so it waits on the retry schedule.
+        except (lookups.TemporaryDnsError, mx.PrivateTargets) as exc:
             for transfer in work:
                 for recipient in transfer.recipients:
                     outcome.temporary(transfer.email, recipient, str(exc))

@@ -126,6 +126,6 @@ def build_all(
             continue
         try:
             built[email.id] = build(email, domain, link_settings)
-        except (ValueError, KeyError) as exc:
-            built[email.id] = f"cannot build the message: {exc}"
+        except Exception as exc:  # stored data no code can build from: fails that email only
+            built[email.id] = f"cannot build the message: {type(exc).__name__}: {exc}"
     return built

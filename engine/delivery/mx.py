@@ -4,6 +4,11 @@ RFC 5321 section 5: no MX record means the domain's own A/AAAA records stand in 
 "null MX" (RFC 7505: one record, preference 0, host ".") means the domain accepts no mail,
 which is a permanent failure. Host names are resolved through the service's resolver (not
 the system's), so tests and operators control it in one place.
+
+A tenant picks the recipient domain, hence its MX hosts: unless private targets are allowed
+(POSTROOM_ALLOW_PRIVATE_TARGETS), addresses the private-network rule refuses
+(engine/private_networks.py) are left out, and a domain whose hosts have no other address is
+`PrivateTargets`: nothing in the operator's own network is ever connected to for a tenant.
 """
 
 from __future__ import annotations
@@ -13,10 +18,16 @@ from dataclasses import dataclass
 import dns.asyncresolver
 
 from engine import dns as lookups
+from engine.private_networks import public_only
 
 
 class NoMailService(Exception):
     """Raised when a domain publishes a null MX or has no host to deliver to."""
+
+
+class PrivateTargets(Exception):
+    """Raised when every address of a domain's mail hosts is one the private-network rule
+    refuses (and private targets are not allowed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +36,27 @@ class MxTarget:
     addresses: tuple[str, ...]
 
 
-async def targets(resolver: dns.asyncresolver.Resolver, domain: str) -> list[MxTarget]:
+async def targets(
+    resolver: dns.asyncresolver.Resolver, domain: str, *, allow_private: bool
+) -> list[MxTarget]:
     """The hosts to try for `domain`, best first; TemporaryDnsError when DNS cannot answer."""
     records = await lookups.mx(resolver, domain)
     if any(host in ("", ".", "@") for _, host in records):
         raise NoMailService(f"{domain} accepts no mail (null MX)")
     hosts = [host for _, host in records] or [domain]
     found = []
+    refused = 0
     for host in dict.fromkeys(hosts):
         addresses = await lookups.addresses(resolver, host)
-        if addresses:
-            found.append(MxTarget(host, tuple(addresses)))
+        allowed = addresses if allow_private else public_only(addresses)
+        refused += len(addresses) - len(allowed)
+        if allowed:
+            found.append(MxTarget(host, tuple(allowed)))
+    if not found and refused:
+        raise PrivateTargets(
+            f"the mail hosts of {domain} resolve only to private or reserved addresses,"
+            " which the service does not connect to"
+        )
     if not found and not records:
         raise NoMailService(f"{domain} has neither MX nor address records")
     if not found:  # the MX hosts may yet appear in DNS: worth another try

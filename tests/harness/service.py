@@ -8,12 +8,14 @@ command sets it whenever PostgreSQL is installed).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -81,6 +83,13 @@ def test_settings(
         "POSTROOM_SMTP_HOST": SMTP_HOST,
         "POSTROOM_PUBLIC_URL": PUBLIC_URL,
         "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
+        # One master key per database, kept out of the checkout (for PostgreSQL the default
+        # would be ./postroom-data/secret.key, shared by every test).
+        "POSTROOM_SECRET_KEY_FILE": str(
+            Path(tempfile.gettempdir())
+            / "postroom-test-keys"
+            / (hashlib.sha256(database_url.encode()).hexdigest()[:24] + ".key")
+        ),
     }
     if dns is not None:
         env["POSTROOM_DNS_SERVERS"] = dns.nameserver
@@ -276,6 +285,8 @@ def service_process(database_url: str, tmp_path: Path) -> Iterator[ServiceProces
             "POSTROOM_SUBMISSION_LISTEN": f"127.0.0.1:{free_port()}",
             "POSTROOM_INBOUND_LISTEN": f"127.0.0.1:{free_port()}",
             "POSTROOM_SMTP_HOST": SMTP_HOST,
+            # Every peer of a test listens on loopback (as in `test_settings`).
+            "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
             "PYTHONPATH": str(REPO),
         }
     )
