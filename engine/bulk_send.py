@@ -31,7 +31,8 @@ import trio
 from engine import plans
 from engine.activity import Change, record
 from engine.contacts import CappedErrors
-from engine.errors import InvalidRequest, NotFound, PlanLimit
+from engine.errors import InvalidRequest, NotFound, PlanLimit, Unprocessable
+from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
 from engine.sending import Mailbox, SendRequest, email_records
 from engine.variables import contact_values, render, render_subject
@@ -250,6 +251,10 @@ async def send_to_list(
         raise InvalidRequest(
             "contact_list_id must be the list named in the URL", code="list_mismatch"
         )
+    for i, tag in enumerate(req.tags):
+        if problem := header_text_problem(tag):
+            message = f"tag {problem}"
+            raise Unprocessable(message, errors=[{"loc": ["body", "tags", i], "msg": message}])
     started = await rt.db.write(_start, who, req, rt.node, rt.clock.now())
     progress = _Progress()
     error: str | None = None

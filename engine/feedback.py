@@ -3,9 +3,10 @@
 The email comes from the bounce address; only its own recipients are acted on, so a forged
 report cannot suppress addresses the email was never sent to. The writes go through the
 delivery engine's `record_outcomes`, so an asynchronous bounce looks exactly like one
-answered during the SMTP session: the recipient `bounced`, `email.bounced` (webhooks fire)
-and a `hard_bounce` suppression. A delayed DSN is recorded as `email.deferred` only; a
-complaint writes `email.complained` and a `complaint` suppression. Each is recorded once.
+answered during the SMTP session: the recipient `bounced`, a `bounced` event (webhooks get
+`email.bounced`) and a `hard_bounce` suppression. A delayed DSN is recorded as a `deferred`
+event only; a complaint writes `complained` and a `complaint` suppression. Each is recorded
+once.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _dsn(changes: _Changes, statuses: dict[str, str], entries: tuple[RecipientSt
         response = entry.diagnostic or entry.status
         if entry.permanent:
             changes.event(
-                "email.bounced",
+                "bounced",
                 entry.recipient,
                 dsn=entry.status,
                 response=response,
@@ -60,7 +61,7 @@ def _dsn(changes: _Changes, statuses: dict[str, str], entries: tuple[RecipientSt
             )
             changes.suppress(entry.recipient, "hard_bounce")
         elif entry.delayed:
-            changes.event("email.deferred", entry.recipient, dsn=entry.status, response=response)
+            changes.event("deferred", entry.recipient, dsn=entry.status, response=response)
 
 
 def _complaint(changes: _Changes, statuses: dict[str, str], report: Report, tx: Tx) -> None:
@@ -70,14 +71,12 @@ def _complaint(changes: _Changes, statuses: dict[str, str], report: Report, tx: 
     if not named and len(statuses) == 1:
         named = list(statuses)
     already = {
-        e.recipient
-        for e in emails.events_of(tx, changes.email.id)
-        if e.event_type == "email.complained"
+        e.recipient for e in emails.events_of(tx, changes.email.id) if e.event_type == "complained"
     }
     for address in named:
         if address in already:
             continue
-        changes.event("email.complained", address, feedback_type=report.feedback_type)
+        changes.event("complained", address, feedback_type=report.feedback_type)
         changes.suppress(address, "complaint")
 
 

@@ -28,7 +28,7 @@ def _cancel(tx: Tx, who: Principal, email_id: str, now: datetime) -> None:
     if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now):
         raise NotFound("no scheduled email with this id")
     emails.insert_events(
-        tx, [Event(new_id(), email_id, who.workspace_id, "email.cancelled", None, {}, now)]
+        tx, [Event(new_id(), email_id, who.workspace_id, "cancelled", None, {}, now)]
     )
 
 
@@ -51,7 +51,7 @@ def _send_now(
         emails.reject(tx, email_id, rejection, now)
         meta = {"reason": rejection}
         emails.insert_events(
-            tx, [Event(new_id(), email_id, who.workspace_id, "email.rejected", None, meta, now)]
+            tx, [Event(new_id(), email_id, who.workspace_id, "rejected", None, meta, now)]
         )
         return email, rejection, []
     return email, None, emails.make_due(tx, email_id, now)

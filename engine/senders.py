@@ -7,6 +7,7 @@ from datetime import datetime
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import Conflict, NotFound, Unprocessable
+from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
 from storage import domains
 from storage.codec import new_id
@@ -33,6 +34,9 @@ def _insert(tx: Tx, who: Principal, email: str, name: str | None, now: datetime)
 
 async def create(rt: Runtime, who: Principal, email: str, name: str | None) -> Sender:
     """Register a sender address on one of the workspace's domains."""
+    if name is not None and (problem := header_text_problem(name)):
+        message = f"name {problem}"
+        raise Unprocessable(message, errors=[{"loc": ["body", "name"], "msg": message}])
     return await rt.db.write(_insert, who, normalize_email(email), name, rt.clock.now())
 
 

@@ -26,7 +26,7 @@ from engine.errors import (
     Unprocessable,
 )
 from engine.mail.addresses import message_id as new_message_id
-from engine.mail.compose import validate_custom_headers
+from engine.mail.compose import header_text_problem, validate_custom_headers
 from engine.runtime import Principal, Runtime
 from engine.suppression_override import OverrideState, Verdict, decide
 from storage import domains, emails, suppressions
@@ -38,6 +38,8 @@ ATTACHMENT_LIMIT = 24 * 1024 * 1024  # per file and combined
 SEND_AT_MIN = timedelta(minutes=1)
 SEND_AT_MAX = timedelta(days=30)
 FIELDS = ("account", "from", "limits", "to", "content")
+
+Loc = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class Issue:
     error: str
     # None: not an error (a suppressed recipient makes the email `rejected`, still a 202).
     raises: type[EngineError] | None = Unprocessable
+    # Where in the body the problem is, when more precise than `field` (an error's `loc`).
+    loc: Loc = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +145,40 @@ def _decoded_attachments(req: SendRequest, issues: list[Issue]) -> list[bytes]:
     return decoded
 
 
+def _header_texts(req: SendRequest) -> list[tuple[str, Loc, str | None]]:
+    """Every text of a request that becomes (part of) a header line: (field, loc, text)."""
+    texts: list[tuple[str, Loc, str | None]] = [
+        ("content", ("subject",), req.subject),
+        ("from", ("from_", "name"), req.from_.name),
+    ]
+    for kind, boxes in (("to", req.to), ("cc", req.cc), ("bcc", req.bcc)):
+        texts.extend(("to", (kind, i, "name"), box.name) for i, box in enumerate(boxes))
+    if req.reply_to is not None:
+        texts.append(("from", ("reply_to", "name"), req.reply_to.name))
+    texts.extend(("content", ("tags", i), tag) for i, tag in enumerate(req.tags))
+    for i, attachment in enumerate(req.attachments):
+        texts.append(("content", ("attachments", i, "filename"), attachment.filename))
+        texts.append(("content", ("attachments", i, "content_type"), attachment.content_type))
+    return texts
+
+
+def _header_issues(req: SendRequest) -> list[Issue]:
+    """Header text that compose would refuse at delivery (a line break would add a header
+    of the caller's), and custom headers it would refuse, found before anything is queued."""
+    issues: list[Issue] = []
+    for field_name, loc, text in _header_texts(req):
+        problem = None if text is None else header_text_problem(text)
+        if problem is not None:
+            where = ".".join(str(part) for part in loc)
+            issues.append(Issue(field_name, f"{where} {problem}", loc=loc))
+    for name, value in req.headers.items():
+        issues.extend(
+            Issue("content", problem, loc=("headers", name))
+            for problem in validate_custom_headers({name: value})
+        )
+    return issues
+
+
 def _request_issues(req: SendRequest, plan: plans.Plan, now: datetime) -> list[Issue]:
     """Problems that need no database: content, addresses, attachments, headers, send_at."""
     issues: list[Issue] = []
@@ -151,7 +189,7 @@ def _request_issues(req: SendRequest, plan: plans.Plan, now: datetime) -> list[I
     _addresses(req, issues)
     if not (req.html or req.text):
         issues.append(Issue("content", "at least one of html or text is required"))
-    issues.extend(Issue("content", problem) for problem in validate_custom_headers(req.headers))
+    issues.extend(_header_issues(req))
     _decoded_attachments(req, issues)
     if req.send_at is not None:
         send_at = req.send_at if req.send_at.tzinfo else req.send_at.replace(tzinfo=UTC)
@@ -267,9 +305,8 @@ def _recipient_list(req: SendRequest) -> list[str]:
 def _raise_first(issues: list[Issue]) -> None:
     for issue in issues:
         if issue.raises is not None:
-            error = issue.raises(
-                issue.error, errors=[{"loc": ["body", issue.field], "msg": issue.error}]
-            )
+            loc = ["body", *(issue.loc or (issue.field,))]
+            error = issue.raises(issue.error, errors=[{"loc": loc, "msg": issue.error}])
             raise error
 
 
@@ -388,11 +425,11 @@ def email_records(
             for address in recipients
         ]
     )
-    event_type = {"rejected": "rejected", "scheduled": "scheduled", "queued": "queued"}[status]
     meta: dict[str, Any] = {"subject": req.subject, "tags": list(req.tags)}
     if rejection:
         meta["reason"] = rejection
-    event = Event(new_id(), email_id, workspace_id, f"email.{event_type}", None, meta, now)
+    # The first event is named as the status the email starts in: queued, scheduled, rejected.
+    event = Event(new_id(), email_id, workspace_id, status, None, meta, now)
     return record, rows, event
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.errors import NotFound
+from engine.errors import InvalidRequest, NotFound
 from engine.runtime import Runtime
 from storage import emails, suppressions
 from storage.codec import new_id
@@ -30,6 +30,9 @@ from storage.tx import Tx
 
 OPEN, CLICK, UNSUBSCRIBE = "o", "c", "u"
 _HREF = re.compile(r"""(<a\b[^>]*?\bhref\s*=\s*)(["'])(https?://[^"']+)\2""", re.IGNORECASE)
+# A click answers with the link's URL as its Location header, which a control character
+# breaks (a CR or LF would split it): such a link is not tracked, and such a token refused.
+_URL_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _b64(data: bytes) -> str:
@@ -87,9 +90,13 @@ class Links:
 def instrument_html(html: str, links: Links, *, opens: bool, clicks: bool) -> str:
     """The html with its http(s) links routed through click tracking and an open pixel."""
     if clicks:
-        html = _HREF.sub(
-            lambda m: f"{m.group(1)}{m.group(2)}{links.click(m.group(3))}{m.group(2)}", html
-        )
+
+        def track(m: re.Match[str]) -> str:
+            if _URL_CONTROL.search(m.group(3)):
+                return m.group(0)
+            return f"{m.group(1)}{m.group(2)}{links.click(m.group(3))}{m.group(2)}"
+
+        html = _HREF.sub(track, html)
     if opens:
         pixel = f'<img src="{links.open}" width="1" height="1" alt="" style="display:none">'
         closing = html.lower().rfind("</body>")
@@ -99,7 +106,7 @@ def instrument_html(html: str, links: Links, *, opens: bool, clicks: bool) -> st
 
 def _event(email: Email, kind: str, recipient: str, meta: dict[str, Any], now: datetime) -> Event:
     metadata = {"subject": email.subject, "tags": email.tags, **meta}
-    return Event(new_id(), email.id, email.workspace_id, f"email.{kind}", recipient, metadata, now)
+    return Event(new_id(), email.id, email.workspace_id, kind, recipient, metadata, now)
 
 
 def _record(tx: Tx, payload: dict[str, str], meta: dict[str, Any], now: datetime) -> None:
@@ -129,11 +136,17 @@ async def opened(rt: Runtime, token: str, user_agent: str, ip: str) -> None:
 
 
 async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
-    """Record the click; the URL to send the reader on to."""
+    """Record the click; the URL to send the reader on to.
+
+    InvalidRequest when the URL holds a control character: such links are not tracked, but
+    a message sent before they were refused may still carry one.
+    """
     payload = _payload(rt, token, CLICK)
     url = payload.get("u", "")
     if not url.startswith(("http://", "https://")):
         raise NotFound("unknown link")
+    if _URL_CONTROL.search(url):
+        raise InvalidRequest("the link's URL contains a control character", code="invalid_link")
     await rt.db.write(
         _record, payload, {"url": url, "user_agent": user_agent, "ip": ip}, rt.clock.now()
     )

@@ -126,7 +126,7 @@ def queue(tx: Tx, sender: SystemSender, notice: Notice, now: datetime) -> str:
         new_id(),
         email_id,
         sender.workspace_id,
-        "email.queued",
+        "queued",
         None,
         {"subject": notice.subject, "tags": email.tags},
         now,

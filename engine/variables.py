@@ -15,9 +15,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from engine.mail.compose import CONTROL
+
+_CONTROL_RUN = re.compile(CONTROL.pattern + "+")  # folded into one space
+
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}\r\n]+?)\s*\}\}")
 # What may not appear in a header line (as engine/mail/compose.py refuses it).
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
 def extract(*texts: str | None) -> list[str]:
@@ -47,7 +50,7 @@ def render(template: str, values: Mapping[str, Any], *, escape_html: bool = Fals
 
 def render_subject(template: str, values: Mapping[str, Any]) -> str:
     """A subject line: line breaks and other control characters folded into single spaces."""
-    return _CONTROL.sub(" ", render(template, values))
+    return _CONTROL_RUN.sub(" ", render(template, values))
 
 
 def header_safe(text: str | None) -> str | None:
@@ -55,7 +58,7 @@ def header_safe(text: str | None) -> str | None:
     single spaces, trimmed; None when nothing is left."""
     if text is None:
         return None
-    return " ".join(_CONTROL.sub(" ", text).split()) or None
+    return " ".join(_CONTROL_RUN.sub(" ", text).split()) or None
 
 
 def contact_values(

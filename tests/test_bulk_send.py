@@ -164,6 +164,7 @@ async def test_refusals_have_the_spec_status_codes(service: Service, dns_server:
         body("not-a-uuid", sender),
         {k: v for k, v in body(list_id, sender).items() if k != "sender_address_id"},
         body(list_id, sender, tags="news"),
+        body(list_id, sender, tags=["news\r\nBcc: all@example.com"]),
     ):
         response = await account.client.post(path, json=invalid)
         assert response.status_code == 422, invalid

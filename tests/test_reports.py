@@ -137,7 +137,7 @@ async def test_a_failed_dsn_bounces_the_recipient_and_suppresses_it(
     refused = await send_inbound(service, [bounce_address], dsn(bounce_address), sender="")
     assert refused == set()
     email = await wait_for_status(account, email_id, ("bounced",))
-    bounced = [e for e in email["events"] if e["event_type"] == "email.bounced"]
+    bounced = [e for e in email["events"] if e["event_type"] == "bounced"]
     assert len(bounced) == 1
     assert bounced[0]["recipient"] == RECIPIENT
     assert bounced[0]["metadata"]["dsn"] == "5.1.1"
@@ -149,7 +149,7 @@ async def test_a_failed_dsn_bounces_the_recipient_and_suppresses_it(
     # The same report again changes nothing.
     await send_inbound(service, [bounce_address], dsn(bounce_address), sender="")
     again = (await account.client.get(f"/v1/emails/{email_id}")).json()
-    assert [e["event_type"] for e in again["events"]].count("email.bounced") == 1
+    assert [e["event_type"] for e in again["events"]].count("bounced") == 1
 
 
 async def test_a_delayed_dsn_is_recorded_only(
@@ -161,7 +161,7 @@ async def test_a_delayed_dsn_is_recorded_only(
     email = await poll(
         account,
         f"/v1/emails/{email_id}",
-        lambda e: any(x["event_type"] == "email.deferred" for x in e["events"]),
+        lambda e: any(x["event_type"] == "deferred" for x in e["events"]),
     )
     assert email["status"] == "delivered"
     assert await suppression(account) is None
@@ -179,9 +179,9 @@ async def test_a_complaint_marks_the_email_complained_and_suppresses(
     email = await poll(
         account,
         f"/v1/emails/{email_id}",
-        lambda e: any(x["event_type"] == "email.complained" for x in e["events"]),
+        lambda e: any(x["event_type"] == "complained" for x in e["events"]),
     )
-    [complained] = [e for e in email["events"] if e["event_type"] == "email.complained"]
+    [complained] = [e for e in email["events"] if e["event_type"] == "complained"]
     assert complained["recipient"] == RECIPIENT
     assert complained["metadata"]["feedback_type"] == "abuse"
     entry = await suppression(account)

@@ -107,7 +107,7 @@ async def test_sent_email_arrives_signed_and_is_delivered(
     assert email["status"] == "delivered"
     assert email["delivered_at"] is not None
     types = [e["event_type"] for e in email["events"]]
-    assert types == ["email.queued", "email.sent", "email.delivered"]
+    assert types == ["queued", "sent", "delivered"]
     delivered = email["events"][-1]
     assert delivered["metadata"]["domain"] == "customer.example"
     assert delivered["metadata"]["smtp_response"].startswith("250")
@@ -147,7 +147,7 @@ async def test_temporary_failure_is_retried_until_delivered(
     clock.jump(5 * 60 + 1)  # second step: 5 minutes
     email = await wait_for_status(account, sent["id"])
     assert email["status"] == "delivered"
-    assert [e["event_type"] for e in email["events"]].count("email.deferred") == 2
+    assert [e["event_type"] for e in email["events"]].count("deferred") == 2
     assert len(smtp_sink.messages) == 1
 
 
@@ -165,7 +165,7 @@ async def test_temporary_failures_for_72_hours_fail_the_recipient(
         if email["status"] == "failed":
             break
     assert email["status"] == "failed"
-    assert email["events"][-1]["event_type"] == "email.failed"
+    assert email["events"][-1]["event_type"] == "failed"
 
 
 async def test_permanent_failure_bounces_and_suppresses(
@@ -177,7 +177,7 @@ async def test_permanent_failure_bounces_and_suppresses(
     email = await wait_for_status(account, sent["id"])
     assert email["status"] == "bounced"
     bounced = email["events"][-1]
-    assert bounced["event_type"] == "email.bounced"
+    assert bounced["event_type"] == "bounced"
     assert bounced["metadata"]["bounce_type"] == "hard"
     assert bounced["metadata"]["response"].startswith("550")
     listed = (await account.client.get("/v1/suppressions/")).json()["items"]
@@ -347,7 +347,7 @@ async def test_cancel_and_send_now(
     await trio.sleep(0.3)
     assert len(smtp_sink.messages) == 1  # the cancelled one never went out
     events = (await account.client.get(f"/v1/emails/{first['id']}/events")).json()
-    assert [e["event_type"] for e in events] == ["email.scheduled", "email.cancelled"]
+    assert [e["event_type"] for e in events] == ["scheduled", "cancelled"]
 
 
 async def test_send_now_to_a_suppressed_recipient_is_422_and_rejects(

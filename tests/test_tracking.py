@@ -66,9 +66,9 @@ async def test_opens_and_clicks_are_recorded(
 
     events = (await account.client.get(f"/v1/emails/{email_id}/events")).json()
     by_type = {e["event_type"]: e for e in events}
-    assert by_type["email.opened"]["metadata"]["user_agent"] == "MailReader/1.0"
-    assert by_type["email.opened"]["metadata"]["ip"] == "127.0.0.1"
-    assert by_type["email.clicked"]["metadata"]["url"] == "https://example.com/article?id=7"
+    assert by_type["opened"]["metadata"]["user_agent"] == "MailReader/1.0"
+    assert by_type["opened"]["metadata"]["ip"] == "127.0.0.1"
+    assert by_type["clicked"]["metadata"]["url"] == "https://example.com/article?id=7"
 
 
 async def test_without_tracking_links_are_untouched(
@@ -102,7 +102,7 @@ async def test_one_click_unsubscribe_suppresses_the_reader(
         ("ron@reader.example", "unsubscribe", email_id)
     ]
     events = (await account.client.get(f"/v1/emails/{email_id}/events")).json()
-    unsubscribed = [e for e in events if e["event_type"] == "email.unsubscribed"]
+    unsubscribed = [e for e in events if e["event_type"] == "unsubscribed"]
     assert unsubscribed[0]["metadata"]["method"] == "one-click"
 
 

@@ -8,8 +8,9 @@ quoted-printable or base64, so no line is over 998 bytes and no 8BITMIME is need
 Rules:
 - Pure: Date, Message-ID and everything else come from the message, never the clock.
 - Nothing a caller passes can add a header line. Line breaks and control characters in any
-  header text raise ValueError, and custom headers may not replace the headers Postroom owns
-  (`validate_custom_headers` says why, for the API to answer 422 before anything is queued).
+  header text raise ValueError (`header_text_problem` is that one rule; the send checks of
+  engine/sending.py apply it too, so the API answers 422 before anything is queued), and
+  custom headers may not replace the headers Postroom owns (`validate_custom_headers`).
 - Bcc recipients are not part of a message: they exist only in the SMTP envelope.
 """
 
@@ -85,7 +86,7 @@ _FIELD_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+")  # RFC 5322 ftext: printable 
 _LINE_BREAK = re.compile(r"[\r\n]")
 # C0 and C1 controls (but TAB) and the Unicode line separators, which `str.splitlines` and
 # some mail readers treat as line ends.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _MESSAGE_ID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]+@[\x21-\x3b\x3d\x3f-\x7e]+>")
 _URL = re.compile(r"[\x21-\x3b\x3d\x3f-\x7e]+")  # printable ASCII but '<' and '>'
 
@@ -184,6 +185,20 @@ def compose(message: OutgoingMessage) -> bytes:
     return raw
 
 
+def header_text_problem(value: str) -> str | None:
+    """What makes text unfit for a header line, or None when it is fit.
+
+    A line break (CR, LF) would end the line and start a header of the caller's; any other
+    control character (but TAB, RFC 5322 whitespace) is refused with it, since some mail
+    readers also treat those as line ends.
+    """
+    if _LINE_BREAK.search(value):
+        return "contains a line break (CR or LF)"
+    if CONTROL.search(value):
+        return "contains a control character"
+    return None
+
+
 def validate_custom_headers(headers: Mapping[str, str]) -> list[str]:
     """What is wrong with a send request's custom headers, one sentence each; empty if fine."""
     return _custom_header_problems(headers.items())
@@ -199,10 +214,9 @@ def _custom_header_problems(headers: Iterable[tuple[str, str]]) -> list[str]:
             continue
         if name.lower() in STRUCTURAL_HEADERS:
             problems.append(f"header {name!r} is set by Postroom and cannot be overridden")
-        if _LINE_BREAK.search(value):
-            problems.append(f"header {name!r} contains a line break (CR or LF)")
-        elif _CONTROL.search(value):
-            problems.append(f"header {name!r} contains a control character")
+        problem = header_text_problem(value)
+        if problem is not None:
+            problems.append(f"header {name!r} {problem}")
         elif len(value) > MAX_LINE:
             problems.append(f"header {name!r} is longer than {MAX_LINE} characters")
         elif value.isascii() and _longest_line(_VerbatimHeader(name, value)) > MAX_LINE:
@@ -261,8 +275,9 @@ def _custom_header(name: str, value: str) -> str:
 
 
 def _header_text(what: str, value: str) -> str:
-    if _CONTROL.search(value):
-        raise ValueError(f"{what} contains a line break or control character")
+    problem = header_text_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {problem}")
     return value
 
 
@@ -323,9 +338,9 @@ def _text_part(policy: Policy, body: str, subtype: str) -> MIMEPart:
 
 def _attachment_part(policy: Policy, attachment: Attachment) -> MIMEPart:
     filename = _header_text("attachment filename", attachment.filename)
-    if _CONTROL.search(attachment.content_type):
-        raise ValueError("attachment content type contains a line break or control character")
-    maintype, subtype, params = _content_type(attachment.content_type)
+    maintype, subtype, params = _content_type(
+        _header_text("attachment content type", attachment.content_type)
+    )
     part = MIMEPart(policy=policy)
     part.set_content(
         attachment.content,
