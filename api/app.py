@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
@@ -54,12 +53,18 @@ BLUEPRINTS = (
     templates.blueprint,
     broadcasts.blueprint,
 )
+# Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
+# Quart's static route): the page works offline and runs no script from a third party.
+DOCS_ASSETS = "/static/docs"
+
 # Registered only when POSTROOM_DOMAIN_TRANSFERS is on: off, the paths do not exist (404).
 TRANSFER_BLUEPRINTS = (transfers.blueprint, admin.blueprint)
 
 
-def create_app(rt: Runtime, supervisor: Supervisor, metrics: CollectorRegistry) -> QuartTrio:
-    """The `/v1` API over one engine runtime."""
+def create_app(
+    rt: Runtime, supervisor: Supervisor, metrics: health.Scrape, metrics_token: str | None
+) -> QuartTrio:
+    """The `/v1` API over one engine runtime; `/metrics` needs `metrics_token` when set."""
     app = QuartTrio(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -67,9 +72,14 @@ def create_app(rt: Runtime, supervisor: Supervisor, metrics: CollectorRegistry) 
     app.url_map.converters["id"] = IdConverter
     app.extensions["postroom"] = rt
     app.extensions["postroom.metrics"] = metrics
+    app.extensions["postroom.metrics_token"] = metrics_token
     app.extensions["postroom.supervisor"] = supervisor
+    app.config["QUART_SCHEMA_SWAGGER_JS_URL"] = f"{DOCS_ASSETS}/swagger-ui-bundle.js"
+    app.config["QUART_SCHEMA_SWAGGER_CSS_URL"] = f"{DOCS_ASSETS}/swagger-ui.css"
     QuartSchema(
         app,
+        redoc_ui_path=None,  # ReDoc and Scalar would load floating versions from a CDN
+        scalar_ui_path=None,
         info={"title": "Postroom", "version": "1"},
         security_schemes={"apiKey": {"type": "http", "scheme": "bearer"}},
         security=[{"apiKey": []}],

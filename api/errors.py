@@ -1,7 +1,9 @@
 """The error body of every 4xx and 5xx: `{"code", "detail"}` plus extra keys where useful.
 
 Engine errors map to statuses by type; HTTP errors raised by Quart (unknown route, wrong
-method, body too large) get the same body, so no client ever sees an HTML error page.
+method, body too large) get the same body, so no client ever sees an HTML error page. A
+database with no room left is 507 `storage_full` with `Retry-After`: nothing was stored, and
+the same request can succeed once space returns.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from engine.errors import (
     NotFound,
     PayloadTooLarge,
     RateLimited,
+    StorageFull,
     Unauthorized,
     Unprocessable,
 )
 
 log = logging.getLogger("postroom.api")
+
+STORAGE_FULL_RETRY_AFTER = 60  # seconds: an operator has to free space, this is no blip
 
 _STATUS_OF = (
     (Unauthorized, 401),
@@ -48,8 +53,8 @@ _CODE_OF_HTTP_STATUS = {
 }
 
 
-def error_response(status: int, code: str, detail: str, **extra: Any) -> Response:
-    """A JSON error response with the standard body."""
+def error_response(status: int, code: str, detail: str, /, **extra: Any) -> Response:
+    """A JSON error response with the standard body (`extra` may even hold a `status` key)."""
     response = jsonify({"code": code, "detail": detail, **extra})
     response.status_code = status
     if status == 401:
@@ -66,6 +71,16 @@ def install(app: Quart) -> None:
         response = error_response(status, exc.code, exc.detail, **exc.extra)
         if isinstance(exc, RateLimited):
             response.headers["Retry-After"] = str(exc.retry_after)
+        return response
+
+    @app.errorhandler(StorageFull)
+    async def storage_full(exc: StorageFull) -> Response:
+        response = error_response(
+            507,
+            "storage_full",
+            "the service has no storage space left; nothing was stored, try again later",
+        )
+        response.headers["Retry-After"] = str(STORAGE_FULL_RETRY_AFTER)
         return response
 
     @app.errorhandler(HTTPException)

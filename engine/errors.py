@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Raised by storage (which knows nothing of the engine) for a write the disk has no room for;
+# named here too so the front doors find every error they translate in one module.
+from storage.errors import StorageFull as StorageFull
+
 
 class EngineError(Exception):
     """Base of every error a caller can be told about."""

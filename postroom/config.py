@@ -30,10 +30,12 @@ DEFAULTS: dict[str, str] = {
     "tls_key": "",
     "extra_ca_file": "",
     "secret_key": "",
+    "secret_key_file": "",  # beside the SQLite database, else ./postroom-data/secret.key
     "system_from": "",
     "domain_transfers": "on",
     "allow_private_targets": "off",
     "log_format": "json",
+    "metrics_token": "",
 }
 
 
@@ -58,10 +60,12 @@ class Settings:
     tls_key: Path | None
     extra_ca_file: Path | None
     secret_key: str | None
+    secret_key_file: Path  # the master key when secret_key is not set
     system_from: str
     domain_transfers: bool
     allow_private_targets: bool
     log_format: str
+    metrics_token: str | None  # bearer token /metrics needs; None: open
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -121,10 +125,29 @@ def _smtp_host(value: str) -> str:
     return value
 
 
+def _secret_key_file(value: str, database_url: str) -> Path:
+    if value:
+        return Path(value).expanduser()
+    if database_url.startswith("sqlite:///"):
+        return Path(database_url.removeprefix("sqlite:///")).expanduser().parent / "secret.key"
+    return Path("postroom-data", "secret.key")
+
+
 def _log_format(value: str) -> str:
     if value.strip().lower() not in ("json", "text"):
         raise _fail("log_format", "json or text", value)
     return value.strip().lower()
+
+
+def _metrics_token(value: str) -> str | None:
+    if not value:
+        return None
+    # Sent in a header, so visible ASCII only; long enough not to be guessed. Never echoed.
+    if len(value) < 16 or not all("!" <= c <= "~" for c in value):
+        raise SettingsError(
+            f"{PREFIX}METRICS_TOKEN: expected 16 or more visible ASCII characters, no spaces"
+        )
+    return value
 
 
 def _raw_values(environ: Mapping[str, str], file: Path | None) -> dict[str, str]:
@@ -169,8 +192,10 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         tls_key=tls_key,
         extra_ca_file=_file("extra_ca_file", raw["extra_ca_file"]),
         secret_key=raw["secret_key"] or None,
+        secret_key_file=_secret_key_file(raw["secret_key_file"], raw["database_url"]),
         system_from=raw["system_from"] or f"postroom@{smtp_host}",
         domain_transfers=_flag("domain_transfers", raw["domain_transfers"]),
         allow_private_targets=_flag("allow_private_targets", raw["allow_private_targets"]),
         log_format=_log_format(raw["log_format"]),
+        metrics_token=_metrics_token(raw["metrics_token"]),
     )

@@ -19,10 +19,12 @@ from typing import Protocol
 
 import trio
 
+from engine.errors import StorageFull
 from engine.smtp.replies import (
     S421_SHUTTING_DOWN,
     S421_TIMEOUT,
     S451_LOCAL_ERROR,
+    S452_STORAGE_FULL,
     SmtpReply,
 )
 from engine.smtp.server import (
@@ -145,6 +147,8 @@ async def _decide(
         if isinstance(event, RcptTo):
             return await handler.rcpt_to(event)
         return await handler.message(event)
+    except StorageFull:  # nothing was stored; the client keeps the message and retries
+        return S452_STORAGE_FULL
     except Exception:
         log.exception("SMTP handler failed on %s", type(event).__name__)
         return S451_LOCAL_ERROR

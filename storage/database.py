@@ -21,6 +21,8 @@ import outcome
 import trio
 
 from storage.engines import Job, StorageEngine, open_engine
+from storage.errors import StorageFull
+from storage.sealing import Sealer
 from storage.tx import Dialect, Tx
 
 P = ParamSpec("P")
@@ -93,7 +95,8 @@ class Batcher:
         try:
             results = await trio.to_thread.run_sync(self._run_batch, jobs)
         except Exception as exc:  # the batch as a whole failed: every caller hears of it
-            results = [outcome.Error(exc)] * len(batch)
+            # One Error each: an outcome can be unwrapped only once.
+            results = [outcome.Error(exc) for _ in batch]
         self._batches += 1
         self._units += len(batch)
         self._largest = max(self._largest, len(batch))
@@ -133,6 +136,16 @@ class Database:
         """Run a large unit of work in a transaction of its own (bulk work, migrations)."""
         result: T = await trio.to_thread.run_sync(self._engine.transaction, unit, args)
         return result
+
+    def use_master_key(self, sealer: Sealer) -> None:
+        """Seal and unseal secrets at rest with `sealer` from now on (set once at start-up)."""
+        self._engine.sealer = sealer
+
+    @property
+    def storage_full(self) -> StorageFull | None:
+        """The last write refused for lack of space, until a later write stores something;
+        None while writes have room."""
+        return self._engine.space.full
 
     def writer_statistics(self) -> BatcherStatistics:
         return self._writer.statistics()

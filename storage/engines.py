@@ -4,30 +4,85 @@ A unit of work is a function `unit(tx, *args)` that runs inside one transaction.
 runs many units in one transaction with one commit (group commit); each unit gets its own
 savepoint, so one unit's error rolls back only that unit and is handed back to its caller.
 `read_batch` runs many read-only units on one connection in one thread hop.
+
+Driver errors are translated here, at the edge (storage/errors.py): a full disk is
+`StorageFull` on either engine, and each engine's `space` tells whether writes have room.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import outcome
 
+from storage.errors import StorageFull, storage_error
+from storage.sealing import NO_MASTER_KEY, Sealer
 from storage.tx import Dialect, Tx
 
 T = TypeVar("T")
 Unit = Callable[..., Any]
 Job = tuple[Unit, tuple[Any, ...]]
 
+log = logging.getLogger("postroom.storage")
+
+
+class SpaceWatch:
+    """Whether the database has room for writes, for /healthz and /metrics.
+
+    A write refused for lack of space sets `full`; the next write that stores something
+    clears it. A write that stores nothing (an actor's poll that found no work) proves
+    nothing and changes nothing. Set on the writing thread, read on Trio's: one reference.
+    """
+
+    def __init__(self) -> None:
+        self.full: StorageFull | None = None
+
+    @contextmanager
+    def refusals(self) -> Iterator[None]:
+        """Translate driver errors raised inside; a `StorageFull` marks the database full."""
+        try:
+            yield
+        except Exception as exc:
+            error = storage_error(exc)
+            if isinstance(error, StorageFull):
+                self._refused(error)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def settle(self, results: Sequence[outcome.Outcome[Any]], stored: bool) -> None:
+        """After a committed write: full if one of its units found no room, else clear once
+        it stored something."""
+        for result in results:
+            if isinstance(result, outcome.Error) and isinstance(result.error, StorageFull):
+                self._refused(result.error)
+                return
+        if stored and self.full is not None:
+            log.warning("the database has room again: writes are accepted")
+            self.full = None
+
+    def _refused(self, error: StorageFull) -> None:
+        if self.full is None:
+            log.error(
+                "the database is full (%s): writes are refused until space returns",
+                error.__cause__ or error,
+            )
+        self.full = error
+
 
 class StorageEngine(Protocol):
     dialect: Dialect
     reader_slots: int
+    sealer: Sealer
+    space: SpaceWatch
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]: ...
 
@@ -38,17 +93,42 @@ class StorageEngine(Protocol):
     def close(self) -> None: ...
 
 
-def _run_isolated(tx: Tx, execute: Callable[[str], Any], jobs: Sequence[Job]) -> list[Any]:
+def _capture(unit: Unit, tx: Tx, args: tuple[Any, ...]) -> outcome.Outcome[Any]:
+    """One unit's result, or its error translated as at the edge (it goes to its caller)."""
+    result = outcome.capture(unit, tx, *args)
+    if isinstance(result, outcome.Error):
+        return outcome.Error(storage_error(result.error))
+    return result
+
+
+def _run_isolated(
+    tx: Tx, execute: Callable[[str], Any], in_transaction: Callable[[], bool], jobs: Sequence[Job]
+) -> list[outcome.Outcome[Any]]:
     """Run jobs inside an open transaction, each in its own savepoint."""
-    results: list[Any] = []
+    results: list[outcome.Outcome[Any]] = []
     for unit, args in jobs:
         execute("SAVEPOINT unit")
-        result = outcome.capture(unit, tx, *args)
+        result = _capture(unit, tx, args)
         if isinstance(result, outcome.Error):
+            if not in_transaction():
+                # SQLite undid the whole transaction itself (SQLITE_FULL does): the units
+                # before this one are gone too, so the batch fails as a whole.
+                raise result.error
             execute("ROLLBACK TO SAVEPOINT unit")
         execute("RELEASE SAVEPOINT unit")
         results.append(result)
     return results
+
+
+_HAS_WRITTEN = "SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS written"
+
+
+def _postgres_in_transaction(conn: Any) -> bool:
+    """Whether the connection is still in a transaction (a failed one stays open until rolled
+    back; only a lost connection ends it)."""
+    from psycopg.pq import TransactionStatus
+
+    return bool(conn.info.transaction_status != TransactionStatus.IDLE)
 
 
 class SQLiteEngine:
@@ -60,6 +140,8 @@ class SQLiteEngine:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._path = path
+        self.sealer = NO_MASTER_KEY
+        self.space = SpaceWatch()
         self._writer = self._connect()
         self.reader_slots = readers
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
@@ -81,24 +163,37 @@ class SQLiteEngine:
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
-        return self._in_write_transaction(
-            lambda conn: _run_isolated(Tx(conn, "sqlite"), conn.execute, jobs)
+        results, stored = self._in_write_transaction(
+            lambda conn: _run_isolated(
+                Tx(conn, "sqlite", self.sealer), conn.execute, lambda: conn.in_transaction, jobs
+            )
         )
+        self.space.settle(results, stored)
+        return results
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
-        return self._in_write_transaction(lambda conn: unit(Tx(conn, "sqlite"), *args))
+        result, stored = self._in_write_transaction(
+            lambda conn: unit(Tx(conn, "sqlite", self.sealer), *args)
+        )
+        self.space.settle([], stored)
+        return result
 
-    def _in_write_transaction(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        with self._write_lock:
+    def _in_write_transaction(self, body: Callable[[sqlite3.Connection], T]) -> tuple[T, bool]:
+        """`body` in one transaction of the writer: its result, and whether it stored anything."""
+        with self._write_lock, self.space.refusals():
             conn = self._writer
+            changes = conn.total_changes
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = body(conn)
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite may have rolled the transaction back itself (SQLITE_FULL does): a
+                # second ROLLBACK would fail ("no transaction is active") and hide the error.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
-            return result
+            return result, conn.total_changes != changes
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         conn = self._readers.get()
@@ -106,10 +201,11 @@ class SQLiteEngine:
             # One snapshot for the whole batch; a failed read leaves nothing to undo.
             conn.execute("BEGIN")
             try:
-                tx = Tx(conn, "sqlite")
-                return [outcome.capture(unit, tx, *args) for unit, args in jobs]
+                tx = Tx(conn, "sqlite", self.sealer)
+                return [_capture(unit, tx, args) for unit, args in jobs]
             finally:
-                conn.execute("COMMIT")
+                if conn.in_transaction:  # a read that hit SQLITE_FULL (temp space) ended it
+                    conn.execute("COMMIT")
         finally:
             self._readers.put(conn)
 
@@ -129,6 +225,8 @@ class PostgresEngine:
         from psycopg_pool import ConnectionPool
 
         self.reader_slots = pool_size - 1
+        self.sealer = NO_MASTER_KEY
+        self.space = SpaceWatch()
         self._pool: ConnectionPool[Any] = ConnectionPool(
             url,
             min_size=2,
@@ -141,19 +239,41 @@ class PostgresEngine:
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
-        with self._pool.connection() as conn, conn.transaction():
-            return _run_isolated(Tx(conn, "postgresql"), conn.execute, jobs)
+        results, stored = self._in_write_transaction(
+            lambda conn: _run_isolated(
+                Tx(conn, "postgresql", self.sealer),
+                conn.execute,
+                lambda: _postgres_in_transaction(conn),
+                jobs,
+            )
+        )
+        self.space.settle(results, stored)
+        return results
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
-        with self._pool.connection() as conn, conn.transaction():
-            return unit(Tx(conn, "postgresql"), *args)
+        result, stored = self._in_write_transaction(
+            lambda conn: unit(Tx(conn, "postgresql", self.sealer), *args)
+        )
+        self.space.settle([], stored)
+        return result
+
+    def _in_write_transaction(self, body: Callable[[Any], T]) -> tuple[T, bool]:
+        """`body` in one transaction: its result, and whether it stored anything (asked only
+        while the database is full, when the answer matters: one more round trip)."""
+        with self.space.refusals(), self._pool.connection() as conn, conn.transaction():
+            result = body(conn)
+            # A transaction is given an id when it first writes.
+            stored = self.space.full is not None and bool(
+                conn.execute(_HAS_WRITTEN).fetchone()["written"]
+            )
+            return result, stored
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         with self._pool.connection() as conn:
-            tx = Tx(conn, "postgresql")
+            tx = Tx(conn, "postgresql", self.sealer)
             results: list[outcome.Outcome[Any]] = []
             for unit, args in jobs:
-                result = outcome.capture(unit, tx, *args)
+                result = _capture(unit, tx, args)
                 if isinstance(result, outcome.Error):
                     conn.rollback()  # an error aborts the transaction; the next read opens anew
                 results.append(result)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from storage.sealing import Sealer
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
@@ -39,11 +42,12 @@ class Connection(Protocol):
 class Tx:
     """Runs statements inside the current transaction of one connection."""
 
-    __slots__ = ("_conn", "dialect")
+    __slots__ = ("_conn", "dialect", "sealer")
 
-    def __init__(self, conn: Any, dialect: Dialect) -> None:
+    def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer) -> None:
         self._conn = conn
         self.dialect: Dialect = dialect
+        self.sealer = sealer  # seals and unseals secrets at rest (storage.sealing)
 
     def _sql(self, sql: str) -> str:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql

@@ -32,6 +32,7 @@ def test_built_file_serves_with_only_python(tmp_path: Path) -> None:
     with zipfile.ZipFile(pyz) as bundle:
         names = bundle.namelist()
     assert any(name.endswith("storage/schema/0001_initial.sql") for name in names)
+    assert any(name.endswith("api/static/docs/swagger-ui-bundle.js") for name in names)
 
     port = free_port()
     env = {

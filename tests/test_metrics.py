@@ -1,11 +1,18 @@
 """`/metrics` after real sends: queue depth per recipient domain, delivery and webhook outcomes,
-the accept and delivery latency histograms, and the SMTP listeners' connections."""
+the accept and delivery latency histograms, and the SMTP listeners' connections; and the
+bearer token that guards it when POSTROOM_METRICS_TOKEN is set."""
 
 from __future__ import annotations
 
+import httpx
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine import accounts
+from postroom import config
+from postroom.service import RunningService, serve
+from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Service
@@ -70,3 +77,52 @@ async def test_metrics_show_depth_outcomes_and_latencies_after_sending(
     assert samples[("postroom_webhook_deliveries_total", (("outcome", "dead"),))] == 0
     for listener in ("submission", "inbound"):  # the SMTP listeners report their connections
         assert samples[(f"postroom_{listener}_connections_total", ())] == 0
+
+
+METRICS_TOKEN = "scrape-" + "k3y" * 8
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_metrics_with_a_token_set_answer_only_that_bearer_token(
+    nursery: trio.Nursery, database_url: str
+) -> None:
+    settings = harness.test_settings(database_url, metrics_token=METRICS_TOKEN)
+    running: RunningService = await nursery.start(serve, settings)
+    try:
+        key = (
+            await accounts.create_account(
+                running.runtime, "ops@example.org", "correct horse battery staple", "free", False
+            )
+        ).api_key
+        async with httpx.AsyncClient(base_url=running.api_url) as client:
+            for authorization in (
+                None,
+                f"Bearer {key}",  # an API key is not the metrics token
+                f"Bearer {METRICS_TOKEN}x",
+                f"Bearer {METRICS_TOKEN[:-1]}",
+                f"Basic {METRICS_TOKEN}",
+                METRICS_TOKEN,
+            ):
+                headers = {} if authorization is None else {"Authorization": authorization}
+                refused = await client.get("/metrics", headers=headers)
+                assert refused.status_code == 401, authorization
+                assert refused.json()["code"] == "unauthorized"
+                assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+            scraped = await client.get(
+                "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+            )
+            assert scraped.status_code == 200
+            assert "postroom_emails_waiting" in scraped.text
+            assert (await client.get("/healthz")).status_code == 200  # health stays open
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("token", ["too-short", "sixteen chars or more, with spaces"])
+def test_a_guessable_or_unsendable_metrics_token_stops_start_up_without_echoing_it(
+    token: str,
+) -> None:
+    with pytest.raises(config.SettingsError) as refused:
+        config.load({"POSTROOM_METRICS_TOKEN": token})
+    assert "POSTROOM_METRICS_TOKEN" in str(refused.value)
+    assert token not in str(refused.value)
