@@ -32,6 +32,7 @@ from engine.runtime import Runtime
 from engine.supervisor import Supervisor
 from engine.transfer_timer import TransferTimer
 from engine.webhook_dispatcher import WebhookDispatcher
+from postroom import master_key
 from postroom.config import Settings
 from postroom.logs import log_left_behind
 from postroom.metrics import ServiceMetrics
@@ -57,8 +58,10 @@ class RunningService:
 
 
 async def open_runtime(db: Database, settings: Settings) -> Runtime:
-    """Migrate the database and assemble the engine runtime over it."""
+    """Migrate the database, give it the master key (sealing what is in clear), and assemble
+    the engine runtime over it."""
     await db.transaction(migrations.apply_pending)
+    await master_key.install(db, settings)
     secret_key = settings.secret_key
     if secret_key is None:
         secret_key = await db.write(accounts.secret, "secret_key", secrets.token_urlsafe(48))
@@ -113,7 +116,9 @@ async def serve(
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
-            ]
+            ],
+            db,
+            rt.faults,
         )
         metrics = ServiceMetrics(db, supervisor)
         relay_tls = await server_context(
@@ -125,7 +130,7 @@ async def serve(
         ]
         for listener in smtp_listeners:
             metrics.add_source(listener.name, listener)
-        app = create_app(rt, supervisor, metrics.registry)
+        app = create_app(rt, supervisor, metrics, settings.metrics_token)
         app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)

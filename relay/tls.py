@@ -2,8 +2,8 @@
 
 POSTROOM_TLS_CERT / POSTROOM_TLS_KEY when they are set; otherwise a self-signed one for
 POSTROOM_SMTP_HOST, generated on first start and stored with the data (the database's
-service secrets), so every node of a PostgreSQL deployment and every restart presents the
-same certificate. Clients of a self-signed relay must pin it or skip verification; an
+service secrets, sealed under the master key), so every node of a PostgreSQL deployment and
+every restart presents the same certificate. Clients of a self-signed relay must pin it or skip verification; an
 operator who wants verified TLS sets the two variables.
 """
 

@@ -1,4 +1,7 @@
-"""Users, workspaces, memberships, sessions and the service's own secrets."""
+"""Users, workspaces, memberships, sessions and the service's own secrets.
+
+The service's secrets are sealed at rest (storage.sealing): callers see them in clear.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
+from storage.sealing import SERVICE_SECRET
 from storage.tx import Row, Tx
 
 
@@ -170,7 +174,7 @@ def secret(tx: Tx, name: str, generated: str) -> str:
     tx.execute(
         "INSERT INTO service_secrets (name, value) VALUES (:name, :value)"
         " ON CONFLICT (name) DO NOTHING",
-        {"name": name, "value": generated},
+        {"name": name, "value": tx.sealer.seal(SERVICE_SECRET, name, generated)},
     )
-    value: str = tx.value("SELECT value FROM service_secrets WHERE name = :name", {"name": name})
-    return value
+    stored: str = tx.value("SELECT value FROM service_secrets WHERE name = :name", {"name": name})
+    return tx.sealer.unseal(SERVICE_SECRET, name, stored)

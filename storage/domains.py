@@ -1,4 +1,8 @@
-"""Sending domains with their DKIM keys, and the sender addresses on them."""
+"""Sending domains with their DKIM keys, and the sender addresses on them.
+
+A domain's DKIM private key is sealed at rest (storage.sealing): sealed here on write and
+unsealed on read, so a `Domain` always holds the key as PEM.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import from_json, parse_optional_timestamp, parse_timestamp, timestamp, to_json
+from storage.sealing import DKIM_PRIVATE_KEY
 from storage.tx import Row, Tx
 
 
@@ -38,14 +43,14 @@ class Sender:
     created_at: datetime
 
 
-def _domain(row: Row) -> Domain:
+def _domain(tx: Tx, row: Row) -> Domain:
     return Domain(
         id=row["id"],
         workspace_id=row["workspace_id"],
         name=row["name"],
         status=row["status"],
         dkim_selector=row["dkim_selector"],
-        dkim_private_key=row["dkim_private_key"],
+        dkim_private_key=tx.sealer.unseal(DKIM_PRIVATE_KEY, row["id"], row["dkim_private_key"]),
         dkim_public_key=row["dkim_public_key"],
         record_status=from_json(row["record_status"]),
         open_tracking=bool(row["open_tracking"]),
@@ -82,7 +87,7 @@ def insert(tx: Tx, domain: Domain) -> None:
             "name": domain.name,
             "status": domain.status,
             "selector": domain.dkim_selector,
-            "private": domain.dkim_private_key,
+            "private": tx.sealer.seal(DKIM_PRIVATE_KEY, domain.id, domain.dkim_private_key),
             "public": domain.dkim_public_key,
             "records": to_json(domain.record_status),
             "open": domain.open_tracking,
@@ -103,7 +108,7 @@ def get(tx: Tx, workspace_id: str, domain_id: str) -> Domain | None:
         "SELECT * FROM domains WHERE workspace_id = :ws AND id = :id",
         {"ws": workspace_id, "id": domain_id},
     )
-    return None if row is None else _domain(row)
+    return None if row is None else _domain(tx, row)
 
 
 def by_name(tx: Tx, workspace_id: str, name: str) -> Domain | None:
@@ -111,7 +116,7 @@ def by_name(tx: Tx, workspace_id: str, name: str) -> Domain | None:
         "SELECT * FROM domains WHERE workspace_id = :ws AND name = :name",
         {"ws": workspace_id, "name": name},
     )
-    return None if row is None else _domain(row)
+    return None if row is None else _domain(tx, row)
 
 
 def list_all(tx: Tx, workspace_id: str) -> list[Domain]:
@@ -119,13 +124,13 @@ def list_all(tx: Tx, workspace_id: str) -> list[Domain]:
         "SELECT * FROM domains WHERE workspace_id = :ws ORDER BY created_at, id",
         {"ws": workspace_id},
     )
-    return [_domain(row) for row in rows]
+    return [_domain(tx, row) for row in rows]
 
 
 def by_id(tx: Tx, domain_id: str) -> Domain | None:
     """A domain by id alone (for public endpoints where the id is all there is)."""
     row = tx.one("SELECT * FROM domains WHERE id = :id", {"id": domain_id})
-    return None if row is None else _domain(row)
+    return None if row is None else _domain(tx, row)
 
 
 def set_bimi_logo(tx: Tx, domain_id: str, svg: str) -> None:
@@ -143,7 +148,7 @@ def pending_since(tx: Tx, after: datetime) -> list[Domain]:
         " ORDER BY pending_since, id",
         {"after": timestamp(after)},
     )
-    return [_domain(row) for row in rows]
+    return [_domain(tx, row) for row in rows]
 
 
 def verified_elsewhere(tx: Tx, workspace_id: str, name: str) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
+from storage.sealing import DKIM_PRIVATE_KEY
 from storage.tx import Row, Tx
 
 
@@ -294,7 +295,7 @@ def move_domain(
             {
                 "now": timestamp(now),
                 "selector": new_key.selector,
-                "private": new_key.private_pem,
+                "private": tx.sealer.seal(DKIM_PRIVATE_KEY, domain_id, new_key.private_pem),
                 "public": new_key.public_b64,
                 "id": domain_id,
             },
@@ -370,7 +371,7 @@ def ensure_system_identity(tx: Tx, s: SystemIdentity, now: datetime) -> bool:
                 "ws": s.workspace_id,
                 "name": s.domain_name,
                 "selector": s.dkim_selector,
-                "private": s.dkim_private_key,
+                "private": tx.sealer.seal(DKIM_PRIVATE_KEY, s.domain_id, s.dkim_private_key),
                 "public": s.dkim_public_key,
                 "at": at,
             },

@@ -27,6 +27,7 @@ from relay.listener import SmtpListener
 from relay.tls import server_context
 from storage import accounts, migrations
 from storage.database import open_database
+from storage.sealing import Sealer
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Account, Service
 from tests.harness.smtp_sink import SmtpSink
@@ -406,6 +407,7 @@ async def test_inbound_refuses_addresses_that_are_not_ours(
 async def test_self_signed_certificate_is_generated_once_and_kept(tmp_path: Path) -> None:
     async with open_database(f"sqlite:///{tmp_path / 'postroom.db'}") as db:
         await db.transaction(migrations.apply_pending)
+        db.use_master_key(Sealer(b"relay test master key"))
         now = datetime.now(UTC)
         first = await server_context(db, None, None, "relay.example.org", now)
         second = await server_context(db, None, None, "relay.example.org", now)
