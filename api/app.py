@@ -18,6 +18,7 @@ from api.routes import (
     emails,
     forwards,
     health,
+    nodes,
     senders,
     sessions,
     smtp_credentials,
@@ -52,6 +53,7 @@ BLUEPRINTS = (
     contacts.blueprint,
     templates.blueprint,
     broadcasts.blueprint,
+    nodes.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

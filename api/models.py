@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 EmailText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=320)]
+# Tags go out in the X-Postroom-Tags header, where a word cannot be folded: 200 characters fit
+# any header line (998), as they fit the email log's `tag` filter.
+Tag = Annotated[str, StringConstraints(max_length=200)]
 
 
 class Out(BaseModel):

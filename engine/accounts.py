@@ -94,16 +94,13 @@ def _set_plan(tx: Tx, email: str, plan: str, now: datetime) -> list[str]:
             )
             record(tx, workspace.id, user.email, change, now)
         changed.append(workspace.id)
+    tx.notify("keys")  # cached keys carry their workspace's plan: every node forgets them
     return changed
 
 
 async def set_plan(rt: Runtime, email: str, plan: str) -> list[str]:
     """Put every workspace the user owns on `plan`; their ids."""
-    changed = await rt.db.write(
-        _set_plan, normalize_email(email), _check_plan(plan), rt.clock.now()
-    )
-    rt.key_cache.clear()  # cached keys carry their workspace's plan
-    return changed
+    return await rt.db.write(_set_plan, normalize_email(email), _check_plan(plan), rt.clock.now())
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +202,14 @@ async def reauthenticate(
     until = rt.clock.now() + REAUTH_WINDOW
     await rt.db.write(_mark_reauthenticated, who.session_id, until, attempt)
     return until
+
+
+def _is_admin(tx: Tx, user_id: str) -> bool:
+    user = accounts.user_by_id(tx, user_id)
+    return user is not None and user.is_admin
+
+
+async def require_admin(rt: Runtime, who: Principal) -> None:
+    """Forbidden (`admin_required`) unless `who` is a platform administrator."""
+    if not await rt.db.read(_is_admin, who.user_id):
+        raise Forbidden("platform administrators only", code="admin_required")

@@ -102,11 +102,10 @@ def _deactivate(tx: Tx, who: Principal, key_id: str, now: datetime) -> ApiKey:
     if key is None or not api_keys.deactivate(tx, who.workspace_id, key_id, now):
         raise NotFound("API key not found")
     record(tx, who.workspace_id, who.user_email, Change("api_key.deleted", key.name, key.id), now)
+    tx.notify(f"key:{key.id}")  # every node's cache forgets it (engine/wakeups.py)
     return key
 
 
 async def delete(rt: Runtime, who: Principal, key_id: str) -> ApiKey:
     """Deactivate a key for good; NotFound for an unknown or foreign id."""
-    key = await rt.db.write(_deactivate, who, key_id, rt.clock.now())
-    rt.key_cache.evict(key.id)
-    return key
+    return await rt.db.write(_deactivate, who, key_id, rt.clock.now())

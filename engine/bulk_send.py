@@ -210,7 +210,7 @@ def _queue_chunk(
         records.append(email)
         rows.extend(recipients)
         events.append(event)
-    emails.insert(tx, records, rows, events)
+    emails.insert(tx, records, rows, events, announce=False)
     broadcasts.progress(tx, broadcast.id, len(records), len(skipped), now)
     return _Chunk(batch[-1].seq, len(records), skipped, sorted({row.domain for row in rows}))
 
@@ -275,23 +275,23 @@ async def send_to_list(
             # Once, at the end: delivering the first chunks while the rest are queued would
             # compete for the same CPU and writer, and make the whole send slower to accept
             # without delivering its last message any sooner.
-            rt.delivery.wake(sorted(woken))
+            rt.wakeups.announce(f"mail:{domain}" for domain in woken)
     return BulkSendResult(
         started.broadcast.id, progress.queued, progress.skipped, progress.errors.result()
     )
 
 
-def _fail_interrupted(tx: Tx, node: str, actor: str, now: datetime) -> int:
-    left = broadcasts.interrupted(tx, node, now - STALE_AFTER)
+def _fail_interrupted(tx: Tx, actor: str, now: datetime) -> int:
+    left = broadcasts.interrupted(tx, now - STALE_AFTER)
     for broadcast in left:
         _close(tx, broadcast, actor, "interrupted: the service stopped while queuing", now)
     return len(left)
 
 
 async def fail_interrupted(rt: Runtime) -> int:
-    """At start-up: fail the broadcasts this node left `sending` when it stopped, and any
-    other node's that made no progress for STALE_AFTER; how many there were."""
-    return await rt.db.write(_fail_interrupted, rt.node, rt.system_from, rt.clock.now())
+    """Fail the broadcasts a node left `sending` when it stopped or died (at start-up, and
+    when a dead node is reaped), and any that made no progress for STALE_AFTER; how many."""
+    return await rt.db.write(_fail_interrupted, rt.system_from, rt.clock.now())
 
 
 async def broadcasts_page(rt: Runtime, who: Principal, page: int, limit: int) -> list[Broadcast]:

@@ -2,8 +2,9 @@
 
 An owner publishes the DNS records and the domain becomes verified by itself, as with the
 hosted services, without having to call verify again. Pending domains younger than
-`GIVE_UP_AFTER` are checked every `INTERVAL`; all state is in the database, so a restart
-simply resumes. Automatic checks log only a change of status, under the actor `postroom`.
+`GIVE_UP_AFTER` are checked every `INTERVAL`, by one node at a time (the leadership
+`domain_checker`, engine/nodes.py); all state is in the database, so a restart simply
+resumes. Automatic checks log only a change of status, under the actor `postroom`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import timedelta
 import trio
 
 from engine import domains as domain_rules
-from engine import faults
+from engine import faults, nodes
 from engine.errors import EngineError
 from engine.runtime import Runtime
 from storage import domains
@@ -47,7 +48,8 @@ class DomainChecker:
         task_status.started()
         while True:
             await self._rt.clock.sleep_until(self._rt.clock.now() + INTERVAL)
-            await self.check_pending()
+            if await nodes.lead(self._rt, self.name):
+                await self.check_pending()
 
     async def check_pending(self) -> None:
         """One round: check every pending domain still within its checking period."""

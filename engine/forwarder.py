@@ -28,6 +28,7 @@ from engine import faults, outbound_http, raw_mail
 from engine.errors import EngineError
 from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
+from engine.nodes import LEASE
 from engine.raw_mail import RawMail
 from engine.runtime import Runtime
 from storage import forwards, inbound, suppressions
@@ -40,8 +41,7 @@ from storage.tx import Tx
 BATCH = 200
 MAX_IN_FLIGHT = 100  # jobs worked at once
 TIMEOUT = 10.0  # seconds a URL gets to answer a POST
-LEASE = timedelta(minutes=5)
-POLL = timedelta(seconds=1)  # other nodes' inbound mail is noticed within this
+POLL = timedelta(seconds=5)  # a safety net: stored inbound mail wakes every node
 
 log = logging.getLogger("postroom.forwarder")
 
@@ -137,7 +137,7 @@ class Forwarder:
         self._tls = outbound_http.tls_context(extra_ca_file)
         self._client: httpx.AsyncClient | None = None
         self._worker = LeasedWorker(
-            rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL, wakeups=rt.forwarding
+            rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL, wakeups=rt.wakeups.forwards
         )
         self._counts: dict[str, int] = defaultdict(int)
 
@@ -162,7 +162,6 @@ class Forwarder:
             if queued is None:
                 self._counts["failed"] += 1
             else:
-                raw_mail.wake(self._rt, [queued])
                 self._counts["emailed"] += 1
             return
         outcome = await self._attempt(job, message)

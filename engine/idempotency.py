@@ -1,31 +1,65 @@
 """Idempotency-Key: the same key with the same body within 24 hours answers the first
 response again and sends nothing new; the same key with another body is 409.
 
-Requests with one key are serialised on this node, so two racing retries cannot both send.
-(Across nodes sharing PostgreSQL, a race within the same instant remains possible.)
+One rule for every node: before a request runs, its key is claimed in the database (a row
+that at most one request holds, renewed by its node's heartbeat and freed if that node
+dies). A second request with the key waits for the first one's stored response, on whatever
+node it arrives; with another body it is 409 at once. A request that fails (a 4xx) stores
+nothing and gives its claim back, so it can be retried with the same key.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import trio
 
 from engine.errors import Conflict
+from engine.nodes import LEASE
 from engine.runtime import Principal, Runtime
 from storage import idempotency
 from storage.idempotency import StoredResponse
+from storage.tx import Tx
 
 WINDOW = timedelta(hours=24)
-
-_in_flight: dict[tuple[str, str], trio.Lock] = {}
+WAIT_POLL = 0.05  # seconds between looks for the stored response of a request in progress
 
 
 def request_hash(method: str, path: str, body: bytes) -> str:
     return hashlib.sha256(b"%s %s\n%s" % (method.encode(), path.encode(), body)).hexdigest()
+
+
+def _conflict() -> Conflict:
+    return Conflict(
+        "this Idempotency-Key was used with a different request body",
+        code="idempotency_conflict",
+    )
+
+
+def _stored_or_claim(
+    tx: Tx, who: Principal, key: str, digest: str, node: str, now: datetime
+) -> StoredResponse | bool:
+    """The stored response of the key (within the window); else True when `node` claimed
+    it for this request, False while another request with the same body holds it."""
+    stored = idempotency.get(tx, who.workspace_id, key)
+    if stored is not None and now - stored.created_at < WINDOW:
+        if stored.request_hash != digest:
+            raise _conflict()
+        return stored
+    held = idempotency.claim(tx, who.workspace_id, key, digest, node, now, now + LEASE)
+    if held is None:
+        return True
+    if held != digest:
+        raise _conflict()
+    return False
+
+
+def _store(tx: Tx, who: Principal, key: str, stored: StoredResponse, node: str) -> None:
+    idempotency.put(tx, who.workspace_id, key, stored)
+    idempotency.unclaim(tx, who.workspace_id, key, node)
 
 
 async def once(
@@ -36,27 +70,21 @@ async def once(
     run: Callable[[], Awaitable[tuple[Any, int]]],
 ) -> tuple[Any, int]:
     """The response of `run`, or the stored first response for this key and body."""
-    slot = (who.workspace_id, key)
-    lock = _in_flight.setdefault(slot, trio.Lock())
+    while True:
+        now = rt.clock.now()
+        found = await rt.db.write(_stored_or_claim, who, key, digest, rt.node, now)
+        if isinstance(found, StoredResponse):
+            return found.response, found.status_code
+        if found:
+            break
+        await trio.sleep(WAIT_POLL)
     try:
-        async with lock:
-            stored = await rt.db.read(idempotency.get, who.workspace_id, key)
-            now = rt.clock.now()
-            if stored is not None and now - stored.created_at < WINDOW:
-                if stored.request_hash != digest:
-                    raise Conflict(
-                        "this Idempotency-Key was used with a different request body",
-                        code="idempotency_conflict",
-                    )
-                return stored.response, stored.status_code
-            response, status = await run()
-            await rt.db.write(
-                idempotency.put,
-                who.workspace_id,
-                key,
-                StoredResponse(digest, response, status, now),
-            )
-            return response, status
-    finally:
-        if not lock.statistics().tasks_waiting and not lock.locked():
-            _in_flight.pop(slot, None)
+        response, status = await run()
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await rt.db.write(idempotency.unclaim, who.workspace_id, key, rt.node)
+        raise
+    stored = StoredResponse(digest, response, status, now)
+    with trio.CancelScope(shield=True):  # what was sent must be remembered
+        await rt.db.write(_store, who, key, stored, rt.node)
+    return response, status

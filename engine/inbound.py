@@ -72,6 +72,4 @@ async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: 
     recipients = sorted({_clean(r) for r in recipients})
     to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
     report = reports.parse(data) if to_bounce_address else None
-    stored = await rt.db.write(_store, envelope_from, recipients, data, report, rt.clock.now())
-    if stored:
-        rt.forwarding.wake(["inbound"])
+    await rt.db.write(_store, envelope_from, recipients, data, report, rt.clock.now())

@@ -2,8 +2,9 @@
 
 Claim due rows with a lease (up to the room left under the actor's in-flight limit) → work
 each in a task of its own, which records its own outcome → when nothing was due, sleep until
-the next row falls due, a wake-up arrives, or the safety-net poll passes. The database holds
-all the work, so a restart claims again whatever was not finished.
+the next row falls due, a wake-up arrives (engine/wakeups.py), or the safety-net poll passes.
+The database holds all the work, so a restart, or another node, claims again whatever was not
+finished.
 
 Each item is worked inside a guard (engine/faults.py): an exception from one item is that
 item's fault — logged, counted, the item tried again later and quarantined after three — and
@@ -19,8 +20,8 @@ from typing import Generic, Protocol, TypeVar
 import trio
 
 from engine import faults
-from engine.delivery.wakeups import Wakeups
 from engine.runtime import Runtime
+from engine.wakeups import Wakeups
 from storage.leases import Claimed, Fault, LeasedTable
 
 T = TypeVar("T")
@@ -73,7 +74,6 @@ class LeasedWorker(Generic[T]):
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Claim and work until cancelled (the actor's `run` calls this once started)."""
         rt = self._rt
-        await rt.db.write(self._work.table.release, rt.node)
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:

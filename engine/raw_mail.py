@@ -8,14 +8,13 @@ the bytes as they are, DKIM-signed with the domain's key, from the email's bounc
 with Message-ID and Date added only if the message lacks them (engine/delivery/messages.py).
 
 Rules: no suppression or plan check here (the submission server checks at RCPT, forwards
-decide for themselves); the message is stored before anyone answers "accepted"; delivery is
-woken only after the commit (`wake`).
+decide for themselves); the message is stored before anyone answers "accepted"; delivery on
+every node hears of it once it is committed (`storage.emails.insert`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from email.header import decode_header, make_header
@@ -129,7 +128,7 @@ def summarize(data: bytes) -> HeaderSummary:
 
 def store_raw(tx: Tx, mail: RawMail, now: datetime) -> str:
     """Store an email sent as given, queued for delivery; its id. In the caller's unit of
-    work; wake delivery with `wake` after the commit. NotFound if the domain is gone.
+    work. NotFound if the domain is gone.
     """
     if mail.source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, not {mail.source!r}")
@@ -203,14 +202,5 @@ def _address(address: str) -> str:
 
 
 async def queue_raw(rt: Runtime, mail: RawMail) -> str:
-    """Store an email sent as given (committed when this returns) and wake delivery."""
-    email_id: str = await rt.db.write(store_raw, mail, rt.clock.now())
-    wake(rt, [mail])
-    return email_id
-
-
-def wake(rt: Runtime, mails: Iterable[RawMail]) -> None:
-    """Tell delivery that these stored mails' recipient domains have work (after commit)."""
-    rt.delivery.wake(
-        sorted({address.rsplit("@", 1)[1].lower() for mail in mails for address in mail.recipients})
-    )
+    """Store an email sent as given (committed when this returns; delivery hears of it)."""
+    return await rt.db.write(store_raw, mail, rt.clock.now())

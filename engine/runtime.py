@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import dns.asyncresolver
 
 from engine.clock import Clock
-from engine.delivery.wakeups import Wakeups
 from engine.faults import FaultLog
 from engine.key_cache import KeyCache
 from engine.secrets import PasswordHashing
+from engine.wakeups import WakeupHub
 from storage.database import Database
 
 
@@ -28,15 +28,13 @@ class Runtime:
     smtp_host: str
     public_url: str
     key_cache: KeyCache
-    delivery: Wakeups
+    # Tells this node's actors (and, through the database, every node's) of new work.
+    wakeups: WakeupHub
     delivery_port: int
     allow_private_targets: bool
     system_from: str
+    # This process's node id (engine/nodes.py): what its leases are held under.
     node: str
-    # Tells the forwarder that inbound mail was stored (the database holds the work).
-    forwarding: Wakeups = field(default_factory=Wakeups)
-    # Tells the transfer timer that a transfer got a new deadline (initiated or accepted).
-    transfer_wakeups: Wakeups = field(default_factory=Wakeups)
     # POSTROOM_DOMAIN_TRANSFERS: off leaves the transfer endpoints out of the API (404).
     domain_transfers: bool = True
     # Items that made an actor raise, and actor restarts (engine/faults.py), for /metrics.

@@ -37,9 +37,7 @@ async def cancel(rt: Runtime, who: Principal, email_id: str) -> None:
     await rt.db.write(_cancel, who, email_id, rt.clock.now())
 
 
-def _send_now(
-    tx: Tx, who: Principal, email_id: str, now: datetime
-) -> tuple[Email, str | None, list[str]]:
+def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Email, str | None]:
     email = emails.get(tx, who.workspace_id, email_id)
     if email is None or email.status != "scheduled":
         raise NotFound("no scheduled email with this id")
@@ -53,14 +51,14 @@ def _send_now(
         emails.insert_events(
             tx, [Event(new_id(), email_id, who.workspace_id, "rejected", None, meta, now)]
         )
-        return email, rejection, []
-    return email, None, emails.make_due(tx, email_id, now)
+        return email, rejection
+    emails.make_due(tx, email_id, now)
+    return email, None
 
 
 async def send_now(rt: Runtime, who: Principal, email_id: str) -> SendResult:
     """Dispatch a scheduled email at once; Unprocessable (after rejecting it) if suppressed."""
-    email, rejection, domains = await rt.db.write(_send_now, who, email_id, rt.clock.now())
+    email, rejection = await rt.db.write(_send_now, who, email_id, rt.clock.now())
     if rejection is not None:
         raise Unprocessable(rejection, code="recipient_suppressed")
-    rt.delivery.wake(domains)
     return SendResult(email.id, "queued", email.message_id, None)

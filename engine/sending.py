@@ -441,8 +441,8 @@ def _store(
     now: datetime,
     source: str,
     retry_of_id: str | None,
-) -> tuple[SendResult, list[str]]:
-    """Store the email; its result and the recipient domains now queued for delivery."""
+) -> SendResult:
+    """Store the email (delivery hears of its recipient domains once it is committed)."""
     boxes = _addresses(req, []) or {"to": [], "cc": [], "bcc": []}
     recipients = _unique_addresses(boxes)
     from_email = _from_email(req)
@@ -464,9 +464,7 @@ def _store(
     emails.insert(tx, [record], rows, [event])
     if not rejection:
         emails.count_sent(tx, who.workspace_id, _month(now), 1)
-    # Scheduled ones too: the domain's queue then sleeps until their time comes.
-    queued = sorted({r.domain for r in rows})
-    return SendResult(record.id, record.status, record.message_id, rejection), queued
+    return SendResult(record.id, record.status, record.message_id, rejection)
 
 
 async def send(
@@ -481,6 +479,5 @@ async def send(
     now = rt.clock.now()
     plan = plans.plan(who.plan)
     _raise_first(_request_issues(req, plan, now))
-    result, queued = await rt.db.write(_store, who, req, plan, now, source, retry_of_id)
-    rt.delivery.wake(queued)
+    result: SendResult = await rt.db.write(_store, who, req, plan, now, source, retry_of_id)
     return result

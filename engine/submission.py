@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from engine import plans
 from engine import smtp_credentials as credentials
 from engine.mail import address_list
-from engine.raw_mail import HeaderSummary, RawMail, store_raw, summarize, wake
+from engine.raw_mail import HeaderSummary, RawMail, store_raw, summarize
 from engine.runtime import Runtime
 from engine.sending import attempt_suppressed, suppression_overrides
 from storage import domains, emails, smtp_credentials, suppressions
@@ -195,8 +195,7 @@ def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime) -> Accepted 
 async def submit(
     rt: Runtime, submitter: Submitter, mail_from: str, recipients: list[str], data: bytes
 ) -> Accepted | str:
-    """Store a submitted message (committed when this returns) and wake delivery; or why
-    it is refused."""
+    """Store a submitted message (committed when this returns); or why it is refused."""
     login = submitter.login
     mail = RawMail(
         workspace_id=login.workspace_id,
@@ -207,6 +206,4 @@ async def submit(
         source="smtp",
     )
     outcome: Accepted | str = await rt.db.write(_store, login, mail, rt.clock.now())
-    if isinstance(outcome, Accepted):
-        wake(rt, [mail])
     return outcome

@@ -3,9 +3,11 @@ ones when their 24-hour safety window ends.
 
 It keeps no state of its own: deadlines are columns of the transfers, so on start (and after
 every round) it asks the database for the earliest one and sleeps until then with the engine
-clock. Initiating or accepting a transfer wakes it (`Runtime.transfer_wakeups`), and it looks
-again at least every `POLL` for deadlines another node created. A transition is a conditional
-update, so two nodes applying the same deadline move the domain once.
+clock. Initiating or accepting a transfer on any node wakes it (`transfers`,
+engine/wakeups.py), and it looks again at least every `POLL`. It runs on one node at a time
+(the leadership `transfer_timer`, engine/nodes.py), which moves when that node dies; a
+transition is a conditional update anyway, so two nodes applying one deadline move the domain
+once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import datetime, timedelta
 
 import trio
 
-from engine import transfers
+from engine import nodes, transfers
 from engine.runtime import Runtime
 
 POLL = timedelta(minutes=1)
@@ -44,9 +46,10 @@ class TransferTimer:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         clock = self._rt.clock
-        wakeups = self._rt.transfer_wakeups.receive
+        wakeups = self._rt.wakeups.transfers.receive
         while True:
-            await self.round()
+            if await nodes.lead(self._rt, self.name):
+                await self.round()
             now = clock.now()
             wait_until = min(self._next or now + POLL, now + POLL)
             with trio.move_on_at(clock.deadline_for(wait_until)):

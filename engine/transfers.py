@@ -18,6 +18,7 @@ from datetime import datetime
 
 from engine import dkim_keys, faults, plans, transfer_mail
 from engine import transfer_rules as rules
+from engine.accounts import require_admin
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import (
@@ -76,9 +77,9 @@ async def _outbox(rt: Runtime) -> _Outbox:
 
 
 def _done(rt: Runtime, outbox: _Outbox, transfer_id: str) -> None:
-    """After commit: wake delivery for the queued mail and the timer for the new deadline."""
-    rt.delivery.wake(outbox.woken)
-    rt.transfer_wakeups.wake([transfer_id])
+    """After commit: wake the timer of every node for the new deadline (delivery hears of
+    the queued mail from the unit that stored it)."""
+    rt.wakeups.announce(["transfers"])
 
 
 def _user_email(tx: Tx, user_id: str) -> str:
@@ -544,15 +545,9 @@ def _force(tx: Tx, req: ForceRequest, key: NewDkimKey | None, now: datetime) -> 
     return t
 
 
-def _check_admin(tx: Tx, user_id: str) -> bool:
-    user = accounts.user_by_id(tx, user_id)
-    return user is not None and user.is_admin
-
-
 async def force(rt: Runtime, req: ForceRequest) -> Transfer:
     """Move a domain at once for a re-authenticated platform admin: completed, irreversible."""
-    if not await rt.db.read(_check_admin, req.admin.user_id):
-        raise Forbidden("platform administrators only", code="admin_required")
+    await require_admin(rt, req.admin)
     until = req.reauthenticated_until
     if req.admin.session_id is None or until is None or until <= rt.clock.now():
         raise Forbidden(

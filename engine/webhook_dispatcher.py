@@ -10,8 +10,8 @@ cannot be sent to — is a failed attempt, retried on the schedule of engine/out
 the 8th failure makes the delivery `dead` (replayable). Each outcome is one unit of work
 through group commit.
 
-New deliveries are picked up within `POLL` (they are written by whichever code records the
-event, in its own transaction).
+New deliveries wake it on every node (the unit that records an event and its deliveries
+announces `webhooks`, engine/wakeups.py); it also looks every `POLL`, a safety net.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import trio
 
 from engine import faults, outbound_http
 from engine.leased_worker import LeasedWorker
+from engine.nodes import LEASE
 from engine.runtime import Runtime
 from storage import webhooks
 from storage.leases import Claimed
@@ -39,8 +40,7 @@ TIMEOUT = 10.0
 PER_ENDPOINT = 16  # concurrent POSTs to one origin
 MAX_IN_FLIGHT = 1000
 BATCH = 500
-LEASE = timedelta(minutes=2)
-POLL = timedelta(milliseconds=250)
+POLL = timedelta(seconds=5)
 
 log = logging.getLogger("postroom.webhooks")
 
@@ -79,7 +79,9 @@ class WebhookDispatcher:
         self._endpoint_limits: dict[str, trio.CapacityLimiter] = defaultdict(
             lambda: trio.CapacityLimiter(PER_ENDPOINT)
         )
-        self._worker = LeasedWorker(rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL)
+        self._worker = LeasedWorker(
+            rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL, wakeups=rt.wakeups.webhooks
+        )
         self._counts: dict[str, int] = defaultdict(int)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -1,4 +1,4 @@
-"""The `postroom` command: serve, migrate, and manage accounts.
+"""The `postroom` command: serve, migrate, list the nodes, and manage accounts.
 
 Errors are one line naming what to fix (a setting, an existing account), with exit status 2
 for bad settings or arguments and 1 for anything else; never a traceback for an operator's
@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from engine.errors import EngineError
 from engine.supervisor import DatabaseGone
 from postroom import config, logs
 from postroom.service import open_runtime, serve
-from storage import migrations
+from storage import migrations, nodes
 from storage.database import open_database
 
 log = logging.getLogger("postroom")
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run the API, relays and delivery engine")
     commands.add_parser("migrate", help="apply database migrations")
+    commands.add_parser("nodes", help="list the nodes sharing the database and what each holds")
     account = commands.add_parser("accounts", help="manage accounts").add_subparsers(
         dest="action", required=True
     )
@@ -68,6 +70,20 @@ async def _with_runtime(settings: config.Settings, action: Callable[..., Awaitab
         return await action(rt)
 
 
+async def _nodes(settings: config.Settings) -> str:
+    async with open_database(settings.database_url) as db:
+        await db.transaction(migrations.apply_pending)
+        listed = await db.read(nodes.listed)
+    now = datetime.now(UTC)
+    lines = [f"{'NODE':<40} {'STATE':<8} {'STARTED':<20} {'LAST BEAT':>10}  HOLDS"]
+    for node, held in listed:
+        beat = f"{(now - node.heartbeat_at).total_seconds():.0f} s ago"
+        holds = ", ".join(f"{table} {count}" for table, count in sorted(held.counts.items()))
+        started = node.started_at.strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"{node.id:<40} {node.state:<8} {started:<20} {beat:>10}  {holds or '-'}")
+    return "\n".join(lines) if listed else "no node has run against this database yet"
+
+
 async def _migrate(settings: config.Settings) -> list[int]:
     async with open_database(settings.database_url) as db:
         return await db.transaction(migrations.apply_pending)
@@ -76,6 +92,8 @@ async def _migrate(settings: config.Settings) -> list[int]:
 def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.command == "serve":
         trio.run(_serve, settings)
+    elif args.command == "nodes":
+        print(trio.run(_nodes, settings))
     elif args.command == "migrate":
         applied = trio.run(_migrate, settings)
         print(f"applied migrations: {applied}" if applied else "schema is up to date")

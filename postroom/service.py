@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,10 +19,10 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from api.app import create_app
+from engine import nodes
 from engine.bulk_send import fail_interrupted
 from engine.clock import Clock
 from engine.delivery.router import DeliveryRouter
-from engine.delivery.wakeups import Wakeups
 from engine.dns import make_resolver
 from engine.domain_checker import DomainChecker
 from engine.forwarder import Forwarder
@@ -31,6 +30,7 @@ from engine.key_cache import KeyCache
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
 from engine.transfer_timer import TransferTimer
+from engine.wakeups import WakeupHub, WakeupRelay
 from engine.webhook_dispatcher import WebhookDispatcher
 from postroom import master_key
 from postroom.config import Settings
@@ -65,22 +65,24 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
     secret_key = settings.secret_key
     if secret_key is None:
         secret_key = await db.write(accounts.secret, "secret_key", secrets.token_urlsafe(48))
-    return Runtime(
+    key_cache = KeyCache()
+    rt = Runtime(
         db=db,
         clock=Clock(),
         resolver=make_resolver(settings.dns_servers),
         secret_key=secret_key,
         smtp_host=settings.smtp_host,
         public_url=settings.public_url,
-        key_cache=KeyCache(),
-        delivery=Wakeups(),
+        key_cache=key_cache,
+        wakeups=WakeupHub(key_cache),
         delivery_port=settings.delivery_port,
         allow_private_targets=settings.allow_private_targets,
         system_from=settings.system_from,
-        # Leases held under this name are taken back when the node restarts.
-        node=socket.gethostname(),
+        node=nodes.new_node_id(),
         domain_transfers=settings.domain_transfers,
     )
+    db.on_commit(rt.wakeups.deliver, rt.node)
+    return rt
 
 
 def _hypercorn_config(settings: Settings) -> HypercornConfig:
@@ -109,8 +111,12 @@ async def serve(
         rt = await open_runtime(db, settings)
         if interrupted := await fail_interrupted(rt):
             log.warning("%d broadcasts were cut short by the last stop: marked failed", interrupted)
+        await nodes.register(rt)
+        log.info("node %s joined", rt.node)
         supervisor = Supervisor(
             [
+                nodes.NodeKeeper(rt),
+                WakeupRelay(rt.wakeups, db),
                 DeliveryRouter(rt),
                 WebhookDispatcher(rt, settings.extra_ca_file),
                 DomainChecker(rt),
@@ -158,7 +164,9 @@ async def serve(
                     )
                 )
             # The front doors have closed and finished their requests; the actors' work is in
-            # the database and resumes on the next start.
+            # the database and resumes on the next start (or now, on another node).
             engine.cancel_scope.cancel()
         with trio.move_on_after(10):
+            released = await nodes.stop(rt)
+            log.info("node %s left, giving back %d leases", rt.node, released)
             log_left_behind(log, await db.read(backlog.read))

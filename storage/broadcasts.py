@@ -108,12 +108,13 @@ def finish(
     )
 
 
-def interrupted(tx: Tx, node: str, stale_before: datetime) -> list[Broadcast]:
-    """Broadcasts left `sending` by this node (before it restarted) or idle since a time."""
+def interrupted(tx: Tx, stale_before: datetime) -> list[Broadcast]:
+    """Broadcasts left `sending` by a node that is no longer alive, or idle since a time."""
     rows = tx.all(
         "SELECT * FROM broadcasts WHERE status = 'sending'"
-        " AND (node = :node OR updated_at < :stale) ORDER BY created_at, id",
-        {"node": node, "stale": timestamp(stale_before)},
+        " AND (node NOT IN (SELECT id FROM nodes WHERE state = 'alive') OR updated_at < :stale)"
+        " ORDER BY created_at, id",
+        {"stale": timestamp(stale_before)},
     )
     return [_broadcast(row) for row in rows]
 

@@ -8,10 +8,14 @@ own connections. Each batch is one thread hop (~180 µs here), never one per sta
 
 A unit submitted after another unit's answer always runs in a later batch, so callers read
 their own writes.
+
+Topics of new work that committed units announced (`Tx.notify`) go to the `on_commit` hook
+(the engine's wake-ups) once committed; `listen` hands it those other nodes announced.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,11 +25,15 @@ import outcome
 import trio
 
 from storage.engines import Job, StorageEngine, open_engine
-from storage.errors import StorageFull
+from storage.errors import StorageFull, is_outage
 from storage.sealing import Sealer
 from storage.tx import Dialect, Tx
 
 P = ParamSpec("P")
+# Seconds a listening thread waits before returning: also how long a stop waits for it (the
+# thread is never abandoned, so its connection is always closed by the database's close).
+LISTEN_WAIT = 0.25
+log = logging.getLogger("postroom.storage")
 T = TypeVar("T")
 
 MAX_BATCH = 1000
@@ -121,6 +129,38 @@ class Database:
         self._reader = reader
         self._writer = writer
         self.dialect: Dialect = engine.dialect
+        self._deliver: Callable[[set[str]], None] = lambda topics: None
+
+    def on_commit(self, deliver: Callable[[set[str]], None], node: str) -> None:
+        """Hand the topics of committed work to `deliver` from now on, announcing them to the
+        other nodes as `node`'s."""
+        self._deliver = deliver
+        self._engine.node = node
+
+    def _deliver_notes(self) -> None:
+        topics = self._engine.notes.take()
+        if topics:
+            self._deliver(topics)
+
+    async def listen(self, deliver: Callable[[set[str]], None]) -> None:
+        """Hand `deliver` the topics other nodes announce, until cancelled; return at once
+        when the engine has no way to hear them (SQLite)."""
+        failures = 0
+        while True:
+            try:
+                heard = await trio.to_thread.run_sync(self._engine.hear, LISTEN_WAIT)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                failures += 1
+                log.warning("cannot listen for other nodes' work (%s); retrying", exc)
+                await trio.sleep(min(2.0**failures, 30.0))
+                continue
+            failures = 0
+            if heard is None:
+                return
+            if heard:
+                deliver(heard)
 
     async def read(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a read-only unit of work on a reader connection."""
@@ -129,12 +169,18 @@ class Database:
 
     async def write(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a unit of work through group commit; returns once it is durable."""
-        result: T = await self._writer.submit((unit, args))
+        try:
+            result: T = await self._writer.submit((unit, args))
+        finally:
+            self._deliver_notes()
         return result
 
     async def transaction(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a large unit of work in a transaction of its own (bulk work, migrations)."""
-        result: T = await trio.to_thread.run_sync(self._engine.transaction, unit, args)
+        try:
+            result: T = await trio.to_thread.run_sync(self._engine.transaction, unit, args)
+        finally:
+            self._deliver_notes()
         return result
 
     def use_master_key(self, sealer: Sealer) -> None:
@@ -170,4 +216,6 @@ async def open_database(url: str) -> AsyncIterator[Database]:
                 reader.close()
                 writer.close()
     finally:
-        await trio.to_thread.run_sync(engine.close)
+        # Shielded: a service cancelled from outside still closes its connections.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(engine.close)

@@ -2,8 +2,8 @@
 
 Delivery is tracked per recipient; an email's `status` summarises its recipients and is
 recomputed in the same unit of work that changes them. Recipients are claimed for delivery
-with a lease (`lease_until`, `leased_by`), so a crashed node's work is taken over once its
-leases lapse, and a restarted node takes back its own at once.
+with a lease (`lease_until`, `leased_by`), renewed by the holder's heartbeat and freed when
+it dies (storage/nodes.py), so a crashed node's work is taken over in seconds.
 """
 
 from __future__ import annotations
@@ -151,9 +151,19 @@ def _event(row: Row) -> Event:
 
 
 def insert(
-    tx: Tx, emails: Sequence[Email], recipients: Sequence[Recipient], events: Sequence[Event]
+    tx: Tx,
+    emails: Sequence[Email],
+    recipients: Sequence[Recipient],
+    events: Sequence[Event],
+    *,
+    announce: bool = True,
 ) -> None:
-    """Store accepted emails with their recipients and first events, in multi-row statements."""
+    """Store accepted emails with their recipients and first events, in multi-row statements;
+    once committed, delivery on every node hears of the recipient domains unless `announce`
+    is off (a bulk send announces once, after its last chunk)."""
+    if announce:
+        for domain in {r.domain for r in recipients}:
+            tx.notify(f"mail:{domain}")
     tx.execute_many(
         "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
         " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
@@ -380,8 +390,8 @@ def cancel_scheduled(tx: Tx, workspace_id: str, email_id: str, now: datetime) ->
     return changed == 1
 
 
-def make_due(tx: Tx, email_id: str, now: datetime) -> list[str]:
-    """Move a scheduled email's recipients to now; their domains."""
+def make_due(tx: Tx, email_id: str, now: datetime) -> None:
+    """Move a scheduled email's recipients to now (delivery hears of their domains)."""
     tx.execute(
         "UPDATE email_recipients SET next_attempt_at = :now, updated_at = :now"
         " WHERE email_id = :id AND status = 'queued'",
@@ -394,7 +404,8 @@ def make_due(tx: Tx, email_id: str, now: datetime) -> list[str]:
     rows = tx.all(
         "SELECT DISTINCT domain FROM email_recipients WHERE email_id = :id", {"id": email_id}
     )
-    return [row["domain"] for row in rows]
+    for row in rows:
+        tx.notify(f"mail:{row['domain']}")
 
 
 def reject(tx: Tx, email_id: str, reason: str, now: datetime) -> None:
@@ -473,14 +484,6 @@ def domains_with_work(tx: Tx) -> list[str]:
         "SELECT DISTINCT domain FROM email_recipients WHERE status IN ('queued', 'deferred')"
     )
     return [row["domain"] for row in rows]
-
-
-def release_leases(tx: Tx, node: str) -> int:
-    """Give back the leases a node held before it restarted; how many there were."""
-    return tx.execute(
-        "UPDATE email_recipients SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
-        {"node": node},
-    )
 
 
 def claim(

@@ -7,6 +7,10 @@ savepoint, so one unit's error rolls back only that unit and is handed back to i
 
 Driver errors are translated here, at the edge (storage/errors.py): a full disk is
 `StorageFull` on either engine, and each engine's `space` tells whether writes have room.
+
+Topics a unit announces (`Tx.notify`) are kept only if the unit commits: they are collected
+for the database's wake-ups (`take_notes`) and, on PostgreSQL, sent to every other node with
+`pg_notify` inside the same transaction, so a NOTIFY arrives exactly when its work is visible.
 """
 
 from __future__ import annotations
@@ -78,13 +82,60 @@ class SpaceWatch:
         self.full = error
 
 
+class Notes:
+    """Topics of committed units, waiting to be taken by the database's wake-ups. Filled on
+    the writing thread, taken on Trio's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._topics: set[str] = set()
+
+    def add(self, topics: set[str]) -> None:
+        if topics:
+            with self._lock:
+                self._topics |= topics
+
+    def take(self) -> set[str]:
+        with self._lock:
+            taken, self._topics = self._topics, set()
+        return taken
+
+
+NOTIFY_CHANNEL = "postroom"
+_NOTIFY_BYTES = 7000  # PostgreSQL's payload limit is 8000 bytes
+
+
+def notify_payloads(node: str, topics: set[str]) -> list[str]:
+    """The NOTIFY payloads announcing `topics` for `node`: its id, then one topic a line."""
+    payloads: list[str] = []
+    lines = [node]
+    size = len(node.encode())
+    for topic in sorted(topics):
+        grown = size + 1 + len(topic.encode())
+        if grown > _NOTIFY_BYTES and len(lines) > 1:
+            payloads.append("\n".join(lines))
+            lines, grown = [node], len(node.encode()) + 1 + len(topic.encode())
+        lines.append(topic)
+        size = grown
+    if len(lines) > 1:
+        payloads.append("\n".join(lines))
+    return payloads
+
+
 class StorageEngine(Protocol):
     dialect: Dialect
     reader_slots: int
     sealer: Sealer
     space: SpaceWatch
+    notes: Notes
+    node: str  # who announces, so a node ignores its own NOTIFYs
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]: ...
+
+    def hear(self, timeout: float) -> set[str] | None:
+        """Topics other nodes announced, waiting up to `timeout` seconds; None when the engine
+        has no way to hear them (SQLite: its nodes share no channel)."""
+        ...
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]: ...
 
@@ -103,11 +154,14 @@ def _capture(unit: Unit, tx: Tx, args: tuple[Any, ...]) -> outcome.Outcome[Any]:
 
 def _run_isolated(
     tx: Tx, execute: Callable[[str], Any], in_transaction: Callable[[], bool], jobs: Sequence[Job]
-) -> list[outcome.Outcome[Any]]:
-    """Run jobs inside an open transaction, each in its own savepoint."""
+) -> tuple[list[outcome.Outcome[Any]], set[str]]:
+    """Run jobs inside an open transaction, each in its own savepoint; their results, and the
+    topics the units that succeeded announced."""
     results: list[outcome.Outcome[Any]] = []
+    notes: set[str] = set()
     for unit, args in jobs:
         execute("SAVEPOINT unit")
+        tx.notes = set()
         result = _capture(unit, tx, args)
         if isinstance(result, outcome.Error):
             if not in_transaction():
@@ -115,12 +169,19 @@ def _run_isolated(
                 # before this one are gone too, so the batch fails as a whole.
                 raise result.error
             execute("ROLLBACK TO SAVEPOINT unit")
+        else:
+            notes |= tx.notes
         execute("RELEASE SAVEPOINT unit")
         results.append(result)
-    return results
+    return results, notes
 
 
 _HAS_WRITTEN = "SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS written"
+
+
+def _with_notes(unit: Unit, tx: Tx, args: tuple[Any, ...]) -> tuple[Any, set[str]]:
+    """A unit run as a transaction of its own: its result and the topics it announced."""
+    return unit(tx, *args), tx.notes
 
 
 def _postgres_in_transaction(conn: Any) -> bool:
@@ -142,6 +203,8 @@ class SQLiteEngine:
         self._path = path
         self.sealer = NO_MASTER_KEY
         self.space = SpaceWatch()
+        self.notes = Notes()
+        self.node = ""
         self._writer = self._connect()
         self.reader_slots = readers
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
@@ -163,18 +226,20 @@ class SQLiteEngine:
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
-        results, stored = self._in_write_transaction(
+        (results, notes), stored = self._in_write_transaction(
             lambda conn: _run_isolated(
                 Tx(conn, "sqlite", self.sealer), conn.execute, lambda: conn.in_transaction, jobs
             )
         )
+        self.notes.add(notes)
         self.space.settle(results, stored)
         return results
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
-        result, stored = self._in_write_transaction(
-            lambda conn: unit(Tx(conn, "sqlite", self.sealer), *args)
+        (result, notes), stored = self._in_write_transaction(
+            lambda conn: _with_notes(unit, Tx(conn, "sqlite", self.sealer), args)
         )
+        self.notes.add(notes)
         self.space.settle([], stored)
         return result
 
@@ -194,6 +259,9 @@ class SQLiteEngine:
                     conn.execute("ROLLBACK")
                 raise
             return result, conn.total_changes != changes
+
+    def hear(self, timeout: float) -> set[str] | None:
+        return None
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         conn = self._readers.get()
@@ -227,6 +295,10 @@ class PostgresEngine:
         self.reader_slots = pool_size - 1
         self.sealer = NO_MASTER_KEY
         self.space = SpaceWatch()
+        self.notes = Notes()
+        self.node = ""
+        self._url = url
+        self._listener: Any = None  # the connection that LISTENs, opened by the first `hear`
         self._pool: ConnectionPool[Any] = ConnectionPool(
             url,
             min_size=2,
@@ -239,23 +311,36 @@ class PostgresEngine:
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
-        results, stored = self._in_write_transaction(
-            lambda conn: _run_isolated(
-                Tx(conn, "postgresql", self.sealer),
-                conn.execute,
-                lambda: _postgres_in_transaction(conn),
-                jobs,
+        (results, notes), stored = self._in_write_transaction(
+            lambda conn: self._announced(
+                conn,
+                _run_isolated(
+                    Tx(conn, "postgresql", self.sealer),
+                    conn.execute,
+                    lambda: _postgres_in_transaction(conn),
+                    jobs,
+                ),
             )
         )
+        self.notes.add(notes)
         self.space.settle(results, stored)
         return results
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
-        result, stored = self._in_write_transaction(
-            lambda conn: unit(Tx(conn, "postgresql", self.sealer), *args)
+        (result, notes), stored = self._in_write_transaction(
+            lambda conn: self._announced(
+                conn, _with_notes(unit, Tx(conn, "postgresql", self.sealer), args)
+            )
         )
+        self.notes.add(notes)
         self.space.settle([], stored)
         return result
+
+    def _announced(self, conn: Any, done: tuple[T, set[str]]) -> tuple[T, set[str]]:
+        """Tell every node, at commit, about the topics of the transaction's work."""
+        for payload in notify_payloads(self.node, done[1]):
+            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, payload))
+        return done
 
     def _in_write_transaction(self, body: Callable[[Any], T]) -> tuple[T, bool]:
         """`body` in one transaction: its result, and whether it stored anything (asked only
@@ -267,6 +352,33 @@ class PostgresEngine:
                 conn.execute(_HAS_WRITTEN).fetchone()["written"]
             )
             return result, stored
+
+    def hear(self, timeout: float) -> set[str] | None:
+        import psycopg
+
+        heard: set[str] = set()
+        if self._listener is None:
+            listener = psycopg.connect(self._url, autocommit=True)
+            try:
+                listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            except BaseException:
+                listener.close()
+                raise
+            self._listener = listener
+            heard.add("rescan")  # what was announced while nobody listened is looked for anew
+        try:
+            notices = list(self._listener.notifies(timeout=timeout, stop_after=1))
+            if notices:  # and what else has arrived meanwhile
+                notices += self._listener.notifies(timeout=0.01)
+        except BaseException:
+            self._listener.close()
+            self._listener = None  # reconnect at the next call
+            raise
+        for notice in notices:
+            node, _, topics = notice.payload.partition("\n")
+            if node != self.node:
+                heard.update(topics.splitlines())
+        return heard
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         with self._pool.connection() as conn:
@@ -281,6 +393,8 @@ class PostgresEngine:
             return results
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self._pool.close()
 
 

@@ -49,3 +49,51 @@ def put(tx: Tx, workspace_id: str, key: str, stored: StoredResponse) -> None:
             "at": timestamp(stored.created_at),
         },
     )
+
+
+def claim(
+    tx: Tx,
+    workspace_id: str,
+    key: str,
+    request_hash: str,
+    node: str,
+    now: datetime,
+    until: datetime,
+) -> str | None:
+    """Claim a key for a request about to run: None when `node` now holds it (a new claim, or
+    a stale one taken over), else the request hash of the live claim held elsewhere."""
+    params = {
+        "ws": workspace_id,
+        "key": key,
+        "hash": request_hash,
+        "node": node,
+        "now": timestamp(now),
+        "until": timestamp(until),
+    }
+    if tx.execute(
+        "INSERT INTO idempotency_claims (workspace_id, key, request_hash, claimed_by,"
+        " claimed_until) VALUES (:ws, :key, :hash, :node, :until)"
+        " ON CONFLICT (workspace_id, key) DO NOTHING",
+        params,
+    ):
+        return None
+    if tx.execute(  # its holder died (its heartbeat stopped renewing the claim)
+        "UPDATE idempotency_claims SET request_hash = :hash, claimed_by = :node,"
+        " claimed_until = :until WHERE workspace_id = :ws AND key = :key AND claimed_until < :now",
+        params,
+    ):
+        return None
+    held = tx.value(
+        "SELECT request_hash FROM idempotency_claims WHERE workspace_id = :ws AND key = :key",
+        params,
+    )
+    return None if held is None else str(held)
+
+
+def unclaim(tx: Tx, workspace_id: str, key: str, node: str) -> None:
+    """Give a claimed key back (its request ended: answered, stored or failed)."""
+    tx.execute(
+        "DELETE FROM idempotency_claims WHERE workspace_id = :ws AND key = :key"
+        " AND claimed_by = :node",
+        {"ws": workspace_id, "key": key, "node": node},
+    )

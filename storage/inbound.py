@@ -109,6 +109,7 @@ def insert_message(
             for job in jobs
         ),
     )
+    tx.notify("forwards")
     return message_id
 
 
@@ -157,7 +158,6 @@ def _job(row: Row) -> Job:
 
 
 JOBS = LeasedTable("forward_jobs", "next_attempt_at", "failed", "last_error")
-release_leases = JOBS.release
 
 
 def claim_due(

@@ -3,7 +3,8 @@
 A row is due when its status is `pending` or `retrying`, its due column has passed and no
 live lease holds it. Claiming sets `lease_until` and `leased_by`; on PostgreSQL the rows are
 locked with `FOR UPDATE SKIP LOCKED`, so nodes sharing a database never claim the same row.
-A node that restarts gives back its own leases at once; a dead node's lapse on their own.
+The holder's heartbeat renews the lease; a dead node's are freed when it is reaped
+(storage/nodes.py).
 
 Faults: a row that made its actor raise (it could not even be read, or working it raised)
 counts a fault; it is due again at the retry time given, and the one that reaches the
@@ -66,13 +67,6 @@ class LeasedTable:
     due_column: str
     quarantine_status: str  # the final status a quarantined row takes
     error_column: str  # where a row's log shows its error
-
-    def release(self, tx: Tx, node: str) -> int:
-        """Give back every lease `node` holds (it restarted); how many there were."""
-        return tx.execute(
-            f"UPDATE {self.name} SET lease_until = NULL, leased_by = NULL WHERE leased_by = :node",
-            {"node": node},
-        )
 
     def claim_due(
         self,

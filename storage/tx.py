@@ -42,12 +42,18 @@ class Connection(Protocol):
 class Tx:
     """Runs statements inside the current transaction of one connection."""
 
-    __slots__ = ("_conn", "dialect", "sealer")
+    __slots__ = ("_conn", "dialect", "notes", "sealer")
 
     def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer) -> None:
         self._conn = conn
         self.dialect: Dialect = dialect
         self.sealer = sealer  # seals and unseals secrets at rest (storage.sealing)
+        self.notes: set[str] = set()  # topics of new work, announced once committed
+
+    def notify(self, topic: str) -> None:
+        """Announce, once this unit of work is committed, that it made work of `topic`
+        (`mail:<domain>`, `webhooks`, …) for the actors of every node (engine/wakeups.py)."""
+        self.notes.add(topic)
 
     def _sql(self, sql: str) -> str:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql

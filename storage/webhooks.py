@@ -218,12 +218,15 @@ def fan_out(tx: Tx, workspace_id: str, items: Sequence[tuple[str, str]], now: da
         " :webhook, :ws, :type, :payload, :url, 'pending', 0, :at, :at, :at)",
         rows,
     )
+    if rows:
+        tx.notify("webhooks")
     return len(rows)
 
 
 def queue_one(tx: Tx, webhook: Webhook, event_type: str, payload: str, now: datetime) -> str:
     """Queue a single delivery to one webhook (the test endpoint); its id."""
     delivery_id = new_id()
+    tx.notify("webhooks")
     tx.execute(
         "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_type, payload,"
         " endpoint_url, status, attempt, next_retry_at, created_at, updated_at) VALUES (:id,"
@@ -277,11 +280,11 @@ def replay(tx: Tx, delivery_id: str, now: datetime) -> None:
         " faults = 0, last_fault = NULL, updated_at = :at WHERE id = :id",
         {"at": timestamp(now), "id": delivery_id},
     )
+    tx.notify("webhooks")
 
 
 # A quarantined delivery is dead, with the error where its log shows the receiver's answer.
 DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
-release_leases = DELIVERIES.release
 
 
 def _with_secret(row: Row) -> tuple[Delivery, str]:

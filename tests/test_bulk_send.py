@@ -285,18 +285,18 @@ async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(
 ) -> None:
     account = await service.account("business")
     rt = service.running.runtime
-    mine = left_sending(account, rt.node, rt.clock.now())
-    other_node = left_sending(account, "another-host", rt.clock.now())
-    for broadcast in (mine, other_node):
+    gone = left_sending(account, "a-node-that-stopped", rt.clock.now())
+    live = left_sending(account, rt.node, rt.clock.now())
+    for broadcast in (gone, live):
         await rt.db.write(broadcasts_storage.insert, broadcast)
 
-    assert await fail_interrupted(rt) == 1  # this node's own: its queuing died with it
+    assert await fail_interrupted(rt) == 1  # its node is not alive: its queuing died with it
     by_id = {b["id"]: b for b in await broadcasts(account)}
-    assert by_id[mine.id]["status"] == "failed"
-    assert by_id[mine.id]["failure_reason"].startswith("interrupted")
-    assert by_id[mine.id]["queued"] == 40
-    assert by_id[other_node.id]["status"] == "sending"  # another node may still be at work
+    assert by_id[gone.id]["status"] == "failed"
+    assert by_id[gone.id]["failure_reason"].startswith("interrupted")
+    assert by_id[gone.id]["queued"] == 40
+    assert by_id[live.id]["status"] == "sending"  # a live node may still be at work
 
     service.clock.jump(11 * 60)
-    assert await fail_interrupted(rt) == 1  # no progress for 10 minutes: that node is gone
+    assert await fail_interrupted(rt) == 1  # no progress for 10 minutes: given up
     assert {b["status"] for b in await broadcasts(account)} == {"failed"}

@@ -239,7 +239,7 @@ async def test_an_email_no_code_can_build_or_read_fails_alone(
         tx.execute("UPDATE emails SET created_at = 'garbage' WHERE id = :id", {"id": ids[1]})
 
     await rt.db.write(planted)
-    rt.delivery.wake(["round.example"])
+    rt.wakeups.deliver(["mail:round.example"])
 
     async def settled() -> list[dict[str, Any]] | None:
         def read(tx: Tx) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from quart import Blueprint, Response, g, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText, Name, Out
+from api.models import EmailText, Name, Out, Tag
 from api.routes.emails import at_most_once
 from api.validation import json_body, query_args
 from engine import bulk_send, contacts, csv_import
@@ -88,7 +88,7 @@ class BulkSendBody(BaseModel):
     subject: str = Field(min_length=1, max_length=998)
     html: str | None = None
     text: str | None = None
-    tags: list[str] = Field(default_factory=list, max_length=20)
+    tags: list[Tag] = Field(default_factory=list, max_length=20)
 
 
 class BulkSendOut(BaseModel):

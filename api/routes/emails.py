@@ -13,7 +13,7 @@ from quart import Blueprint, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText, Out, PageQuery
+from api.models import EmailText, Out, PageQuery, Tag
 from api.validation import json_body, query_args
 from engine import batch, email_log, idempotency, scheduling, sending, templates
 from engine.errors import EngineError, Unprocessable
@@ -56,7 +56,7 @@ class SendBody(BaseModel):
     bcc: list[Address] = Field(default_factory=list, max_length=50)
     reply_to: Address | None = None
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
-    tags: list[str] = Field(default_factory=list, max_length=20)
+    tags: list[Tag] = Field(default_factory=list, max_length=20)
     send_at: datetime | None = None
     attachments: list[Attachment] = Field(default_factory=list, max_length=100)
     # A template (Starter and above) fills the subject, html and text the body leaves out,
@@ -240,7 +240,7 @@ async def validate(body: SendBody) -> dict[str, Any]:
 class SearchQuery(PageQuery):
     q: str = Field("", max_length=1000)
     status: str | None = Field(None, max_length=50)
-    tag: str | None = Field(None, max_length=200)
+    tag: Tag | None = None
 
 
 class UpdatesQuery(BaseModel):

@@ -3,7 +3,9 @@
 It claims due recipients from the database with a lease, builds and signs their messages in
 one thread hop, finds the domain's MX hosts, and sends over up to `CONNECTIONS` parallel SMTP
 connections, each reused for message after message and opportunistically upgraded with
-STARTTLS. A recipient suppressed after its email was accepted is not sent to. The outcome of a whole round is written in one
+STARTTLS. `CONNECTIONS` holds across every node: a round first takes connection slots of
+the destination from the database (storage/destination_slots.py) and opens only as many
+connections as it holds; a node finding them all taken waits for a release. A recipient suppressed after its email was accepted is not sent to. The outcome of a whole round is written in one
 unit of work: 2xx -> `delivered`; 4xx or a network failure -> `deferred` on the retry
 schedule (`failed` after 72 h); 5xx -> `bounced`, and the address is suppressed.
 
@@ -27,11 +29,12 @@ from engine import faults
 from engine.delivery import mx, retry
 from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, WireMessage, build_all
+from engine.nodes import LEASE
 from engine.runtime import Runtime
 from engine.smtp.errors import SmtpError
 from engine.smtp.replies import SmtpReply
 from engine.smtp.session import SmtpSession, connect
-from storage import delivery, emails
+from storage import delivery, destination_slots, emails
 from storage.codec import new_id
 from storage.domains import Domain
 from storage.emails import Email, Event, Recipient, RecipientUpdate, Unreadable
@@ -39,9 +42,9 @@ from storage.suppressions import Suppression
 from storage.tx import Tx
 
 BATCH = 200
-CONNECTIONS = 4  # parallel SMTP connections to one domain
-LEASE = timedelta(minutes=10)
+CONNECTIONS = 4  # parallel SMTP connections to one domain, across every node
 IDLE_EXIT = timedelta(minutes=5)
+SLOTS_POLL = timedelta(seconds=1)  # all slots taken elsewhere: look again at least this often
 
 log = logging.getLogger("postroom.delivery")
 
@@ -165,6 +168,40 @@ class _Batch:
     unreadable: dict[str, Unreadable]
 
 
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """What a round starts with: its recipients and the connection slots it holds; when the
+    next unleased recipient falls due; and whether every slot was taken elsewhere."""
+
+    recipients: list[Recipient]
+    slots: list[int]
+    next_due: datetime | None
+    slots_busy: bool
+
+
+def _claim(tx: Tx, domain: str, now: datetime, node: str) -> _Claim:
+    until = now + LEASE
+    slots = destination_slots.acquire(tx, domain, CONNECTIONS, CONNECTIONS, node, now, until)
+    if not slots:
+        return _Claim([], [], None, slots_busy=True)
+    claimed, next_due = emails.claim(tx, domain, now, until, node, BATCH)
+    # One connection per email at most: give back the slots the round cannot use (no other
+    # node saw them taken, so nobody needs waking).
+    needed = len({r.email_id for r in claimed})
+    destination_slots.release(tx, domain, slots[needed:], node, announce=False)
+    return _Claim(claimed, slots[:needed], next_due, slots_busy=False)
+
+
+def _record(tx: Tx, outcome: _Round, domain: str, slots: list[int], node: str) -> None:
+    delivery.record_outcomes(tx, outcome.updates, outcome.events, outcome.bounces, outcome.now)
+    destination_slots.release(tx, domain, slots, node)
+
+
+def _record_faults(tx: Tx, claim: _Claim, error: str, domain: str, node: str, now: datetime) -> int:
+    destination_slots.release(tx, domain, claim.slots, node)
+    return emails.record_faults(tx, claim.recipients, error, now, faults.policy(now))
+
+
 def _load_batch(tx: Tx, by_email: dict[str, list[Recipient]]) -> _Batch:
     pairs, unreadable = delivery.emails_with_domains(tx, list(by_email))
     return _Batch(
@@ -214,41 +251,42 @@ class DomainQueue:
             # long backlog over many domains, only so many batches are built and held at once.
             async with self._rounds_in_flight:
                 now = clock.now()
-                claimed, next_due = await self._rt.db.write(
-                    emails.claim, self.domain, now, now + LEASE, self._rt.node, BATCH
-                )
-                if claimed:
-                    self._in_flight = len(claimed)
+                claim = await self._rt.db.write(_claim, self.domain, now, self._rt.node)
+                if claim.recipients:
+                    self._in_flight = len(claim.recipients)
                     try:
-                        await self._deliver(claimed)
+                        await self._deliver(claim)
                     except Exception as exc:
                         if not faults.blames_item(exc):
                             raise
-                        await self._fault(claimed, exc)
+                        await self._fault(claim, exc)
                     finally:
                         self._in_flight = 0
-            if claimed:
+            if claim.recipients:
                 continue
-            wait_until = next_due if next_due is not None else now + IDLE_EXIT
+            if claim.slots_busy:
+                wait_until = now + SLOTS_POLL
+            else:
+                wait_until = claim.next_due if claim.next_due is not None else now + IDLE_EXIT
             with trio.move_on_at(clock.deadline_for(wait_until)):
                 await self._woken.wait()
-            if next_due is None and not self._woken.is_set():
+            if claim.next_due is None and not claim.slots_busy and not self._woken.is_set():
                 return
 
-    async def _fault(self, claimed: list[Recipient], exc: Exception) -> None:
+    async def _fault(self, claim: _Claim, exc: Exception) -> None:
         """The round raised: count a fault on each of its recipients (the items it held) and
         try them again later; three faults quarantine a recipient (engine/faults.py)."""
         rt = self._rt
-        what = f"a round of {len(claimed)} recipients at {self.domain}"
+        what = f"a round of {len(claim.recipients)} recipients at {self.domain}"
         error = rt.faults.item_fault("delivery", what, exc)
-        now = rt.clock.now()
         quarantined = await rt.db.write(
-            emails.record_faults, claimed, error, now, faults.policy(now)
+            _record_faults, claim, error, self.domain, rt.node, rt.clock.now()
         )
         rt.faults.quarantined("delivery", quarantined)
 
-    async def _deliver(self, claimed: list[Recipient]) -> None:
+    async def _deliver(self, claim: _Claim) -> None:
         self._rounds += 1
+        claimed = claim.recipients
         by_email: dict[str, list[Recipient]] = defaultdict(list)
         for recipient in claimed:
             by_email[recipient.email_id].append(recipient)
@@ -278,15 +316,13 @@ class DomainQueue:
             if recipients and isinstance(message, WireMessage):
                 work.append(_Transfer(email, recipients, message))
         if work:
-            await self._send(work, outcome)
-        await self._rt.db.write(
-            delivery.record_outcomes, outcome.updates, outcome.events, outcome.bounces, outcome.now
-        )
+            await self._send(work, outcome, connections=len(claim.slots))
+        await self._rt.db.write(_record, outcome, self.domain, claim.slots, self._rt.node)
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
 
-    async def _send(self, work: list[_Transfer], outcome: _Round) -> None:
-        """Hand the transfers to up to CONNECTIONS parallel sessions with the domain's MX."""
+    async def _send(self, work: list[_Transfer], outcome: _Round, connections: int) -> None:
+        """Hand the transfers to `connections` parallel sessions with the domain's MX."""
         rt = self._rt
         try:
             targets = await mx.targets(
@@ -307,7 +343,7 @@ class DomainQueue:
         queue = deque(work)
         problems: list[str] = []
         async with trio.open_nursery() as nursery:
-            for _ in range(min(CONNECTIONS, len(work))):
+            for _ in range(min(connections, len(work))):
                 nursery.start_soon(self._connection, targets, queue, outcome, problems)
         # Whatever no connection could take waits for the next round.
         reason = "; ".join(dict.fromkeys(problems)) or "no connection to the MX host"

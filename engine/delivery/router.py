@@ -1,10 +1,10 @@
 """The delivery router: one `DomainQueue` actor per recipient domain with work.
 
-On start it gives back the leases this node held before a restart and wakes a queue for
-every domain with recipients still to try, so nothing accepted before a crash is left
-behind. Afterwards it wakes (or starts) a domain's queue whenever accepting code reports new
-work; a queue that ran out of work has returned and is started afresh. At most
-`ROUNDS_IN_FLIGHT` queues deliver at once.
+On start it wakes a queue for every domain with recipients still to try, so nothing accepted
+before a crash is left behind. Afterwards it wakes (or starts) a domain's queue whenever a
+`mail:<domain>` wake-up arrives from this node or another (engine/wakeups.py), and looks at
+every domain again on a rescan (a dead node's work was freed). A queue that ran out of work
+has returned and is started afresh. At most `ROUNDS_IN_FLIGHT` queues deliver at once.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import trio
 from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, opportunistic_tls
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
 from engine.runtime import Runtime
+from engine.wakeups import RESCAN
 from storage import emails
 
 log = logging.getLogger("postroom.delivery")
@@ -54,20 +55,18 @@ class DeliveryRouter:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         db = self._rt.db
-        released = await db.write(emails.release_leases, self._rt.node)
-        if released:
-            log.info("took back %d recipients leased before a restart", released)
         async with trio.open_nursery() as nursery:
             for domain in await db.read(emails.domains_with_work):
                 self._wake(nursery, domain)
             task_status.started()
-            wakeups = self._rt.delivery
+            wakeups = self._rt.wakeups.mail
             async for domain in wakeups.receive:
-                self._wake(nursery, domain)
                 if wakeups.overflowed:
                     wakeups.overflowed = False
                     for pending in await db.read(emails.domains_with_work):
                         self._wake(nursery, pending)
+                if domain != RESCAN:
+                    self._wake(nursery, domain)
 
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:
         queue = self._queues.get(domain)

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,10 @@ def _postgres_admin_url() -> str | None:
     return os.environ.get(POSTGRES_ENV) or None
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database on each engine."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'postroom.db'}"
-        return
+@contextmanager
+def fresh_postgres_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards; skips the test when PostgreSQL
+    is not configured."""
     admin_url = _postgres_admin_url()
     if admin_url is None:
         pytest.skip(f"PostgreSQL not configured ({POSTGRES_ENV} unset): SQLite only")
@@ -64,6 +63,23 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database on each engine."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'postroom.db'}"
+        return
+    with fresh_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database (for what only PostgreSQL can do: several hosts)."""
+    with fresh_postgres_database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -124,6 +124,11 @@ class SmtpSink(LoopbackPeer):
         self.messages = self._arrivals.items
         self.transcript: list[str] = []  # every command line, all connections, in order
         self.connections = 0
+        # Transactions (MAIL to the reply after DATA) under way now, and the most at one time:
+        # what a sender's per-destination concurrency limit holds.
+        self.open_transactions = 0
+        self.most_open_transactions = 0
+        self.data_delay = 0.0  # seconds a message waits for its reply (a slow receiver)
         self._rcpt_replies: dict[str, SmtpReply] = {}
         self._flaky: dict[str, _Flaky] = {}
         self._data_replies: deque[SmtpReply] = deque()
@@ -186,10 +191,14 @@ class SmtpSink(LoopbackPeer):
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
+        session = _Session(self, stream)
         # A client hanging up or rejecting our certificate is its business, not a crash of
         # the sink (serve_tcp would otherwise take the whole server down).
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await _Session(self, stream).run()
+        try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await session.run()
+        finally:
+            session.reset_transaction()
 
 
 class _Session:
@@ -221,6 +230,8 @@ class _Session:
         await self.reader.stream.send_all("".join(f"{r}\r\n" for r in rendered).encode())
 
     def reset_transaction(self) -> None:
+        if self.mail_from is not None:
+            self.sink.open_transactions -= 1
         self.mail_from = None
         self.rcpt_to = []
 
@@ -308,6 +319,9 @@ class _Session:
                 await self.reply(555, f"5.5.4 unsupported parameter {param}")
                 return
         self.mail_from = sender
+        sink = self.sink
+        sink.open_transactions += 1
+        sink.most_open_transactions = max(sink.most_open_transactions, sink.open_transactions)
         await self.reply(250, "2.1.0 OK")
 
     async def rcpt(self, argument: str) -> None:
@@ -343,8 +357,10 @@ class _Session:
                         received_at=trio.current_time(),
                     )
                 )
-        self.reset_transaction()
+        if self.sink.data_delay:
+            await trio.sleep(self.sink.data_delay)
         await self.reply(outcome.code, outcome.text)
+        self.reset_transaction()  # after the reply: the sender waits for it
 
     async def receive_data(self) -> tuple[SmtpReply | None, bytes]:
         """Read up to the lone "."; return (error reply or None, unstuffed content).

@@ -1,0 +1,86 @@
+"""Connection slots per destination, shared by every node: a delivery round holds one slot per
+SMTP connection it opens, so the connections to one destination across the cluster never
+exceed its limit. Slots are leased like work rows (renewed by the holder's heartbeat, freed
+when it dies), created on first use, and claimed with `SKIP LOCKED` on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from storage.codec import timestamp
+from storage.tx import Tx
+
+
+def _free(tx: Tx, destination: str, limit: int, wanted: int, now: datetime) -> list[int]:
+    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    rows = tx.all(
+        "SELECT slot FROM destination_slots WHERE destination = :d AND slot < :limit"
+        " AND (held_by IS NULL OR lease_until < :now) ORDER BY slot LIMIT :wanted" + lock,
+        {"d": destination, "limit": limit, "wanted": wanted, "now": timestamp(now)},
+    )
+    return [int(row["slot"]) for row in rows]
+
+
+def acquire(
+    tx: Tx,
+    destination: str,
+    limit: int,
+    wanted: int,
+    node: str,
+    now: datetime,
+    until: datetime,
+) -> list[int]:
+    """Hold up to `wanted` of the destination's `limit` slots for `node`; the slots held."""
+    slots = _free(tx, destination, limit, wanted, now)
+    if len(slots) < wanted:
+        existing = int(
+            tx.value(
+                "SELECT COUNT(*) FROM destination_slots WHERE destination = :d AND slot < :limit",
+                {"d": destination, "limit": limit},
+            )
+        )
+        if existing < limit:  # first use, or a limit raised since: create the missing slots
+            tx.execute_many(
+                "INSERT INTO destination_slots (destination, slot) VALUES (:d, :slot)"
+                " ON CONFLICT (destination, slot) DO NOTHING",
+                ({"d": destination, "slot": slot} for slot in range(limit)),
+            )
+            slots = _free(tx, destination, limit, wanted, now)
+    tx.execute_many(
+        "UPDATE destination_slots SET held_by = :node, lease_until = :until"
+        " WHERE destination = :d AND slot = :slot",
+        (
+            {"node": node, "until": timestamp(until), "d": destination, "slot": slot}
+            for slot in slots
+        ),
+    )
+    return slots
+
+
+def release(
+    tx: Tx, destination: str, slots: Sequence[int], node: str, *, announce: bool = True
+) -> None:
+    """Give back slots `node` held; nodes waiting for them are woken unless `announce` is
+    off (slots taken and given back in one transaction were never seen taken)."""
+    if not slots:
+        return
+    tx.execute_many(
+        "UPDATE destination_slots SET held_by = NULL, lease_until = NULL"
+        " WHERE destination = :d AND slot = :slot AND held_by = :node",
+        ({"d": destination, "slot": slot, "node": node} for slot in slots),
+    )
+    if announce:
+        tx.notify(f"mail:{destination}")
+
+
+def held(tx: Tx, destination: str, now: datetime) -> int:
+    """How many of the destination's slots are held now (by any node)."""
+    return int(
+        tx.value(
+            "SELECT COUNT(*) FROM destination_slots WHERE destination = :d"
+            " AND held_by IS NOT NULL AND lease_until >= :now",
+            {"d": destination, "now": timestamp(now)},
+        )
+    )

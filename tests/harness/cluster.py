@@ -1,0 +1,179 @@
+"""Several `postroom serve` nodes on one database, as child processes: the chaos test's and
+`bench/cluster.py`'s cluster.
+
+Every node gets ports of its own and the same database, master key file, DNS server and
+delivery port; a node can be killed (SIGKILL, as a crash) and started again as a new process.
+What the nodes hold is read straight from the database, so a test can bound what a kill may
+cause to be sent twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from tests.harness.service import REPO, SMTP_HOST, free_port
+
+
+@dataclass
+class Node:
+    """One `postroom serve` child process and the settings it runs with."""
+
+    env: dict[str, str]
+    cwd: Path
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return "http://" + self.env["POSTROOM_API_LISTEN"]
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        """Start the process and wait until it answers /healthz (30 s at most)."""
+        self.log = self.cwd / f"node-{self.env['POSTROOM_API_LISTEN'].rsplit(':', 1)[1]}.log"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "postroom", "serve"],
+                env=self.env,
+                cwd=self.cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"postroom serve exited early:\n{self.log.read_text()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"postroom serve did not answer on {self.url} in 30 s")
+
+    def kill(self) -> None:
+        """SIGKILL: the node dies as in a crash, holding whatever it held."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class Cluster:
+    database_url: str
+    nodes: list[Node] = field(default_factory=list)
+
+    def cli(self, *args: str) -> str:
+        """A `postroom` subcommand against the cluster's database; its output."""
+        node = self.nodes[0]
+        done = subprocess.run(
+            [sys.executable, "-m", "postroom", *args],
+            env=node.env,
+            cwd=node.cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout
+
+    def held_by_process(self) -> dict[int, set[tuple[str, str]]]:
+        """The recipients (email id, address) each live node process holds now, by pid."""
+        with psycopg.connect(self.database_url) as conn:
+            rows = conn.execute(
+                "SELECT leased_by, email_id, address FROM email_recipients"
+                " WHERE leased_by IS NOT NULL AND status IN ('queued', 'deferred')"
+            ).fetchall()
+        held: dict[int, set[tuple[str, str]]] = {}
+        for node_id, email_id, address in rows:
+            pid = int(node_id.split("/")[1])  # ids read host/pid/random (engine/nodes.py)
+            held.setdefault(pid, set()).add((email_id, address))
+        return held
+
+
+def node_env(
+    database_url: str,
+    cwd: Path,
+    *,
+    dns_nameserver: str,
+    delivery_port: int,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The settings of one node: its own ports, the cluster's database and key file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POSTROOM_")}
+    env.update(
+        {
+            "POSTROOM_DATABASE_URL": database_url,
+            "POSTROOM_API_LISTEN": f"127.0.0.1:{free_port()}",
+            "POSTROOM_SUBMISSION_LISTEN": f"127.0.0.1:{free_port()}",
+            "POSTROOM_INBOUND_LISTEN": f"127.0.0.1:{free_port()}",
+            "POSTROOM_SMTP_HOST": SMTP_HOST,
+            "POSTROOM_DNS_SERVERS": dns_nameserver,
+            "POSTROOM_DELIVERY_PORT": str(delivery_port),
+            "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
+            "POSTROOM_SECRET_KEY_FILE": str(cwd / "secret.key"),
+            "POSTROOM_LOG_FORMAT": "text",
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+@contextmanager
+def running_cluster(
+    size: int,
+    database_url: str,
+    cwd: Path,
+    *,
+    dns_nameserver: str,
+    delivery_port: int,
+    extra: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
+    """`size` nodes started on one database (the first alone, so it migrates and writes the
+    key file), stopped with SIGTERM at the end."""
+    cluster = Cluster(database_url)
+    try:
+        for _ in range(size):
+            env = node_env(
+                database_url,
+                cwd,
+                dns_nameserver=dns_nameserver,
+                delivery_port=delivery_port,
+                extra=extra,
+            )
+            node = Node(env, cwd)
+            cluster.nodes.append(node)
+            node.start()
+        yield cluster
+    finally:
+        for node in cluster.nodes:
+            node.stop()
