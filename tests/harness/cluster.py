@@ -9,7 +9,9 @@ cause to be sent twice.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,8 +23,11 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import trio
 
+from tests.harness.dns_server import DnsServer
 from tests.harness.service import REPO, SMTP_HOST, free_port
+from tests.harness.smtp_sink import SmtpSink
 
 
 @dataclass
@@ -177,3 +182,88 @@ def running_cluster(
     finally:
         for node in cluster.nodes:
             node.stop()
+
+
+SENDER_DOMAIN = "sender.example"
+SENDER = f"news@{SENDER_DOMAIN}"
+_MESSAGE_ID = re.compile(rb"^Message-ID: (<[^>]+>)", re.M | re.I)
+
+
+async def prepare_account(
+    cluster: Cluster, dns_server: DnsServer, recipient_domains: list[str], webhook_url: str | None
+) -> str:
+    """A Business account with a verified domain, a sender and (when given) a webhook for
+    `email.delivered`; the recipient domains routed to 127.0.0.1. Its API key."""
+    created = cluster.cli(
+        "accounts", "create", "--email", "ops@example.org", "--password", "x" * 16,
+        "--plan", "business",
+    )  # fmt: skip
+    key = str(json.loads(created)["api_key"])
+    async with httpx.AsyncClient(
+        base_url=cluster.nodes[0].url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as client:
+        domain = (await client.post("/v1/domains/", json={"name": SENDER_DOMAIN})).json()
+        dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
+        dns_server.set(dkim["host"], "TXT", [dkim["value"]])
+        verified = await client.post(f"/v1/domains/{domain['id']}/verify")
+        assert verified.json()["status"] == "verified", verified.text
+        assert (await client.post("/v1/senders/", json={"email": SENDER})).status_code == 201
+        if webhook_url is not None:
+            hook = {"url": webhook_url, "events": ["email.delivered"]}
+            assert (await client.post("/v1/webhooks/", json=hook)).status_code == 201
+    for domain in recipient_domains:
+        dns_server.set(domain, "MX", [f"10 mx.{domain}."])
+        dns_server.set(f"mx.{domain}", "A", ["127.0.0.1"])
+    return key
+
+
+async def send_emails(
+    cluster: Cluster, key: str, count: int, recipient_domains: list[str], *, first: int = 0
+) -> dict[str, str]:
+    """Send `count` emails through the live nodes in turn, to the recipient domains in turn;
+    Message-ID -> email id."""
+    accepted: dict[str, str] = {}
+    limiter = trio.CapacityLimiter(12)
+    live = [node for node in cluster.nodes if node.alive]
+    headers = {"Authorization": f"Bearer {key}"}
+    clients = [httpx.AsyncClient(base_url=n.url, headers=headers, timeout=30) for n in live]
+
+    async def send(i: int) -> None:
+        body = {
+            "from_": {"email": SENDER},
+            "to": [{"email": f"reader{i}@{recipient_domains[i % len(recipient_domains)]}"}],
+            "subject": f"Issue {i}",
+            "text": "Hello.",
+        }
+        async with limiter:
+            response = await clients[i % len(clients)].post("/v1/emails/", json=body)
+        assert response.status_code == 202, response.text
+        accepted[response.json()["message_id"]] = response.json()["id"]
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(first, first + count):
+                nursery.start_soon(send, i)
+    finally:
+        for client in clients:
+            await client.aclose()
+    return accepted
+
+
+def arrivals(sink: SmtpSink) -> list[tuple[str, float]]:
+    """(Message-ID, arrival time) of every message the sink accepted, duplicates included."""
+    found = []
+    for message in sink.messages:
+        match = _MESSAGE_ID.search(message.data)
+        if match:
+            found.append((match.group(1).decode(), message.received_at))
+    return found
+
+
+async def until_arrived(sink: SmtpSink, wanted: set[str], timeout: float) -> None:  # noqa: ASYNC109
+    """Wait until every Message-ID in `wanted` has arrived at the sink."""
+    with trio.fail_after(timeout):
+        while True:
+            if wanted <= {mid for mid, _ in arrivals(sink)}:
+                return
+            await trio.sleep(0.1)
