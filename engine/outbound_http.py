@@ -56,7 +56,8 @@ MAX_ATTEMPTS = 8
 ANSWER_KEEP = 2048  # characters of a receiver's answer (or of the error) kept in the log
 
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)", re.IGNORECASE)
-_MAX_URL = 2048
+_PORT = re.compile(r"[1-9][0-9]{0,4}")  # as written in the URL: no sign, no leading zero
+_MAX_URL = 2000
 
 
 def next_retry(failures: int) -> timedelta | None:
@@ -65,12 +66,17 @@ def next_retry(failures: int) -> timedelta | None:
 
 
 def _host_problem(host: str) -> str | None:
+    if "%" in host:
+        return "the host must not carry an IPv6 zone"
     try:
         ipaddress.ip_address(host)
         return None  # an IP literal (the private-network rule is applied separately)
     except ValueError:
         pass
     name = host.removesuffix(".")
+    if name.rsplit(".", 1)[-1].isdigit():
+        # `1.2.3` or `2130706433` would be read as IPv4 shorthand by the system resolver.
+        return "the host name's last label must not be a number; write an IP address in full"
     if len(name) > 253:
         return "the host name is longer than 253 characters"
     for label in name.split("."):
@@ -120,7 +126,12 @@ def url_problem(url: str) -> str | None:
     if port is not None and not 1 <= port <= 65535:
         return "must have a port between 1 and 65535"
     try:
-        return _host_problem(urlsplit(url).hostname or "")
+        parts = urlsplit(url)
+        after_host = parts.netloc[parts.netloc.rfind("]") + 1 :]  # past an IPv6 literal
+        _, colon, written_port = after_host.rpartition(":")
+        if colon and not _PORT.fullmatch(written_port):
+            return "must have a port of digits between 1 and 65535"
+        return _host_problem(parts.hostname or "")
     except ValueError as exc:
         return f"is not a valid URL: {exc}"
 
@@ -189,7 +200,19 @@ async def post(
     except (trio.TooSlowError, httpx.TimeoutException):
         return Answer(None, f"no answer within {within:.0f} s")
     except Exception as exc:  # a bad stored URL, DNS, TLS, a broken answer: the item's fault
-        return Answer(None, f"{type(exc).__name__}: {exc}"[:ANSWER_KEEP])
+        return Answer(None, _reason(exc)[:ANSWER_KEEP])
+
+
+def _reason(exc: BaseException) -> str:
+    """An error with the causes it wraps (httpx's ConnectError hides a TLS failure in them)."""
+    reasons = []
+    seen: BaseException | None = exc
+    while seen is not None and len(reasons) < 4:
+        text = str(seen)
+        if text and text not in reasons:
+            reasons.append(text)
+        seen = seen.__cause__ or seen.__context__
+    return f"{type(exc).__name__}: {'; '.join(reasons) or 'no detail'}"
 
 
 class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):

@@ -13,11 +13,11 @@ from xml.sax.saxutils import escape, quoteattr
 import httpx
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import svg_policy
 from engine.errors import InvalidRequest
+from tests.harness.fuzz import run_examples
 from tests.harness.service import Account, Service
 from tests.test_bimi import LOGO as MINIMAL_LOGO
 
@@ -422,14 +422,6 @@ async def test_fuzzed_uploads_get_the_answer_their_content_calls_for_and_never_a
     account, domain_id = await _pro_domain(service)
     public = service.client()
 
-    @settings(
-        max_examples=50,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    @given(_documents)
     def upload_is_answered_as_its_content_calls_for(document: Document) -> None:
         content = document.xml.encode()
         response = trio.from_thread.run(_upload, account, domain_id, content)
@@ -444,7 +436,5 @@ async def test_fuzzed_uploads_get_the_answer_their_content_calls_for_and_never_a
             served = trio.from_thread.run(public.get, f"/v1/bimi/{domain_id}/logo.svg")
             assert served.content == content
 
-    # Hypothesis runs its examples synchronously: in a worker thread, each upload hopping
-    # back into this Trio run, so one service answers them all.
-    await trio.to_thread.run_sync(upload_is_answered_as_its_content_calls_for)
+    await run_examples(_documents, upload_is_answered_as_its_content_calls_for, max_examples=50)
     assert (await service.client().get("/healthz")).status_code == 200

@@ -16,6 +16,9 @@ from engine.tracking import Links
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import SmtpSink
+from tests.test_bulk_send import body as bulk_body
+from tests.test_bulk_send import sender_id
+from tests.test_contacts import add_contact, create_list
 from tests.test_sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.test_templates import create_template
 
@@ -231,3 +234,31 @@ async def test_a_sender_name_with_a_line_break_is_refused(service: Service) -> N
         assert created.status_code == 422, name
         assert created.json()["errors"][0]["loc"] == ["body", "name"]
     assert (await account.client.get("/v1/senders/")).json() == []
+
+
+async def test_a_tag_too_long_for_its_header_line_is_refused_before_queuing(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    # Found by the header fuzz (tests/test_fuzz.py): a tag of 998 characters was accepted,
+    # then its email failed, as no X-Postroom-Tags line of 998 characters could hold it.
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    post = account.client.post
+    too_long = message(GOOD_RECIPIENT, tags=["ok", "x" * 201])
+    for path in ("/v1/emails/", "/v1/emails/validate"):
+        refused = await post(path, json=too_long)
+        assert refused.status_code == 422, (path, refused.text)
+        assert refused.json()["errors"][0]["loc"] == ["body", "tags", 1], path
+    [entry] = (await post("/v1/emails/batch", json=[too_long])).json()
+    assert entry["status"] == "error" and entry["id"] is None
+    contacts = await create_list(account)
+    await add_contact(account, contacts["id"], GOOD_RECIPIENT)
+    bulk = bulk_body(contacts["id"], await sender_id(account), tags=["x" * 201])
+    assert (await post(f"/v1/contacts/{contacts['id']}/send", json=bulk)).status_code == 422
+
+    longest = ["x" * 200, "y" * 200]
+    sent = await post("/v1/emails/", json=message(GOOD_RECIPIENT, tags=longest))
+    assert (await wait_for_status(account, sent.json()["id"]))["status"] == "delivered"
+    [received] = await smtp_sink.wait_for_messages(1)
+    parsed = email.message_from_bytes(received.data, policy=email.policy.default)
+    assert parsed["X-Postroom-Tags"] == ", ".join(longest)
