@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from quart import Quart, current_app, g, request
 
-from engine.accounts import SESSION_COOKIE
-from engine.auth import authenticate_key, authenticate_session
+from engine.accounts.auth import authenticate_key, authenticate_session
+from engine.accounts.users import SESSION_COOKIE
 from engine.errors import Forbidden, Unauthorized
 from engine.runtime import Principal, Runtime
 

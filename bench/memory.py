@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.delivery import DOMAIN
 from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
-from engine import domains
+from engine.domains import registry as domains
 from engine.runtime import Principal
 from postroom import config
 from postroom.service import open_runtime

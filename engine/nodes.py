@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 import trio
 
-from engine import bulk_send
+from engine.contacts import bulk_send
 from engine.runtime import Runtime
 from engine.wakeups import RESCAN
 from storage import leaderships, nodes

@@ -205,7 +205,7 @@ async def post(
 
 def _reason(exc: BaseException) -> str:
     """An error with the causes it wraps (httpx's ConnectError hides a TLS failure in them)."""
-    reasons = []
+    reasons: list[str] = []
     seen: BaseException | None = exc
     while seen is not None and len(reasons) < 4:
         text = str(seen)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import dns.asyncresolver
 
+from engine.accounts.key_cache import KeyCache
+from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
 from engine.faults import FaultLog
-from engine.key_cache import KeyCache
-from engine.secrets import PasswordHashing
 from engine.wakeups import WakeupHub
 from storage.database import Database
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
-from engine.key_cache import KeyCache
+from engine.accounts.key_cache import KeyCache
 from storage.database import Database
 from storage.tx import Tx
 

@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 import trio
 
-from engine import accounts, plans
+from engine import plans
+from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.supervisor import DatabaseGone
 from postroom import config, logs

@@ -20,18 +20,18 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from api.app import create_app
 from engine import nodes
-from engine.bulk_send import fail_interrupted
+from engine.accounts.key_cache import KeyCache
 from engine.clock import Clock
+from engine.contacts.bulk_send import fail_interrupted
 from engine.delivery.router import DeliveryRouter
 from engine.dns import make_resolver
-from engine.domain_checker import DomainChecker
-from engine.forwarder import Forwarder
-from engine.key_cache import KeyCache
+from engine.domains.checker import DomainChecker
+from engine.forwarding.forwarder import Forwarder
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
-from engine.transfer_timer import TransferTimer
+from engine.transfers.timer import TransferTimer
 from engine.wakeups import WakeupHub, WakeupRelay
-from engine.webhook_dispatcher import WebhookDispatcher
+from engine.webhooks.dispatcher import WebhookDispatcher
 from postroom import master_key
 from postroom.config import Settings
 from postroom.logs import log_left_behind

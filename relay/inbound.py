@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ssl
 
-from engine import inbound
 from engine.errors import EngineError, PayloadTooLarge
+from engine.forwarding import inbound
 from engine.runtime import Runtime
 from engine.smtp.replies import (
     S250_RECIPIENT_OK,

@@ -1,8 +1,8 @@
 """The submission relay (POSTROOM_SUBMISSION_LISTEN, 587 in production): STARTTLS, AUTH
 with an SMTP credential, then mail from the credential's domain, under the API's rules.
 
-Thin: each step asks one engine function (engine/smtp_credentials.py to authenticate,
-engine/submission.py for senders, suppressions, the plan and storing) and turns its answer
+Thin: each step asks one engine function (engine/accounts/smtp_credentials.py to authenticate,
+engine/sending/submission.py for senders, suppressions, the plan and storing) and turns its answer
 into a reply. 250 to the message comes only after it is committed. A credential deactivated
 while a session is open gets 535 at its next MAIL FROM (`submission.current`).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ssl
 
-from engine import submission
 from engine.runtime import Runtime
+from engine.sending import submission
 from engine.smtp.replies import (
     S235_AUTH_OK,
     S250_RECIPIENT_OK,

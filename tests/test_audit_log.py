@@ -11,7 +11,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from engine import accounts
+from engine.accounts import users as accounts
 from tests.harness.service import Account, Service
 
 DAY = 24 * 60 * 60

@@ -15,7 +15,7 @@ import pytest
 import trio
 from hypothesis import strategies as st
 
-from engine import svg_policy
+from engine.domains import svg_policy
 from engine.errors import InvalidRequest
 from tests.harness.fuzz import run_examples
 from tests.harness.service import Account, Service

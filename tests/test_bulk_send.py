@@ -12,7 +12,7 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
-from engine.bulk_send import fail_interrupted
+from engine.contacts.bulk_send import fail_interrupted
 from storage import broadcasts as broadcasts_storage
 from storage.broadcasts import Broadcast
 from tests.harness.dns_server import DnsServer

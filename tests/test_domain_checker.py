@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 from trio.testing import MockClock
 
-from engine.domain_checker import GIVE_UP_AFTER, INTERVAL
+from engine.domains.checker import GIVE_UP_AFTER, INTERVAL
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Service
 

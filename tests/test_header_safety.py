@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.tracking import Links
+from engine.sending.tracking import Links
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import SmtpSink

@@ -12,7 +12,8 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
-from engine import faults, inbound
+from engine import faults
+from engine.forwarding import inbound
 from storage import inbound as storage_inbound
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer

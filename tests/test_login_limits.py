@@ -17,7 +17,7 @@ import httpx
 import trio
 from trio.testing import MockClock
 
-from engine import login_limits
+from engine.accounts import login_limits
 from postroom.service import serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from dkim.canonicalization import CanonicalizationPolicy
 
-from engine.dkim_keys import DkimKey, _generate, txt_value
+from engine.domains.dkim_keys import DkimKey, _generate, txt_value
 from engine.mail import (
     Attachment,
     OutgoingMessage,

@@ -9,7 +9,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import accounts
+from engine.accounts import users as accounts
 from postroom import config
 from postroom.service import RunningService, serve
 from tests.harness import service as harness

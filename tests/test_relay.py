@@ -17,8 +17,8 @@ import trio.testing
 from cryptography import x509
 from trio.testing import MockClock
 
-from engine.raw_mail import RawMail, queue_raw
 from engine.runtime import Runtime
+from engine.sending.raw_mail import RawMail, queue_raw
 from engine.smtp.server import ServerPolicy, SmtpServer
 from relay import submission
 from relay.connection import ShutdownSignal, Timeouts, drive

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import accounts
+from engine.accounts import users as accounts
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Account, Service
 

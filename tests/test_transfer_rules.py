@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine import transfer_rules as rules
-from engine.transfer_rules import Trigger
+from engine.transfers import rules
+from engine.transfers.rules import Trigger
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(days=1)

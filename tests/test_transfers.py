@@ -19,7 +19,7 @@ import httpx
 import trio
 from trio.testing import MockClock
 
-from engine.domain_checker import GIVE_UP_AFTER, INTERVAL
+from engine.domains.checker import GIVE_UP_AFTER, INTERVAL
 from engine.runtime import Runtime
 from postroom.service import serve
 from storage import broadcasts

@@ -14,8 +14,8 @@ from api.auth import principal, runtime
 from api.models import EmailText
 from api.routes.transfers import TransferOut, render
 from api.validation import json_body
-from engine import transfers
-from engine.transfers import ForceRequest
+from engine.transfers import actions as transfers
+from engine.transfers.actions import ForceRequest
 
 blueprint = Blueprint("admin", __name__, url_prefix="/v1/admin")
 

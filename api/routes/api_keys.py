@@ -11,7 +11,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Name, Out
 from api.validation import json_body
-from engine import api_keys
+from engine.accounts import api_keys
 
 blueprint = Blueprint("api_keys", __name__, url_prefix="/v1/api-keys")
 

@@ -12,7 +12,7 @@ from quart import Blueprint, Response, g, request
 from quart_schema import document_response
 
 from api.auth import principal, public, runtime
-from engine import bimi
+from engine.domains import bimi
 from engine.errors import InvalidRequest
 
 blueprint = Blueprint("bimi", __name__, url_prefix="/v1")

@@ -10,7 +10,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import query_args
-from engine import bulk_send
+from engine.contacts import bulk_send
 
 blueprint = Blueprint("broadcasts", __name__, url_prefix="/v1/broadcasts")
 

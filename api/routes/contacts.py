@@ -14,8 +14,9 @@ from api.auth import principal, runtime
 from api.models import EmailText, Name, Out, Tag
 from api.routes.emails import at_most_once
 from api.validation import json_body, query_args
-from engine import bulk_send, contacts, csv_import
-from engine.contacts import ListChanges
+from engine.contacts import bulk_send, csv_import
+from engine.contacts import lists as contacts
+from engine.contacts.lists import ListChanges
 from engine.errors import InvalidRequest, Unprocessable
 from storage.contacts import Contact, ContactList
 

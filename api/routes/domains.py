@@ -11,7 +11,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Out
 from api.validation import json_body
-from engine import domains
+from engine.domains import registry as domains
 from storage.domains import Domain
 
 blueprint = Blueprint("domains", __name__, url_prefix="/v1/domains")

@@ -15,9 +15,11 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery, Tag
 from api.validation import json_body, query_args
-from engine import batch, email_log, idempotency, scheduling, sending, templates
 from engine.errors import EngineError, Unprocessable
-from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult
+from engine.sending import batch, email_log, idempotency, scheduling
+from engine.sending import intake as sending
+from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult
+from engine.templates import library as templates
 from storage.emails import Email
 
 blueprint = Blueprint("emails", __name__, url_prefix="/v1/emails")

@@ -16,7 +16,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import json_body, query_args
-from engine import forwards
+from engine.forwarding import rules as forwards
 from storage.forwards import Forward
 
 blueprint = Blueprint("forwards", __name__, url_prefix="/v1/forwards")

@@ -11,7 +11,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import EmailText, Out
 from api.validation import json_body
-from engine import senders
+from engine.domains import senders
 
 blueprint = Blueprint("senders", __name__, url_prefix="/v1/senders")
 

@@ -15,7 +15,7 @@ from quart import Blueprint, Response, jsonify, request
 from api.auth import principal, public, runtime
 from api.models import EmailText
 from api.validation import json_body
-from engine import accounts
+from engine.accounts import users as accounts
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/v1/auth")
 

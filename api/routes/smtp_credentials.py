@@ -16,7 +16,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Out
 from api.validation import json_body
-from engine import smtp_credentials
+from engine.accounts import smtp_credentials
 
 blueprint = Blueprint("smtp_credentials", __name__, url_prefix="/v1/smtp-credentials")
 

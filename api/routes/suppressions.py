@@ -11,7 +11,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery
 from api.validation import json_body, query_args
-from engine import suppressions
+from engine.suppressions import entries as suppressions
 
 blueprint = Blueprint("suppressions", __name__, url_prefix="/v1/suppressions")
 

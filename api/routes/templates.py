@@ -12,7 +12,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Name, Out
 from api.validation import json_body
-from engine import templates
+from engine.templates import library as templates
 from storage.templates import Template
 
 blueprint = Blueprint("templates", __name__, url_prefix="/v1/templates")

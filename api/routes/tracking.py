@@ -13,7 +13,7 @@ import html
 from quart import Blueprint, Response, request
 
 from api.auth import public, runtime
-from engine import tracking
+from engine.sending import tracking
 
 blueprint = Blueprint("tracking", __name__, url_prefix="/t")
 

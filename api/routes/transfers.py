@@ -16,8 +16,9 @@ from quart_schema import document_request, document_response
 from api.auth import credential_optional, optional_principal, principal, public, runtime
 from api.models import EmailText, Out
 from api.validation import json_body, parse_body
-from engine import transfer_rules, transfers
-from engine.transfers import AcceptRequest
+from engine.transfers import actions as transfers
+from engine.transfers import rules as transfer_rules
+from engine.transfers.actions import AcceptRequest
 from storage.transfers import Transfer
 
 blueprint = Blueprint("transfers", __name__, url_prefix="/v1")

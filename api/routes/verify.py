@@ -8,7 +8,7 @@ from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.validation import json_body
-from engine import verification
+from engine.delivery import verification
 
 blueprint = Blueprint("verify", __name__, url_prefix="/v1/verify")
 

@@ -13,7 +13,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import json_body, query_args
-from engine import webhooks
+from engine.webhooks import endpoints as webhooks
 from storage.webhooks import Delivery, Webhook
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/v1")

@@ -15,8 +15,8 @@ from email.utils import format_datetime
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign
+from engine.sending.tracking import Links, instrument_html
 from engine.smtp.grammar import to_crlf
-from engine.tracking import Links, instrument_html
 from storage.domains import Domain
 from storage.emails import Email
 

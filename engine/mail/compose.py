@@ -9,7 +9,7 @@ Rules:
 - Pure: Date, Message-ID and everything else come from the message, never the clock.
 - Nothing a caller passes can add a header line. Line breaks and control characters in any
   header text raise ValueError (`header_text_problem` is that one rule; the send checks of
-  engine/sending.py apply it too, so the API answers 422 before anything is queued), and
+  engine/sending/intake.py apply it too, so the API answers 422 before anything is queued), and
   custom headers may not replace the headers Postroom owns (`validate_custom_headers`).
 - Bcc recipients are not part of a message: they exist only in the SMTP envelope.
 """

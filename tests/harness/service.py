@@ -28,7 +28,7 @@ import pytest
 import trio
 import trio.testing
 
-from engine import accounts
+from engine.accounts import users as accounts
 from postroom import config
 from postroom.service import RunningService, serve
 from tests.harness.dns_server import DnsServer

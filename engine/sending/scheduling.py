@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine import sending
 from engine.errors import NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
-from engine.sending import SendResult
+from engine.sending import intake as sending
+from engine.sending.intake import SendResult
 from storage import emails, suppressions
 from storage.codec import new_id
 from storage.emails import Email, Event

@@ -14,7 +14,7 @@ import trio
 from engine import plans
 from engine.errors import EngineError, InvalidRequest
 from engine.runtime import Principal, Runtime
-from engine.sending import SendRequest, SendResult, send
+from engine.sending.intake import SendRequest, SendResult, send
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """SMTP relay credentials: create one per verified domain within the plan, list, deactivate,
-and match a username and password for the relay (engine/submission.py authenticates).
+and match a username and password for the relay (engine/sending/submission.py authenticates).
 
 The username is derived (DESIGN.md: the first 8 characters of the workspace id, `@`, the
 domain name); the password is a random token shown once, stored as its SHA-256 hash (like
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine import plans
+from engine.accounts.passwords import same, token_hash
 from engine.activity import Change, record
 from engine.errors import Conflict, InvalidRequest, NotFound
 from engine.runtime import Principal, Runtime
-from engine.secrets import same, token_hash
 from storage import domains, smtp_credentials
 from storage.codec import new_id
 from storage.smtp_credentials import RelayLogin, SmtpCredential

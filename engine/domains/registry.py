@@ -14,9 +14,10 @@ from datetime import datetime
 
 import trio
 
-from engine import dkim_keys, dns, plans
+from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
+from engine.domains import dkim_keys
 from engine.errors import Conflict, NotFound
 from engine.runtime import Principal, Runtime
 from storage import domains

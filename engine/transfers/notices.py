@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import dkim_keys
+from engine.domains import dkim_keys
 from engine.mail.addresses import message_id
 from engine.runtime import Runtime
 from storage import emails, transfers

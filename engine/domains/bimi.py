@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import dns, plans, svg_policy
+from engine import dns, plans
 from engine.activity import Change, record
+from engine.domains import svg_policy
 from engine.errors import InvalidRequest, NotFound
 from engine.runtime import Principal, Runtime
 from storage import domains

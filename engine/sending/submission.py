@@ -10,7 +10,7 @@ The same rules as the API, applied at the SMTP step where a client can best be t
   the session's last look is `RECHECK_AFTER` old (`current`; one indexed read a second at
   most, nothing for a burst of messages), and storing a message reads it in any case.
 - RCPT TO a suppressed address is refused with the reason and counts as an attempt of the
-  one-time override (engine/suppression_override.py, through `sending.attempt_suppressed`):
+  one-time override (engine/suppressions/override.py, through `sending.attempt_suppressed`):
   the first attempt opens a 24-hour window, one retry within it is accepted (the override
   is used then), later ones are refused.
 - The message names its author as the workspace registered it (what DMARC and the
@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from engine import plans
-from engine import smtp_credentials as credentials
+from engine.accounts import smtp_credentials as credentials
 from engine.mail import address_list
-from engine.raw_mail import HeaderSummary, RawMail, store_raw, summarize
 from engine.runtime import Runtime
-from engine.sending import attempt_suppressed, suppression_overrides
+from engine.sending.intake import attempt_suppressed, suppression_overrides
+from engine.sending.raw_mail import HeaderSummary, RawMail, store_raw, summarize
 from storage import domains, emails, smtp_credentials, suppressions
 from storage.smtp_credentials import RelayLogin
 from storage.tx import Tx

@@ -30,12 +30,12 @@ import trio
 
 from engine import plans
 from engine.activity import Change, record
-from engine.contacts import CappedErrors
+from engine.contacts.lists import CappedErrors
 from engine.errors import InvalidRequest, NotFound, PlanLimit, Unprocessable
 from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
-from engine.sending import Mailbox, SendRequest, email_records
-from engine.variables import contact_values, render, render_subject
+from engine.sending.intake import Mailbox, SendRequest, email_records
+from engine.templates.variables import contact_values, render, render_subject
 from storage import broadcasts, contacts, domains, emails
 from storage.broadcasts import Broadcast
 from storage.codec import new_id

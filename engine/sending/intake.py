@@ -4,7 +4,7 @@
 endpoint shows them all); `send` raises the first one as the matching error, then stores the
 email, its recipients and its first event in one durable unit of work before the caller
 answers 202. Suppressed recipients do not make an error: the email is stored `rejected`, and
-the one-time override (engine/suppression_override.py) is applied in the same unit of work.
+the one-time override (engine/suppressions/override.py) is applied in the same unit of work.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from engine.errors import (
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
 from engine.runtime import Principal, Runtime
-from engine.suppression_override import OverrideState, Verdict, decide
+from engine.suppressions.override import OverrideState, Verdict, decide
 from storage import domains, emails, suppressions
 from storage.codec import new_id
 from storage.emails import Email, Event, Recipient

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 
 import jwt
 
+from engine.accounts.passwords import API_KEY_PREFIX, same, token_hash
 from engine.errors import Forbidden, NotFound, Unauthorized
 from engine.runtime import Principal, Runtime
-from engine.secrets import API_KEY_PREFIX, same, token_hash
 from storage import accounts, api_keys
 from storage.accounts import Session, Workspace
 from storage.tx import Tx

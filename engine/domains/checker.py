@@ -15,8 +15,8 @@ from datetime import timedelta
 
 import trio
 
-from engine import domains as domain_rules
 from engine import faults, nodes
+from engine.domains import registry as domain_rules
 from engine.errors import EngineError
 from engine.runtime import Runtime
 from storage import domains

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine import feedback
+from engine.forwarding import feedback
 from engine.mail import forwarding, reports
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime

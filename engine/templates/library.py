@@ -1,6 +1,6 @@
 """Templates: Starter plan and above, up to the plan's number, with extracted variables.
 
-`variables` is never taken from the client: it is extracted (engine/variables.py) from
+`variables` is never taken from the client: it is extracted (engine/templates/variables.py) from
 html_body and text_body, as the spec says, each time either changes. A duplicate is named
 `<name> (copy)` (DESIGN.md) and counts against the plan's limit like any new template.
 `fill` completes a send request from a template (`template_id` + `variables` on /v1/emails).
@@ -17,8 +17,8 @@ from engine import plans
 from engine.activity import Change, record
 from engine.errors import NotFound
 from engine.runtime import Principal, Runtime
-from engine.sending import SendRequest
-from engine.variables import extract, render, render_subject
+from engine.sending.intake import SendRequest
+from engine.templates.variables import extract, render, render_subject
 from storage import templates
 from storage.codec import new_id
 from storage.templates import Template

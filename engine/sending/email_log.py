@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.errors import Conflict, NotFound
 from engine.runtime import Principal, Runtime
-from engine.sending import AttachmentIn, Mailbox, SendRequest, SendResult, send
+from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult, send
 from storage import emails
 from storage import saved_searches as storage_saved
 from storage.emails import Email, Event, Recipient, Search

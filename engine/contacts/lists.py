@@ -17,7 +17,7 @@ from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
-from engine.variables import header_safe
+from engine.templates.variables import header_safe
 from storage import contacts
 from storage.codec import new_id
 from storage.contacts import Contact, ContactList

@@ -24,13 +24,14 @@ from pathlib import Path
 import httpx
 import trio
 
-from engine import faults, outbound_http, raw_mail
+from engine import faults, outbound_http
 from engine.errors import EngineError
 from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
 from engine.nodes import LEASE
-from engine.raw_mail import RawMail
 from engine.runtime import Runtime
+from engine.sending import raw_mail
+from engine.sending.raw_mail import RawMail
 from storage import forwards, inbound, suppressions
 from storage.codec import new_id
 from storage.forwards import LogEntry

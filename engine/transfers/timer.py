@@ -18,8 +18,9 @@ from datetime import datetime, timedelta
 
 import trio
 
-from engine import nodes, transfers
+from engine import nodes
 from engine.runtime import Runtime
+from engine.transfers import actions as transfers
 
 POLL = timedelta(minutes=1)
 

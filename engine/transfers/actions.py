@@ -1,7 +1,7 @@
 """Domain transfers: initiate, accept, decline, cancel, stop, the timer's deadlines, force.
 
-Each operation is one unit of work: the state change (decided by engine/transfer_rules.py),
-its activity entries on each side, and the mail announcing it (engine/transfer_mail.py)
+Each operation is one unit of work: the state change (decided by engine/transfers/rules.py),
+its activity entries on each side, and the mail announcing it (engine/transfers/notices.py)
 commit together. Accept and stop tokens are random, stored as SHA-256 and used up when used.
 On completion the domain moves with its senders, forwards and BIMI settings; the previous
 owner's SMTP credentials for it are revoked; with `rotate_dkim` it gets a new DKIM key and is
@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import dkim_keys, faults, plans, transfer_mail
-from engine import transfer_rules as rules
-from engine.accounts import require_admin
+from engine import faults, plans
+from engine.accounts.passwords import token_hash
+from engine.accounts.users import require_admin
 from engine.activity import Change, record
 from engine.addresses import normalize_email
+from engine.domains import dkim_keys
 from engine.errors import (
     Conflict,
     EngineError,
@@ -31,8 +32,9 @@ from engine.errors import (
     RateLimited,
 )
 from engine.runtime import Principal, Runtime
-from engine.secrets import token_hash
-from engine.transfer_mail import Notice, SystemSender
+from engine.transfers import notices as transfer_mail
+from engine.transfers import rules
+from engine.transfers.notices import Notice, SystemSender
 from storage import accounts, broadcasts, domains, forwards, smtp_credentials, transfers
 from storage.codec import new_id
 from storage.domains import Domain

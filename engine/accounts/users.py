@@ -14,10 +14,11 @@ from datetime import datetime, timedelta
 
 import jwt
 
-from engine import login_limits, plans
+from engine import plans
+from engine.accounts import login_limits
+from engine.accounts.api_keys import PERMISSIONS, insert_key
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.api_keys import PERMISSIONS, insert_key
 from engine.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from engine.runtime import Principal, Runtime
 from storage import accounts

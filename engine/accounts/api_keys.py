@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine import plans
+from engine.accounts.passwords import new_api_key
 from engine.activity import Change, record
 from engine.errors import NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
-from engine.secrets import new_api_key
 from storage import api_keys
 from storage.api_keys import ApiKey
 from storage.codec import new_id

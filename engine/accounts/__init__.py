@@ -1,0 +1,1 @@
+"""Users, sessions, API keys, SMTP credentials and passwords: who may act."""

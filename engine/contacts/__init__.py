@@ -1,0 +1,1 @@
+"""Contact lists, CSV import and bulk sends to a list."""

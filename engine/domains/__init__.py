@@ -1,0 +1,1 @@
+"""Sending domains: registration, DKIM keys, DNS checks, senders and BIMI."""

@@ -1,0 +1,1 @@
+"""Inbound mail: forward rules, the forwarder, and reports at bounce addresses."""

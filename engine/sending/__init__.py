@@ -1,0 +1,1 @@
+"""Accepting email at every door (API, batch, relay, system mail) and reading the log."""

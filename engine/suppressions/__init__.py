@@ -1,0 +1,1 @@
+"""The suppression list and its one-time 24-hour override."""

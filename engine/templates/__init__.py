@@ -1,0 +1,1 @@
+"""Templates and the variables they render."""

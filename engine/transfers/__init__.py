@@ -1,0 +1,1 @@
+"""Domain transfers between workspaces: rules, actions, notices and the timer."""

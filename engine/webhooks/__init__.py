@@ -1,0 +1,1 @@
+"""Webhook endpoints and the dispatcher that delivers their signed events."""
