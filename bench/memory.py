@@ -33,7 +33,7 @@ from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_proces
 from engine.domains import registry as domains
 from engine.runtime import Principal
 from postroom import config
-from postroom.service import open_runtime
+from postroom.startup import open_runtime
 from storage import emails
 from storage.codec import new_id
 from storage.database import open_database

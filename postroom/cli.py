@@ -26,7 +26,7 @@ from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.supervisor import DatabaseGone
 from postroom import config, logs
-from postroom.service import open_runtime, serve
+from postroom.startup import open_runtime
 from storage import migrations, nodes
 from storage.database import open_database
 
@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(settings: config.Settings) -> None:
+    # Here, not at the top: the other commands start without the HTTP and SMTP front doors.
+    from postroom.service import serve
+
     async with trio.open_nursery() as nursery:
         service = await nursery.start(serve, settings)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

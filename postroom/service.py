@@ -9,7 +9,6 @@ acknowledged, so even a kill -9 loses nothing.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,28 +19,25 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from api.app import create_app
 from engine import nodes
-from engine.accounts.key_cache import KeyCache
-from engine.clock import Clock
 from engine.contacts.bulk_send import fail_interrupted
 from engine.delivery.router import DeliveryRouter
-from engine.dns import make_resolver
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
 from engine.transfers.timer import TransferTimer
-from engine.wakeups import WakeupHub, WakeupRelay
+from engine.wakeups import WakeupRelay
 from engine.webhooks.dispatcher import WebhookDispatcher
-from postroom import master_key
 from postroom.config import Settings
 from postroom.logs import log_left_behind
 from postroom.metrics import ServiceMetrics
+from postroom.startup import open_runtime
 from relay.inbound import inbound_listener
 from relay.listener import SmtpListener
 from relay.submission import submission_listener
 from relay.tls import server_context
-from storage import accounts, backlog, migrations
-from storage.database import Database, open_database
+from storage import backlog
+from storage.database import open_database
 
 log = logging.getLogger("postroom")
 
@@ -55,34 +51,6 @@ class RunningService:
     stop: Callable[[], None]
     submission_address: tuple[str, int] = ("", 0)  # the SMTP relay's bound address
     inbound_address: tuple[str, int] = ("", 0)  # the inbound MX's bound address
-
-
-async def open_runtime(db: Database, settings: Settings) -> Runtime:
-    """Migrate the database, give it the master key (sealing what is in clear), and assemble
-    the engine runtime over it."""
-    await db.transaction(migrations.apply_pending)
-    await master_key.install(db, settings)
-    secret_key = settings.secret_key
-    if secret_key is None:
-        secret_key = await db.write(accounts.secret, "secret_key", secrets.token_urlsafe(48))
-    key_cache = KeyCache()
-    rt = Runtime(
-        db=db,
-        clock=Clock(),
-        resolver=make_resolver(settings.dns_servers),
-        secret_key=secret_key,
-        smtp_host=settings.smtp_host,
-        public_url=settings.public_url,
-        key_cache=key_cache,
-        wakeups=WakeupHub(key_cache),
-        delivery_port=settings.delivery_port,
-        allow_private_targets=settings.allow_private_targets,
-        system_from=settings.system_from,
-        node=nodes.new_node_id(),
-        domain_transfers=settings.domain_transfers,
-    )
-    db.on_commit(rt.wakeups.deliver, rt.node)
-    return rt
 
 
 def _hypercorn_config(settings: Settings) -> HypercornConfig:

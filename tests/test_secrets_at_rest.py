@@ -28,7 +28,8 @@ from trio.testing import MockClock
 
 from postroom import config
 from postroom.master_key import MasterKeyError
-from postroom.service import open_runtime, serve
+from postroom.service import serve
+from postroom.startup import open_runtime
 from relay.tls import self_signed
 from storage import domains
 from storage.database import open_database

@@ -1,0 +1,48 @@
+"""Opening the engine over a database: migrations, the master key, and the `Runtime`.
+
+Apart from the service (`postroom.service`), so that CLI commands which only need the engine
+(`accounts create`, `set-plan`) start without loading the HTTP and SMTP front doors.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from engine import nodes
+from engine.accounts.key_cache import KeyCache
+from engine.clock import Clock
+from engine.dns import make_resolver
+from engine.runtime import Runtime
+from engine.wakeups import WakeupHub
+from postroom import master_key
+from postroom.config import Settings
+from storage import accounts, migrations
+from storage.database import Database
+
+
+async def open_runtime(db: Database, settings: Settings) -> Runtime:
+    """Migrate the database, give it the master key (sealing what is in clear), and assemble
+    the engine runtime over it."""
+    await db.transaction(migrations.apply_pending)
+    await master_key.install(db, settings)
+    secret_key = settings.secret_key
+    if secret_key is None:
+        secret_key = await db.write(accounts.secret, "secret_key", secrets.token_urlsafe(48))
+    key_cache = KeyCache()
+    rt = Runtime(
+        db=db,
+        clock=Clock(),
+        resolver=make_resolver(settings.dns_servers),
+        secret_key=secret_key,
+        smtp_host=settings.smtp_host,
+        public_url=settings.public_url,
+        key_cache=key_cache,
+        wakeups=WakeupHub(key_cache),
+        delivery_port=settings.delivery_port,
+        allow_private_targets=settings.allow_private_targets,
+        system_from=settings.system_from,
+        node=nodes.new_node_id(),
+        domain_transfers=settings.domain_transfers,
+    )
+    db.on_commit(rt.wakeups.deliver, rt.node)
+    return rt
