@@ -15,6 +15,7 @@ import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from engine import plans
 from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.supervisor import DatabaseGone
-from postroom import config, logs
+from postroom import config, logs, workers
 from postroom.startup import open_runtime
 from storage import migrations, nodes
 from storage.database import open_database
@@ -33,11 +34,26 @@ from storage.database import open_database
 log = logging.getLogger("postroom")
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="postroom", description="Self-hosted email delivery.")
     parser.add_argument("--config", type=Path, help="TOML file of settings (env vars win)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="run the API, relays and delivery engine")
+    serve = commands.add_parser("serve", help="run the API, relays and delivery engine")
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="processes sharing the ports, each a node of its own (default: one per core)",
+    )
+    # Set by `--workers N` on the processes it starts; not for people.
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("nodes", help="list the nodes sharing the database and what each holds")
     account = commands.add_parser("accounts", help="manage accounts").add_subparsers(
@@ -54,12 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(settings: config.Settings) -> None:
+async def _serve(settings: config.Settings, reuse_port: bool) -> None:
     # Here, not at the top: the other commands start without the HTTP and SMTP front doors.
     from postroom.service import serve
 
     async with trio.open_nursery() as nursery:
-        service = await nursery.start(serve, settings)
+        service = await nursery.start(partial(serve, settings, reuse_port=reuse_port))
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 name = signal.Signals(signum).name
@@ -95,7 +111,10 @@ async def _migrate(settings: config.Settings) -> list[int]:
 
 def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.command == "serve":
-        trio.run(_serve, settings)
+        count = workers.default_workers() if args.workers is None else args.workers
+        if count > 1:
+            return workers.run(settings, count, args.config)
+        trio.run(_serve, settings, args.reuse_port)
     elif args.command == "nodes":
         print(trio.run(_nodes, settings))
     elif args.command == "migrate":

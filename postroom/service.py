@@ -9,13 +9,16 @@ acknowledged, so even a kill -9 loses nothing.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 
 from api.app import create_app
 from engine import nodes
@@ -53,15 +56,26 @@ class RunningService:
     inbound_address: tuple[str, int] = ("", 0)  # the inbound MX's bound address
 
 
-def _hypercorn_config(settings: Settings) -> HypercornConfig:
+def _hypercorn_config() -> HypercornConfig:
     config = HypercornConfig()
-    host, port = settings.api_listen
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     # Hypercorn's own lines go through our handlers (JSON or text), not a stream of its own.
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 10.0
     return config
+
+
+def _api_socket(settings: Settings, reuse_port: bool) -> socket.socket:
+    """The API's listening socket; with `reuse_port`, one of several processes' on one port."""
+    host, port = settings.api_listen
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(socket.SOMAXCONN)
+    return sock
 
 
 async def _stop_on(shutdown: trio.Event, listeners: list[SmtpListener]) -> None:
@@ -71,9 +85,14 @@ async def _stop_on(shutdown: trio.Event, listeners: list[SmtpListener]) -> None:
 
 
 async def serve(
-    settings: Settings, *, task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED
+    settings: Settings,
+    *,
+    reuse_port: bool = False,
+    task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the whole service until `stop()` is called or the task is cancelled."""
+    """Run the whole service until `stop()` is called or the task is cancelled. With
+    `reuse_port`, it is one of several worker processes sharing the listening ports
+    (postroom/workers.py)."""
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
@@ -103,17 +122,21 @@ async def serve(
             inbound_listener(rt, settings.inbound_listen, relay_tls),
         ]
         for listener in smtp_listeners:
+            listener.reuse_port = reuse_port
             metrics.add_source(listener.name, listener)
         app = create_app(rt, supervisor, metrics, settings.metrics_token)
         app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
             async with trio.open_nursery() as front_doors:
+                # Hypercorn serves a socket of ours, so that it can share its port.
+                config = _hypercorn_config()
                 binds = await front_doors.start(
                     partial(
-                        hypercorn_serve,
-                        app,
-                        _hypercorn_config(settings),
+                        worker_serve,
+                        wrap_app(app, config.wsgi_max_body_size, None),
+                        config,
+                        sockets=Sockets([], [_api_socket(settings, reuse_port)], []),
                         shutdown_trigger=shutdown.wait,
                     )
                 )

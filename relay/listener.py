@@ -48,6 +48,17 @@ class ListenerStatistics:
     messages_refused: int
 
 
+async def shared_port_socket(host: str, port: int) -> trio.socket.SocketType:
+    """A listening socket that other processes may bind to the same port (SO_REUSEPORT)."""
+    family = trio.socket.AF_INET6 if ":" in host else trio.socket.AF_INET
+    sock = trio.socket.socket(family, trio.socket.SOCK_STREAM)
+    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEPORT, 1)
+    await sock.bind((host, port))
+    sock.listen(trio.socket.SOMAXCONN)
+    return sock
+
+
 class SmtpListener:
     """One SMTP port. `run` binds and serves until `stop()` or cancellation."""
 
@@ -78,6 +89,9 @@ class SmtpListener:
         self._total = 0
         self._refused_connections = 0
         self._refused_per_client = 0
+        # Set before `run` when several worker processes serve this port (SO_REUSEPORT): the
+        # kernel spreads the connections between them.
+        self.reuse_port = False
         self._accepted = 0
         self._refused = 0
 
@@ -95,7 +109,10 @@ class SmtpListener:
         self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED
     ) -> None:
         host, port = self._address
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        if self.reuse_port:
+            listeners = [trio.SocketListener(await shared_port_socket(host, port))]
+        else:
+            listeners = await trio.open_tcp_listeners(port, host=host)
         bound = listeners[0].socket.getsockname()
         log.info("%s listening on %s:%s", self.name, bound[0], bound[1])
         async with trio.open_nursery() as conversations:

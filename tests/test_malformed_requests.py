@@ -629,7 +629,7 @@ def target(
     client = httpx.Client(base_url=url, timeout=60.0)
     with log.open("wb") as log_file:
         proc.process = subprocess.Popen(
-            [sys.executable, "-m", "postroom", "serve"],
+            [sys.executable, "-m", "postroom", "serve", "--workers", "1"],
             env=env,
             cwd=tmp,
             stdout=log_file,

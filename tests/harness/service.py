@@ -234,6 +234,7 @@ class ServiceProcess:
     env: dict[str, str]
     cwd: Path
     process: subprocess.Popen[bytes] | None = None
+    workers: int = 1  # `serve --workers`; one process unless a test is about workers
 
     @property
     def url(self) -> str:
@@ -255,7 +256,7 @@ class ServiceProcess:
         """`postroom [options] serve`, waited on until `url` (default: the API) is healthy."""
         url = url or self.url
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "postroom", *options, "serve"],
+            [sys.executable, "-m", "postroom", *options, "serve", "--workers", str(self.workers)],
             env=self.env,
             cwd=self.cwd,
             stdout=subprocess.PIPE,

@@ -1,0 +1,157 @@
+"""`postroom serve --workers N`: N service processes sharing the listening ports, one per core.
+
+The parent does no serving. It applies the migrations and installs the master key once (so
+workers never race to), fixes the ports (a port given as 0 is chosen here and reserved with a
+bound, non-listening socket), then starts N `postroom serve --workers 1` children that each
+listen on the same ports with SO_REUSEPORT, so the kernel spreads connections between them.
+Each child is a node of its own (engine/nodes.py): leases, connection slots and limits live
+in the database, so the workers share the work exactly as several hosts would.
+
+A child that dies is started again after a back-off (a kill -9 loses nothing: its work is
+freed when it is reaped). SIGTERM or SIGINT to the parent stops every child cleanly and the
+parent exits when they have. A child dies with its parent (PR_SET_PDEATHSIG), so no worker
+outlives a killed supervisor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from postroom.config import Settings
+from postroom.startup import open_runtime
+from storage.database import open_database
+
+log = logging.getLogger("postroom")
+
+BACKOFF_FIRST = 1.0  # seconds before a dead worker is started again, doubling
+BACKOFF_MAX = 30.0
+STOP_TIMEOUT = 40.0  # seconds workers get to stop cleanly before they are killed
+_PR_SET_PDEATHSIG = 1
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+async def _prepare(settings: Settings) -> None:
+    async with open_database(settings.database_url) as db:
+        await open_runtime(db, settings)
+
+
+def _reserve(address: tuple[str, int]) -> socket.socket:
+    """Fix a listening address's port (0 picks one), reserved by a socket that never listens."""
+    host, port = address
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _listen_value(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _this_program() -> list[str]:
+    """How this process was started, up to its own arguments (`python -m postroom`, the
+    single-file build `python -I postroom.pyz`, or the `postroom` script), to start the
+    workers the same way."""
+    program = sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]
+    return [sys.executable, *program[1:]]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it when the parent dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Workers:
+    def __init__(self, count: int, env: dict[str, str], config: Path | None) -> None:
+        self._count = count
+        self._env = env
+        self._argv = _this_program()
+        if config is not None:
+            self._argv += ["--config", str(config)]
+        self._argv += ["serve", "--workers", "1", "--reuse-port"]
+        self._children: list[subprocess.Popen[bytes] | None] = [None] * count
+        self._signal: int | None = None  # set by the handler; acted on by the loop
+
+    def _start(self, index: int) -> None:
+        self._children[index] = subprocess.Popen(
+            self._argv, env=self._env, preexec_fn=_die_with_parent
+        )
+
+    def _note(self, signum: int, frame: object) -> None:
+        self._signal = signum
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._note)
+        signal.signal(signal.SIGINT, self._note)
+        for index in range(self._count):
+            self._start(index)
+        log.info("started %d workers", self._count)
+        backoff = [BACKOFF_FIRST] * self._count
+        restart_at: dict[int, float] = {}
+        while self._signal is None:
+            time.sleep(0.2)
+            for index, child in enumerate(self._children):
+                if self._signal is not None or child is None or child.poll() is None:
+                    continue
+                if index not in restart_at:
+                    log.error(
+                        "worker %d (pid %d) exited with %s; starting it again in %.0f s",
+                        index,
+                        child.pid,
+                        child.returncode,
+                        backoff[index],
+                    )
+                    restart_at[index] = time.monotonic() + backoff[index]
+                    backoff[index] = min(backoff[index] * 2, BACKOFF_MAX)
+                elif time.monotonic() >= restart_at[index]:
+                    del restart_at[index]
+                    self._start(index)
+        name = signal.Signals(self._signal).name
+        log.info("%s, stopping %d workers", name, self._count, extra={"signal": name})
+        for child in self._children:
+            if child is not None and child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for child in self._children:
+            if child is None:
+                continue
+            try:
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        return 0
+
+
+def run(settings: Settings, count: int, config: Path | None) -> int:
+    """Serve with `count` worker processes until SIGTERM or SIGINT; the exit status."""
+    trio.run(_prepare, settings)  # migrations and the master key, once, before any worker
+    reserved = [
+        _reserve(address)
+        for address in (settings.api_listen, settings.submission_listen, settings.inbound_listen)
+    ]
+    env = dict(os.environ)
+    for name, sock in zip(("API", "SUBMISSION", "INBOUND"), reserved, strict=True):
+        env[f"POSTROOM_{name}_LISTEN"] = _listen_value(sock)
+    try:
+        return Workers(count, env, config).run()
+    finally:
+        for sock in reserved:
+            sock.close()

@@ -1,0 +1,110 @@
+"""`postroom serve --workers N`: processes sharing the ports, each a node of its own.
+
+Through the real command: the workers answer on the same API port, each registers as a node,
+mail accepted through them is delivered once, a killed worker is started again, and SIGTERM
+stops them all cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import httpx
+import trio
+
+from tests.harness.dns_server import DnsServer
+from tests.harness.service import ServiceProcess
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_sending import SENDER, SENDING_DOMAIN, route_mail
+
+
+def _nodes(proc: ServiceProcess) -> list[list[str]]:
+    """The rows of `postroom nodes`: [id, state, ...] each."""
+    lines = proc.cli("nodes").stdout.splitlines()[1:]
+    return [line.split() for line in lines]
+
+
+def _alive(proc: ServiceProcess) -> list[str]:
+    return [row[0] for row in _nodes(proc) if row[1] == "alive"]
+
+
+async def _workers_alive(proc: ServiceProcess, count: int) -> list[str]:
+    """The alive nodes once there are `count` of them (30 s at most)."""
+    with trio.fail_after(30):
+        while True:
+            alive = await trio.to_thread.run_sync(_alive, proc)
+            if len(alive) == count:
+                return alive
+            await trio.sleep(0.2)
+
+
+async def _ready(proc: ServiceProcess, dns_server: DnsServer) -> str:
+    created = json.loads(
+        proc.cli(
+            "accounts", "create", "--email", "w@example.org", "--password", "x" * 16,
+            "--plan", "business",
+        ).stdout
+    )  # fmt: skip
+    key = str(created["api_key"])
+    async with httpx.AsyncClient(
+        base_url=proc.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as client:
+        domain = (await client.post("/v1/domains/", json={"name": SENDING_DOMAIN})).json()
+        dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
+        dns_server.set(dkim["host"], "TXT", [dkim["value"]])
+        assert (await client.post(f"/v1/domains/{domain['id']}/verify")).status_code == 200
+        assert (await client.post("/v1/senders/", json={"email": SENDER})).status_code == 201
+    return key
+
+
+async def test_workers_share_the_ports_deliver_once_and_stop_together(
+    service_process: ServiceProcess, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    service_process.env["POSTROOM_DNS_SERVERS"] = dns_server.nameserver
+    service_process.env["POSTROOM_DELIVERY_PORT"] = str(smtp_sink.port)
+    service_process.workers = 2
+    await trio.to_thread.run_sync(service_process.start)
+    await _workers_alive(service_process, 2)
+    key = await _ready(service_process, dns_server)
+    route_mail(dns_server, "workers.example")
+    sent = set()
+    async with httpx.AsyncClient(
+        base_url=service_process.url,
+        headers={"Authorization": f"Bearer {key}"},
+        # A connection per request, so the kernel spreads them between the workers.
+        limits=httpx.Limits(max_keepalive_connections=0),
+        timeout=30,
+    ) as client:
+        for i in range(30):
+            body = {
+                "from_": {"email": SENDER},
+                "to": [{"email": f"r{i}@workers.example"}],
+                "subject": f"n{i}",
+                "text": "hi",
+            }
+            response = await client.post("/v1/emails/", json=body)
+            assert response.status_code == 202, response.text
+            sent.add(response.json()["message_id"])
+    messages = await smtp_sink.wait_for_messages(30, timeout=60)
+    assert len(messages) == 30  # each once, whichever worker took it
+    assert service_process.signal(signal.SIGTERM) == 0
+    states = {row[1] for row in await trio.to_thread.run_sync(_nodes, service_process)}
+    assert states == {"stopped"}
+
+
+async def test_a_killed_worker_is_started_again(service_process: ServiceProcess) -> None:
+    service_process.workers = 2
+    await trio.to_thread.run_sync(service_process.start)
+    victim = (await _workers_alive(service_process, 2))[0]
+    os.kill(int(victim.split("/")[1]), signal.SIGKILL)
+    with trio.fail_after(40):  # restarted after its back-off; the dead node reaped
+        while True:
+            alive = await trio.to_thread.run_sync(_alive, service_process)
+            if len(alive) == 2 and victim not in alive:
+                break
+            await trio.sleep(0.3)
+    async with httpx.AsyncClient(timeout=5) as client:
+        assert (await client.get(service_process.url + "/healthz")).status_code == 200
+    assert service_process.signal(signal.SIGTERM) == 0
