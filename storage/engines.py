@@ -9,8 +9,11 @@ Driver errors are translated here, at the edge (storage/errors.py): a full disk 
 `StorageFull` on either engine, and each engine's `space` tells whether writes have room.
 
 Topics a unit announces (`Tx.notify`) are kept only if the unit commits: they are collected
-for the database's wake-ups (`take_notes`) and, on PostgreSQL, sent to every other node with
-`pg_notify` inside the same transaction, so a NOTIFY arrives exactly when its work is visible.
+for the database's wake-ups (`take_notes`) and sent to every other node inside the same
+transaction, so an announcement arrives exactly when its work is visible: on PostgreSQL with
+`pg_notify`; on SQLite, whose nodes are the worker processes of one host, as a row of the
+engine's own `_signals` table that the others poll (`hear`). `mail:<domain>` topics stay
+local on SQLite: each worker delivers the mail it accepted, and connection slots are shared.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,6 +106,12 @@ class Notes:
 
 
 NOTIFY_CHANNEL = "postroom"
+# SQLite's announcements between the processes sharing a file: rows polled by each (`hear`).
+_SIGNALS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS _signals"
+    " (seq INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, topics TEXT NOT NULL)"
+)
+_SIGNALS_KEPT = 1000  # rows kept: a process polls far more often than this many commits
 _NOTIFY_BYTES = 7000  # PostgreSQL's payload limit is 8000 bytes
 
 
@@ -206,11 +216,14 @@ class SQLiteEngine:
         self.notes = Notes()
         self.node = ""
         self._writer = self._connect()
+        self._writer.execute(_SIGNALS_TABLE)
         self.reader_slots = readers
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         for _ in range(readers):
             self._readers.put(self._connect())
         self._write_lock = threading.Lock()
+        self._listener: sqlite3.Connection | None = None  # polls `_signals`, opened by `hear`
+        self._heard_up_to = 0
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -227,8 +240,14 @@ class SQLiteEngine:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
         (results, notes), stored = self._in_write_transaction(
-            lambda conn: _run_isolated(
-                Tx(conn, "sqlite", self.sealer), conn.execute, lambda: conn.in_transaction, jobs
+            lambda conn: self._signalled(
+                conn,
+                _run_isolated(
+                    Tx(conn, "sqlite", self.sealer),
+                    conn.execute,
+                    lambda: conn.in_transaction,
+                    jobs,
+                ),
             )
         )
         self.notes.add(notes)
@@ -237,7 +256,9 @@ class SQLiteEngine:
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
         (result, notes), stored = self._in_write_transaction(
-            lambda conn: _with_notes(unit, Tx(conn, "sqlite", self.sealer), args)
+            lambda conn: self._signalled(
+                conn, _with_notes(unit, Tx(conn, "sqlite", self.sealer), args)
+            )
         )
         self.notes.add(notes)
         self.space.settle([], stored)
@@ -260,8 +281,36 @@ class SQLiteEngine:
                 raise
             return result, conn.total_changes != changes
 
+    def _signalled(self, conn: sqlite3.Connection, done: tuple[T, set[str]]) -> tuple[T, set[str]]:
+        """Tell the other processes on this file, at commit, what the transaction made."""
+        shared = sorted(topic for topic in done[1] if not topic.startswith("mail:"))
+        if shared:
+            cursor = conn.execute(
+                "INSERT INTO _signals (node, topics) VALUES (?, ?)", (self.node, "\n".join(shared))
+            )
+            kept_from = (cursor.lastrowid or 0) - _SIGNALS_KEPT
+            conn.execute("DELETE FROM _signals WHERE seq < ?", (kept_from,))
+        return done
+
     def hear(self, timeout: float) -> set[str] | None:
-        return None
+        heard: set[str] = set()
+        if self._listener is None:
+            self._listener = self._connect()
+            self._heard_up_to = int(
+                self._listener.execute("SELECT COALESCE(MAX(seq), 0) FROM _signals").fetchone()[0]
+            )
+            heard.add("rescan")  # what was signalled before this process listened
+        rows = self._listener.execute(
+            "SELECT seq, node, topics FROM _signals WHERE seq > ? ORDER BY seq",
+            (self._heard_up_to,),
+        ).fetchall()
+        for seq, node, topics in rows:
+            self._heard_up_to = seq
+            if node != self.node:
+                heard.update(topics.split("\n"))
+        if not rows:
+            time.sleep(timeout)  # polled: SQLite has no channel to wait on
+        return heard
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         conn = self._readers.get()
@@ -278,6 +327,8 @@ class SQLiteEngine:
             self._readers.put(conn)
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self._writer.close()
         while not self._readers.empty():
             self._readers.get().close()

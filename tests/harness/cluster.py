@@ -26,7 +26,7 @@ import psycopg
 import trio
 
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import REPO, SMTP_HOST, free_port
+from tests.harness.service import REPO, SMTP_HOST, START_TIMEOUT, free_port
 from tests.harness.smtp_sink import SmtpSink
 
 
@@ -59,7 +59,7 @@ class Node:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"postroom serve exited early:\n{self.log.read_text()}")
@@ -69,7 +69,7 @@ class Node:
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"postroom serve did not answer on {self.url} in 30 s")
+        raise RuntimeError(f"postroom serve did not answer on {self.url} in {START_TIMEOUT:.0f} s")
 
     def kill(self) -> None:
         """SIGKILL: the node dies as in a crash, holding whatever it held."""

@@ -39,6 +39,9 @@ POSTGRES_ENV = "POSTROOM_TEST_POSTGRES"
 PUBLIC_URL = "http://postroom.test"
 SMTP_HOST = "mx.postroom.test"
 REPO = Path(__file__).resolve().parents[2]
+# Seconds a `postroom serve` process gets to answer /healthz: generous, since a busy 2-core
+# machine running four test workers can take that long to start several processes.
+START_TIMEOUT = 90.0
 
 
 def _postgres_admin_url() -> str | None:
@@ -262,7 +265,7 @@ class ServiceProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"postroom serve exited early:\n{self.output()}")
@@ -271,7 +274,7 @@ class ServiceProcess:
                     return
             except httpx.TransportError:
                 time.sleep(0.05)
-        raise RuntimeError(f"postroom serve did not answer on {url} in 30 s")
+        raise RuntimeError(f"postroom serve did not answer on {url} in {START_TIMEOUT:.0f} s")
 
     def signal(self, signum: signal.Signals) -> int:
         """Send a signal and wait for the process to end; its exit status."""
