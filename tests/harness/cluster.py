@@ -53,7 +53,7 @@ class Node:
         self.log = self.cwd / f"node-{self.env['POSTROOM_API_LISTEN'].rsplit(':', 1)[1]}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "postroom", "serve"],
+                [sys.executable, "-m", "postroom", "serve", "--workers", "1"],  # one pid per node
                 env=self.env,
                 cwd=self.cwd,
                 stdout=out,
