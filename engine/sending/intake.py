@@ -456,18 +456,37 @@ class _Context:
 
 
 def _context(tx: Tx, workspace_id: str, addresses: _Addresses, now: datetime) -> _Context:
-    found = verified_sender(tx, domains.sender_by_email(tx, workspace_id, addresses.from_email))
-    domain, from_issue = (
-        (found, None) if isinstance(found, Domain) else (None, f"{addresses.from_email} {found}")
-    )
-    suppressed = suppressions.suppressed_among(tx, workspace_id, addresses.recipients)
-    return _Context(
-        domain,
-        from_issue,
-        emails.sent_in_month(tx, workspace_id, month(now)),
-        suppressed,
-        suppression_overrides(tx, workspace_id, suppressed),
-    )
+    [ctx] = _contexts(tx, workspace_id, [addresses], now)
+    return ctx
+
+
+def _contexts(
+    tx: Tx, workspace_id: str, many: Sequence[_Addresses], now: datetime
+) -> list[_Context]:
+    """The contexts of a request or a batch, set-based: each distinct sender looked up once,
+    the recipients' suppressions in one query, the volume once."""
+    senders: dict[str, tuple[Domain | None, str | None]] = {}
+    for from_email in dict.fromkeys(a.from_email for a in many):
+        found = verified_sender(tx, domains.sender_by_email(tx, workspace_id, from_email))
+        senders[from_email] = (
+            (found, None) if isinstance(found, Domain) else (None, f"{from_email} {found}")
+        )
+    everyone = list(dict.fromkeys(r for a in many for r in a.recipients))
+    suppressed = suppressions.suppressed_among(tx, workspace_id, everyone)
+    overrides = suppression_overrides(tx, workspace_id, suppressed)
+    sent = emails.sent_in_month(tx, workspace_id, month(now))
+    contexts = []
+    for a in many:
+        mine = {r: suppressed[r] for r in a.recipients if r in suppressed}
+        contexts.append(
+            _Context(
+                *senders[a.from_email],
+                sent,
+                mine,
+                {r: overrides[r] for r in mine if r in overrides},
+            )
+        )
+    return contexts
 
 
 def _context_issues(ctx: _Context, plan: plans.Plan, adding: int = 1) -> list[Issue]:
@@ -529,6 +548,7 @@ def _accepted(
     tx: Tx,
     who: Principal,
     checked: _Checked,
+    ctx: _Context,
     plan: plans.Plan,
     now: datetime,
     *,
@@ -538,7 +558,6 @@ def _accepted(
 ) -> NewEmail:
     """Apply the database's rules to a checked request: the email to store, or the error."""
     addresses = checked.addresses
-    ctx = _context(tx, who.workspace_id, addresses, now)
     _raise_first(_context_issues(ctx, plan, adding))
     assert ctx.domain is not None
     req = checked.req
@@ -579,7 +598,10 @@ def _store_one(
     retry_of_id: str | None,
     shard: int,
 ) -> SendResult:
-    new = _accepted(tx, who, checked, plan, now, source=source, retry_of_id=retry_of_id, adding=1)
+    ctx = _context(tx, who.workspace_id, checked.addresses, now)
+    new = _accepted(
+        tx, who, checked, ctx, plan, now, source=source, retry_of_id=retry_of_id, adding=1
+    )
     [email] = store(tx, [new], now, volume_shard=shard)
     return _result(email)
 
@@ -614,19 +636,27 @@ def _store_many(
     stored together (no unit per entry)."""
     accepted: list[NewEmail] = []
     placed: list[int | EngineError] = []
+    sent = 0  # accepted so far, not rejected
+    checked = [e for e in entries if not isinstance(e, EngineError)]
+    contexts = iter(_contexts(tx, who.workspace_id, [c.addresses for c in checked], now))
     for entry in entries:
         if isinstance(entry, EngineError):
             placed.append(entry)
             continue
+        ctx = next(contexts)
+        if ctx.suppressed:
+            # Overrides change as entries use them: read them afresh (rare: suppressed).
+            ctx = _context(tx, who.workspace_id, entry.addresses, now)
         try:
             # An entry counts against the volume with the batch's earlier ones.
             new = _accepted(
-                tx, who, entry, plan, now, source="api", retry_of_id=None,
-                adding=1 + sum(1 for n in accepted if not n.rejection),
+                tx, who, entry, ctx, plan, now, source="api", retry_of_id=None,
+                adding=1 + sent,
             )  # fmt: skip
         except EngineError as exc:
             placed.append(exc)
             continue
+        sent += new.rejection is None
         placed.append(len(accepted))
         accepted.append(new)
     stored = store(tx, accepted, now, volume_shard=shard)
