@@ -37,6 +37,8 @@ from engine.errors import (
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
 from engine.runtime import Principal, Runtime
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
 from engine.suppressions.override import OverrideState, Verdict, decide
 from storage import domains, emails, suppressions
 from storage.codec import new_id
@@ -305,7 +307,14 @@ def _boxes(boxes: tuple[Mailbox, ...]) -> list[dict[str, str | None]]:
 def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
     """The email, its recipients (none if rejected) and its first event."""
     email_id = new_id()
-    status = "rejected" if new.rejection else "scheduled" if new.send_at else "queued"
+    trigger = (
+        Trigger.ACCEPT_SUPPRESSED
+        if new.rejection
+        else Trigger.ACCEPT_SCHEDULED
+        if new.send_at
+        else Trigger.ACCEPT
+    )
+    status = statuses.email_next(None, trigger)
     due = new.send_at or now
     kinds = {box.email: kind for kind in ("bcc", "cc", "to") for box in getattr(new, kind)}
     recipients = list(dict.fromkeys(new.envelope or kinds))
@@ -352,7 +361,7 @@ def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
                 address,
                 kinds.get(address, "bcc"),
                 address.rsplit("@", 1)[1],
-                "queued",
+                statuses.QUEUED,
                 0,
                 due,
                 None,
