@@ -34,6 +34,7 @@ _CATEGORY_OF_RESOURCE = {
     "suppression": "Send",
     "member": "Team",
     "workspace": "Billing",
+    "sandbox": "Security",  # mail captured or sent for real
 }
 
 _TARGET_TYPE = {
@@ -52,6 +53,7 @@ _TARGET_TYPE = {
     "suppression": "Suppression",
     "member": "Member",
     "workspace": "Workspace",
+    "sandbox": "Sandbox mode",
 }
 
 

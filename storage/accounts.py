@@ -100,6 +100,10 @@ def user_by_email(tx: Tx, email: str) -> User | None:
     return None if row is None else _user(row)
 
 
+def has_users(tx: Tx) -> bool:
+    return tx.value("SELECT 1 FROM users LIMIT 1") is not None
+
+
 def user_by_id(tx: Tx, user_id: str) -> User | None:
     row = tx.one("SELECT * FROM users WHERE id = :id", {"id": user_id})
     return None if row is None else _user(row)

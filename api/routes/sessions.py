@@ -12,7 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from quart import Blueprint, Response, jsonify, request
 
-from api.auth import principal, public, runtime
+from api.auth import principal, public, runtime, set_session_cookie
 from api.models import EmailText
 from api.validation import json_body
 from engine.accounts import users as accounts
@@ -63,15 +63,7 @@ async def login(body: Login) -> Response:
         expires_at=session.expires_at,
     )
     response = jsonify(out.model_dump(mode="json"))
-    response.set_cookie(
-        accounts.SESSION_COOKIE,
-        session.token,
-        max_age=int(accounts.SESSION_LIFETIME.total_seconds()),
-        httponly=True,
-        secure=rt.public_url.startswith("https://"),
-        samesite="Lax",
-        path="/",
-    )
+    set_session_cookie(response, rt, session)
     return response
 
 
