@@ -166,6 +166,22 @@ def revoke_session(tx: Tx, session_id: str, at: datetime) -> None:
     )
 
 
+def set_password(tx: Tx, user_id: str, password_hash: str) -> None:
+    tx.execute(
+        "UPDATE users SET password_hash = :hash WHERE id = :id",
+        {"hash": password_hash, "id": user_id},
+    )
+
+
+def revoke_other_sessions(tx: Tx, user_id: str, keep: str | None, at: datetime) -> None:
+    """End every open session of the user but `keep` (the one that changed the password)."""
+    tx.execute(
+        "UPDATE sessions SET revoked_at = :at WHERE user_id = :user_id AND revoked_at IS NULL"
+        " AND id <> :keep",
+        {"at": timestamp(at), "user_id": user_id, "keep": keep or ""},
+    )
+
+
 def mark_reauthenticated(tx: Tx, session_id: str, until: datetime) -> None:
     tx.execute(
         "UPDATE sessions SET reauth_until = :until WHERE id = :id",

@@ -254,3 +254,34 @@ async def test_a_csp_violation_fails_the_browser_check(
         assert "CSP violation" in str(refused)
     else:
         raise AssertionError("the inline script ran or went unreported")
+
+
+async def test_changing_the_password_signs_in_with_the_new_one(
+    console: RunningService, browsing: Browsing
+) -> None:
+    email = await admin(console)
+    tab = await browsing.open(console.api_url)
+    new_password = "a different long passphrase"
+
+    def change(page: Page) -> None:
+        sign_in(page, email)
+        page.get_by_role("link", name="Account", exact=True).click()
+        page.get_by_label("Current password").fill("not my password")
+        page.get_by_label("New password").fill(new_password)
+        page.get_by_role("button", name="Change the password").click()
+        expect(page.locator("#f-current_password-error")).to_contain_text("wrong password")
+        page.get_by_label("Current password").fill(PASSWORD)
+        page.get_by_label("New password").fill(new_password)
+        page.get_by_role("button", name="Change the password").click()
+        expect(page.get_by_role("status")).to_contain_text("Password changed")
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("alert")).to_contain_text("wrong email or password")
+        page.get_by_label("Password").fill(new_password)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+
+    await tab.do(change)
+    await tab.close()

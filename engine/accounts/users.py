@@ -224,6 +224,33 @@ async def reauthenticate(
     return until
 
 
+def _set_password(
+    tx: Tx, who: Principal, password_hash: str, attempt: login_limits.Attempt, now: datetime
+) -> None:
+    login_limits.succeeded(tx, attempt)
+    accounts.set_password(tx, who.user_id, password_hash)
+    accounts.revoke_other_sessions(tx, who.user_id, who.session_id, now)
+    for workspace in accounts.workspaces_of(tx, who.user_id):
+        change = Change("password.changed", who.user_email, who.user_id)
+        record(tx, workspace.id, who.user_email, change, now)
+
+
+async def change_password(
+    rt: Runtime, who: Principal, current: str, new: str, client: str | None
+) -> None:
+    """Replace the signed-in user's password after checking the current one (counted like a
+    login); every other session of the user ends, as a stolen one should."""
+    if who.session_id is None:
+        raise Forbidden("changing the password needs a session cookie, not an API key")
+    if len(new) < MIN_PASSWORD_LENGTH:
+        raise Unprocessable(f"the password must have at least {MIN_PASSWORD_LENGTH} characters")
+    attempt = login_limits.attempt(who.user_email, client)
+    if await _password_owner(rt, attempt, accounts.user_by_id, who.user_id, current) is None:
+        raise Unauthorized("wrong password")
+    password_hash = await rt.passwords.hash(new)
+    await rt.db.write(_set_password, who, password_hash, attempt, rt.clock.now())
+
+
 def _is_admin(tx: Tx, user_id: str) -> bool:
     user = accounts.user_by_id(tx, user_id)
     return user is not None and user.is_admin
