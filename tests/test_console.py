@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from pathlib import Path
 
 import httpx
 import trio
 from playwright.sync_api import Page, expect
+from quart_trio import QuartTrio
 from trio.testing import MockClock
 
+import console as console_package
+from api.converters import IdConverter
 from engine.accounts import users
 from postroom.service import RunningService
 from tests.harness.browser import PASSWORD, Browsing, new_email
@@ -285,3 +289,119 @@ async def test_changing_the_password_signs_in_with_the_new_one(
 
     await tab.do(change)
     await tab.close()
+
+
+def console_routes(ids: dict[str, str]) -> list[tuple[str, str]]:
+    """(method, path) of every console page, path ids filled from `ids` by name, else with a
+    UUID that names nothing."""
+    app = QuartTrio(__name__)
+    app.url_map.converters["id"] = IdConverter
+    console_package.install(app)
+    found: list[tuple[str, str]] = []
+    for rule in app.url_map.iter_rules():
+        if not rule.endpoint.startswith("console.") or rule.endpoint == "console.static":
+            continue
+        path = re.sub(r"<id:(\w+)>", lambda m: ids.get(m.group(1), str(uuid.uuid4())), rule.rule)
+        path = re.sub(r"<(?:\w+:)?\w+>", "nothing-here", path)
+        found.extend((method, path) for method in sorted(rule.methods or ()) if method in _TRIED)
+    return found
+
+
+async def resources(client: httpx.AsyncClient) -> dict[str, str]:
+    """One of each resource the console's pages name by id, made through the API."""
+    domain = (await client.post("/v1/domains/", json={"name": "odd.example"})).json()
+    await client.post(f"/v1/sandbox/domains/{domain['id']}/verify")
+    await client.post("/v1/senders/", json={"email": "hello@odd.example"})
+    sent = await client.post(
+        "/v1/emails/",
+        json={
+            "from_": {"email": "hello@odd.example"},
+            "to": [{"email": "deliver@customer.example"}],
+            "subject": "Odd",
+            "text": "odd",
+        },
+    )
+    hook = await client.post(
+        "/v1/webhooks/", json={"url": "https://127.0.0.1:9/hook", "events": ["email.delivered"]}
+    )
+    listed = await client.post("/v1/contacts/", json={"name": "Odd"})
+    template = await client.post("/v1/templates/", json={"name": "Odd", "subject": "Hi"})
+    made = {
+        "domain_id": domain,
+        "email_id": sent.json(),
+        "webhook_id": hook.json(),
+        "list_id": listed.json(),
+        "template_id": template.json(),
+    }
+    assert all("id" in found for found in made.values()), {
+        k: v for k, v in made.items() if "id" not in v
+    }
+    return {name: str(found["id"]) for name, found in made.items()}
+
+
+_TRIED = {"GET", "POST"}
+# Field names the console's forms use, each given a value no form accepts.
+_ODD_FORM = {
+    name: "\x00" + "x" * 3000
+    for name in [
+        "name",
+        "email",
+        "password",
+        "plan",
+        "url",
+        "events",
+        "query",
+        "range",
+        "category",
+        "page",
+        "limit",
+        "status",
+        "domain",
+        "subject",
+        "html",
+        "text",
+        "to",
+        "from_",
+        "enabled",
+        "open_tracking",
+        "click_tracking",
+        "target_email",
+        "note",
+        "workspace_id",
+        "current_password",
+        "new_password",
+        "variables",
+        "csv",
+        "list_id",
+        "template_id",
+    ]
+}
+
+
+async def test_every_console_page_answers_bad_input_without_a_server_error(
+    console: RunningService,
+) -> None:
+    email = new_email()
+    created = await users.create_account(console.runtime, email, PASSWORD, "business", admin=True)
+    origin = {"Origin": console.api_url}
+    key = {"Authorization": f"Bearer {created.api_key}"}
+    async with httpx.AsyncClient(base_url=console.api_url, headers=key) as api:
+        ids = await resources(api)
+    routes = console_routes(ids)
+    assert len(routes) > 40
+    async with httpx.AsyncClient(base_url=console.api_url) as client:
+        login = await client.post("/v1/auth/login", json={"email": email, "password": PASSWORD})
+        assert login.status_code == 200
+        for method, path in routes:
+            if path in ("/logout", "/account/password"):
+                continue  # signs this client out, or counts against the login limits
+            for data in ({}, _ODD_FORM):
+                if method == "GET":
+                    query = {name: "-1\x00" + value[-200:] for name, value in data.items()}
+                    answer = await client.get(path, params=query)
+                else:
+                    answer = await client.post(path, data=data, headers=origin)
+                assert answer.status_code < 500, (method, path, answer.text[:300])
+        # An unsafe request from another origin is refused before any page runs.
+        refused = await client.post("/domains", data={"name": "a.example"})
+        assert refused.status_code == 403

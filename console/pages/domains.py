@@ -108,6 +108,7 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         ]
     state = await sandbox.state(runtime, principal)
     extra.setdefault("problems", {})
+    extra.setdefault("notice", DONE.get(request.args.get("done", "")))
     return await page(
         "domain.html",
         status=status,
@@ -121,7 +122,6 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         transfers_on=runtime.domain_transfers,
         sandboxed=state.enabled,
         sandbox_verified=domain.name in state.sandbox_verified_domains,
-        notice=DONE.get(request.args.get("done", "")),
         **extra,
     )
 

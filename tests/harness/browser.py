@@ -28,6 +28,7 @@ import pytest
 import trio
 
 from postroom.service import RunningService, serve
+from tests.harness.dns_server import DnsServer
 from tests.harness.service import free_port, test_settings
 from tests.harness.tls import TlsAuthority
 
@@ -167,7 +168,7 @@ def browsing(chromium: BrowserThread) -> Browsing:
 
 @pytest.fixture
 async def console(
-    nursery: trio.Nursery, database_url: str, tls_ca: TlsAuthority
+    nursery: trio.Nursery, database_url: str, tls_ca: TlsAuthority, dns_server: DnsServer
 ) -> AsyncIterator[RunningService]:
     """The service with its console on a port chosen first, so that its public URL (the one
     Origin its sessions accept) is the address the browser opens; new workspaces start in the
@@ -175,6 +176,7 @@ async def console(
     port = free_port()
     settings = test_settings(
         database_url,
+        dns_server,  # a DNS check in a test never reaches the system resolver
         api_listen=f"127.0.0.1:{port}",
         public_url=f"http://127.0.0.1:{port}",
         sandbox="on",
