@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from quart import Blueprint, Response, request
 
 from api.errors import status_of
-from api.routes.sessions import _client_address as client_address  # the one peer-address rule
+from api.routes.sessions import client_address
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine import plans
 from engine.accounts import users, workspaces

@@ -8,8 +8,7 @@ from quart import Blueprint, Response
 
 from api.auth import set_session_cookie
 from api.models import EmailText
-from api.routes.sessions import Login
-from api.routes.sessions import _client_address as client_address  # the one peer-address rule
+from api.routes.sessions import Login, client_address
 from console.web import form, go, page, parse, public, rt, who
 from engine import plans
 from engine.accounts import users
