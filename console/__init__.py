@@ -8,6 +8,7 @@ which signs users in and sets the security headers.
 from __future__ import annotations
 
 from quart import Quart
+from quart_schema import hide
 
 from console.pages import (
     account,
@@ -51,3 +52,7 @@ for _page in PAGES:  # once, at import: an app may be built many times (tests)
 def install(app: Quart) -> None:
     """Serve the console at `/` (its assets under `/assets/`)."""
     app.register_blueprint(blueprint)
+    # HTML pages, not API operations: the OpenAPI document (and its fuzzing) stays the API's.
+    for endpoint, view in app.view_functions.items():
+        if endpoint.startswith("console.") and endpoint != "console.static":
+            hide(view)
