@@ -100,7 +100,15 @@ def user_by_email(tx: Tx, email: str) -> User | None:
     return None if row is None else _user(row)
 
 
-def has_users(tx: Tx) -> bool:
+# Serialises first-run set-ups on PostgreSQL (SQLite has one writer already).
+_FIRST_USER_LOCK = 0x706F737472300001
+
+
+def has_users(tx: Tx, *, lock: bool = False) -> bool:
+    """Whether any user exists; with `lock`, two set-ups racing on an empty database are
+    taken one after the other, so only one first user is ever made."""
+    if lock and tx.dialect == "postgresql":
+        tx.execute(f"SELECT pg_advisory_xact_lock({_FIRST_USER_LOCK})")
     return tx.value("SELECT 1 FROM users LIMIT 1") is not None
 
 

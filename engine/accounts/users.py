@@ -51,7 +51,7 @@ def _check_plan(name: str) -> str:
 def _insert_account(
     tx: Tx, user: User, workspace: Workspace, sandboxed: bool, first_user: bool
 ) -> CreatedAccount:
-    if first_user and accounts.has_users(tx):
+    if first_user and accounts.has_users(tx, lock=True):
         raise Conflict("this service is set up already: sign in", code="already_set_up")
     if accounts.user_by_email(tx, user.email) is not None:
         raise Conflict(f"an account with {user.email} already exists", code="email_taken")
