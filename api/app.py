@@ -5,6 +5,7 @@ from __future__ import annotations
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
+import console
 from api import auth, errors, validation
 from api.converters import IdConverter
 from api.routes import (
@@ -19,6 +20,7 @@ from api.routes import (
     forwards,
     health,
     nodes,
+    sandbox,
     senders,
     sessions,
     smtp_credentials,
@@ -54,6 +56,7 @@ BLUEPRINTS = (
     templates.blueprint,
     broadcasts.blueprint,
     nodes.blueprint,
+    sandbox.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.
@@ -93,4 +96,5 @@ def create_app(
     errors.install(app)
     validation.install(app)
     auth.install(app, rt)
+    console.install(app)  # the web console at `/` (console/)
     return app

@@ -11,12 +11,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from quart import Quart, current_app, g, request
+from quart import Quart, Response, current_app, g, request
 
+from engine.accounts import users
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
 from engine.errors import Forbidden, Unauthorized
 from engine.runtime import Principal, Runtime
+from engine.sandbox import keys as sandbox_keys
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,9 +60,33 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
+def check_same_origin(rt: Runtime) -> None:
+    """CSRF: a cookie-authenticated unsafe request must come from the public URL's origin
+    (the API's and the console's one rule)."""
+    if request.method in _SAFE_METHODS:
+        return
+    if request.headers.get("Origin", "").lower() != origin_of(rt.public_url):
+        raise Forbidden(
+            "cross-site request refused: Origin must match the service's public URL",
+            code="csrf_failed",
+        )
+
+
+def set_session_cookie(response: Response, rt: Runtime, logged_in: users.LoggedIn) -> None:
+    """Hand the browser its session cookie (`postroom_session`)."""
+    response.set_cookie(
+        SESSION_COOKIE,
+        logged_in.token,
+        max_age=int(users.SESSION_LIFETIME.total_seconds()),
+        httponly=True,
+        secure=rt.public_url.startswith("https://"),
+        samesite="Lax",
+        path="/",
+    )
+
+
 def install(app: Quart, rt: Runtime) -> None:
     """Authenticate each request before its route runs."""
-    expected_origin = origin_of(rt.public_url)
 
     @app.before_request
     async def authenticate() -> None:
@@ -76,19 +102,14 @@ def install(app: Quart, rt: Runtime) -> None:
             if scheme.lower() != "bearer" or not credential.strip():
                 raise Unauthorized("use 'Authorization: Bearer <API key>'")
             g.principal = await authenticate_key(rt, credential.strip())
+            await sandbox_keys.admit(rt, credential.strip(), g.principal)  # test keys
             return
         token = request.cookies.get(SESSION_COOKIE)
         if token is None and getattr(view, "_postroom_credential_optional", False):
             return
         if token is None:
             raise Unauthorized("authentication required: send an API key or log in")
-        if request.method not in _SAFE_METHODS:
-            origin = request.headers.get("Origin", "")
-            if origin.lower() != expected_origin:
-                raise Forbidden(
-                    "cross-site request refused: Origin must match the service's public URL",
-                    code="csrf_failed",
-                )
+        check_same_origin(rt)
         session = await authenticate_session(rt, token, request.headers.get("X-Workspace-Id"))
         g.principal = session.principal
         g.reauthenticated_until = session.reauthenticated_until

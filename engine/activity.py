@@ -23,6 +23,7 @@ _CATEGORY_OF_RESOURCE = {
     "smtp_credential": "Security",
     "webhook": "Security",
     "session": "Security",
+    "password": "Security",
     "domain": "Domain",
     "sender": "Domain",
     "transfer": "Domain",
@@ -34,6 +35,7 @@ _CATEGORY_OF_RESOURCE = {
     "suppression": "Send",
     "member": "Team",
     "workspace": "Billing",
+    "sandbox": "Security",  # mail captured or sent for real
 }
 
 _TARGET_TYPE = {
@@ -41,6 +43,7 @@ _TARGET_TYPE = {
     "smtp_credential": "SMTP credential",
     "webhook": "Webhook",
     "session": "Session",
+    "password": "User",
     "domain": "Domain",
     "sender": "Sender",
     "transfer": "Domain transfer",
@@ -52,6 +55,7 @@ _TARGET_TYPE = {
     "suppression": "Suppression",
     "member": "Member",
     "workspace": "Workspace",
+    "sandbox": "Sandbox mode",
 }
 
 

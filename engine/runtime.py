@@ -42,6 +42,8 @@ class Runtime:
     faults: FaultLog = field(default_factory=FaultLog)
     # Argon2 work, on threads of its own so logins never hold up storage's threads.
     passwords: PasswordHashing = field(default_factory=PasswordHashing)
+    # POSTROOM_SANDBOX: new workspaces start in sandbox mode (engine/sandbox).
+    sandbox: bool = False
 
     @property
     def usage_shard(self) -> int:

@@ -36,6 +36,7 @@ DEFAULTS: dict[str, str] = {
     "allow_private_targets": "off",
     "log_format": "json",
     "metrics_token": "",
+    "sandbox": "off",  # on: new workspaces start in sandbox mode (engine/sandbox)
 }
 
 
@@ -66,6 +67,7 @@ class Settings:
     allow_private_targets: bool
     log_format: str
     metrics_token: str | None  # bearer token /metrics needs; None: open
+    sandbox: bool = False  # new workspaces start in sandbox mode: mail captured, not delivered
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -198,4 +200,5 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         allow_private_targets=_flag("allow_private_targets", raw["allow_private_targets"]),
         log_format=_log_format(raw["log_format"]),
         metrics_token=_metrics_token(raw["metrics_token"]),
+        sandbox=_flag("sandbox", raw["sandbox"]),
     )

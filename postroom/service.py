@@ -27,6 +27,7 @@ from engine.delivery.router import DeliveryRouter
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
 from engine.runtime import Runtime
+from engine.sandbox.outcomes import SandboxOutcomes
 from engine.supervisor import Supervisor
 from engine.transfers.timer import TransferTimer
 from engine.wakeups import WakeupRelay
@@ -109,6 +110,7 @@ async def serve(
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
+                SandboxOutcomes(rt),
             ],
             db,
             rt.faults,

@@ -43,6 +43,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         system_from=settings.system_from,
         node=nodes.new_node_id(),
         domain_transfers=settings.domain_transfers,
+        sandbox=settings.sandbox,
     )
     db.on_commit(rt.wakeups.deliver, rt.node)
     return rt

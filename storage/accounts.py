@@ -100,6 +100,18 @@ def user_by_email(tx: Tx, email: str) -> User | None:
     return None if row is None else _user(row)
 
 
+# Serialises first-run set-ups on PostgreSQL (SQLite has one writer already).
+_FIRST_USER_LOCK = 0x706F737472300001
+
+
+def has_users(tx: Tx, *, lock: bool = False) -> bool:
+    """Whether any user exists; with `lock`, two set-ups racing on an empty database are
+    taken one after the other, so only one first user is ever made."""
+    if lock and tx.dialect == "postgresql":
+        tx.execute(f"SELECT pg_advisory_xact_lock({_FIRST_USER_LOCK})")
+    return tx.value("SELECT 1 FROM users LIMIT 1") is not None
+
+
 def user_by_id(tx: Tx, user_id: str) -> User | None:
     row = tx.one("SELECT * FROM users WHERE id = :id", {"id": user_id})
     return None if row is None else _user(row)
@@ -159,6 +171,22 @@ def revoke_session(tx: Tx, session_id: str, at: datetime) -> None:
     tx.execute(
         "UPDATE sessions SET revoked_at = :at WHERE id = :id AND revoked_at IS NULL",
         {"at": timestamp(at), "id": session_id},
+    )
+
+
+def set_password(tx: Tx, user_id: str, password_hash: str) -> None:
+    tx.execute(
+        "UPDATE users SET password_hash = :hash WHERE id = :id",
+        {"hash": password_hash, "id": user_id},
+    )
+
+
+def revoke_other_sessions(tx: Tx, user_id: str, keep: str | None, at: datetime) -> None:
+    """End every open session of the user but `keep` (the one that changed the password)."""
+    tx.execute(
+        "UPDATE sessions SET revoked_at = :at WHERE user_id = :user_id AND revoked_at IS NULL"
+        " AND id <> :keep",
+        {"at": timestamp(at), "user_id": user_id, "keep": keep or ""},
     )
 
 

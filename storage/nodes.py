@@ -34,6 +34,7 @@ HELD = (
     Held("forward_jobs", "leased_by", "lease_until"),
     Held("destination_slots", "held_by", "lease_until"),
     Held("leaderships", "held_by", "lease_until"),
+    Held("sandbox_outcomes", "leased_by", "lease_until"),
 )
 CLAIMS = Held("idempotency_claims", "claimed_by", "claimed_until")
 

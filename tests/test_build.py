@@ -33,6 +33,7 @@ def test_built_file_serves_with_only_python(tmp_path: Path) -> None:
         names = bundle.namelist()
     assert any(name.endswith("storage/schema/0001_initial.sql") for name in names)
     assert any(name.endswith("api/static/docs/swagger-ui-bundle.js") for name in names)
+    assert any(name.endswith("console/templates/console/base.html") for name in names)
 
     port = free_port()
     env = {
@@ -60,6 +61,11 @@ def test_built_file_serves_with_only_python(tmp_path: Path) -> None:
             except httpx.TransportError:
                 time.sleep(0.1)
         assert status == 200, "the built file did not answer /healthz"
+        # The console's first-run page and its pinned htmx come from the file too.
+        first_run = httpx.get(f"http://127.0.0.1:{port}/setup", timeout=5)
+        assert first_run.status_code == 200 and "Welcome to Postroom" in first_run.text
+        htmx = httpx.get(f"http://127.0.0.1:{port}/assets/htmx-2.0.11.min.js", timeout=5)
+        assert htmx.status_code == 200 and len(htmx.content) > 10_000
         server.terminate()
         assert server.wait(timeout=30) == 0
     finally:

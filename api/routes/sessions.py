@@ -12,7 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from quart import Blueprint, Response, jsonify, request
 
-from api.auth import principal, public, runtime
+from api.auth import principal, public, runtime, set_session_cookie
 from api.models import EmailText
 from api.validation import json_body
 from engine.accounts import users as accounts
@@ -20,7 +20,7 @@ from engine.accounts import users as accounts
 blueprint = Blueprint("sessions", __name__, url_prefix="/v1/auth")
 
 
-def _client_address() -> str | None:
+def client_address() -> str | None:
     """The peer address of the request's connection (the ASGI scope's `client`)."""
     client = request.scope.get("client")
     return client[0] if client else None
@@ -54,7 +54,7 @@ class LoginOut(BaseModel):
 @json_body(Login)
 async def login(body: Login) -> Response:
     rt = runtime()
-    session = await accounts.login(rt, body.email, body.password, _client_address())
+    session = await accounts.login(rt, body.email, body.password, client_address())
     out = LoginOut(
         user_id=session.user.id,
         email=session.user.email,
@@ -63,15 +63,7 @@ async def login(body: Login) -> Response:
         expires_at=session.expires_at,
     )
     response = jsonify(out.model_dump(mode="json"))
-    response.set_cookie(
-        accounts.SESSION_COOKIE,
-        session.token,
-        max_age=int(accounts.SESSION_LIFETIME.total_seconds()),
-        httponly=True,
-        secure=rt.public_url.startswith("https://"),
-        samesite="Lax",
-        path="/",
-    )
+    set_session_cookie(response, rt, session)
     return response
 
 
@@ -86,5 +78,5 @@ async def logout() -> Response:
 @blueprint.post("/reauth")
 @json_body(Reauth)
 async def reauth(body: Reauth) -> dict[str, object]:
-    until = await accounts.reauthenticate(runtime(), principal(), body.password, _client_address())
+    until = await accounts.reauthenticate(runtime(), principal(), body.password, client_address())
     return {"reauthenticated_until": until.isoformat().replace("+00:00", "Z")}

@@ -33,15 +33,17 @@ def insert_key(
     name: str,
     permissions: tuple[str, ...],
     now: datetime,
+    test: bool = False,
 ) -> CreatedKey:
-    """Create a key inside a unit of work: checks the cap, writes the key and its log entry."""
+    """Create a key inside a unit of work: checks the cap, writes the key and its log entry
+    (`test`: a test key, for sandbox mode only)."""
     plans.check_room(
         plans.plan(plan_name).api_keys,
         api_keys.count_active(tx, workspace_id),
         "API keys",
         plan_name,
     )
-    raw, prefix, key_hash = new_api_key()
+    raw, prefix, key_hash = new_api_key(test)
     key = ApiKey(
         id=new_id(),
         workspace_id=workspace_id,

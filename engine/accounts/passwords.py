@@ -25,6 +25,9 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from engine.errors import RateLimited
 
 API_KEY_PREFIX = "svc_k_"
+# Test keys act only in sandbox mode (engine/sandbox/keys.py); their shown prefix starts so too.
+TEST_KEY_MARK = "test_"
+TEST_KEY_PREFIX = API_KEY_PREFIX + TEST_KEY_MARK
 
 # One argon2id call already keeps two cores busy (its four lanes run on threads of their
 # own), so more hashing threads than half the cores would only take CPU from the API.
@@ -39,11 +42,11 @@ _hasher = PasswordHasher()
 _DUMMY_HASH = "$argon2id$v=19$m=65536,t=3,p=4$+bkGw2W0dFTUI2RKIKBIeg$Zn3aV8wZFnBNO4SU76eEc1Kk0W9b7mRsB1JNQyU/uHM"
 
 
-def new_api_key() -> tuple[str, str, str]:
-    """A new key: (raw key, its 8-character prefix, its hash)."""
+def new_api_key(test: bool = False) -> tuple[str, str, str]:
+    """A new key: (raw key, its 8-character prefix, its hash); `test`: a test key."""
     token = secrets.token_urlsafe(32)
-    raw = API_KEY_PREFIX + token
-    return raw, token[:8], token_hash(raw)
+    raw = (TEST_KEY_PREFIX if test else API_KEY_PREFIX) + token
+    return raw, (TEST_KEY_MARK if test else "") + token[:8], token_hash(raw)
 
 
 def token_hash(raw: str) -> str:

@@ -21,6 +21,7 @@ from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from engine.runtime import Principal, Runtime
+from engine.sandbox import mode as sandbox_mode
 from storage import accounts
 from storage.accounts import Session, User, Workspace
 from storage.codec import new_id
@@ -47,11 +48,17 @@ def _check_plan(name: str) -> str:
     return name
 
 
-def _insert_account(tx: Tx, user: User, workspace: Workspace) -> CreatedAccount:
+def _insert_account(
+    tx: Tx, user: User, workspace: Workspace, sandboxed: bool, first_user: bool
+) -> CreatedAccount:
+    if first_user and accounts.has_users(tx, lock=True):
+        raise Conflict("this service is set up already: sign in", code="already_set_up")
     if accounts.user_by_email(tx, user.email) is not None:
         raise Conflict(f"an account with {user.email} already exists", code="email_taken")
     accounts.insert_user(tx, user)
     accounts.insert_workspace(tx, workspace)
+    if sandboxed:  # POSTROOM_SANDBOX=on
+        sandbox_mode.start_sandboxed(tx, workspace.id, workspace.name, user.email, user.created_at)
     created = insert_key(
         tx,
         workspace.id,
@@ -66,9 +73,16 @@ def _insert_account(tx: Tx, user: User, workspace: Workspace) -> CreatedAccount:
 
 
 async def create_account(
-    rt: Runtime, email: str, password: str, plan: str = "free", admin: bool = False
+    rt: Runtime,
+    email: str,
+    password: str,
+    plan: str = "free",
+    admin: bool = False,
+    *,
+    first_user: bool = False,
 ) -> CreatedAccount:
-    """A new user with a workspace on `plan` and a first API key."""
+    """A new user with a workspace on `plan` and a first API key; with `first_user`, only
+    while the service has no user at all (Conflict `already_set_up`: the console's first run)."""
     address = normalize_email(email)
     _check_plan(plan)
     if len(password) < MIN_PASSWORD_LENGTH:
@@ -76,7 +90,12 @@ async def create_account(
     now = rt.clock.now()
     user = User(new_id(), address, await rt.passwords.hash(password), admin, now)
     workspace = Workspace(new_id(), address, plan, user.id, now)
-    return await rt.db.write(_insert_account, user, workspace)
+    return await rt.db.write(_insert_account, user, workspace, rt.sandbox, first_user)
+
+
+async def is_set_up(rt: Runtime) -> bool:
+    """Whether the service has a user yet (the console offers its first-run form until then)."""
+    return await rt.db.read(accounts.has_users)
 
 
 def _set_plan(tx: Tx, email: str, plan: str, now: datetime) -> list[str]:
@@ -203,6 +222,33 @@ async def reauthenticate(
     until = rt.clock.now() + REAUTH_WINDOW
     await rt.db.write(_mark_reauthenticated, who.session_id, until, attempt)
     return until
+
+
+def _set_password(
+    tx: Tx, who: Principal, password_hash: str, attempt: login_limits.Attempt, now: datetime
+) -> None:
+    login_limits.succeeded(tx, attempt)
+    accounts.set_password(tx, who.user_id, password_hash)
+    accounts.revoke_other_sessions(tx, who.user_id, who.session_id, now)
+    for workspace in accounts.workspaces_of(tx, who.user_id):
+        change = Change("password.changed", who.user_email, who.user_id)
+        record(tx, workspace.id, who.user_email, change, now)
+
+
+async def change_password(
+    rt: Runtime, who: Principal, current: str, new: str, client: str | None
+) -> None:
+    """Replace the signed-in user's password after checking the current one (counted like a
+    login); every other session of the user ends, as a stolen one should."""
+    if who.session_id is None:
+        raise Forbidden("changing the password needs a session cookie, not an API key")
+    if len(new) < MIN_PASSWORD_LENGTH:
+        raise Unprocessable(f"the password must have at least {MIN_PASSWORD_LENGTH} characters")
+    attempt = login_limits.attempt(who.user_email, client)
+    if await _password_owner(rt, attempt, accounts.user_by_id, who.user_id, current) is None:
+        raise Unauthorized("wrong password")
+    password_hash = await rt.passwords.hash(new)
+    await rt.db.write(_set_password, who, password_hash, attempt, rt.clock.now())
 
 
 def _is_admin(tx: Tx, user_id: str) -> bool:

@@ -31,6 +31,7 @@ from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, WireMessage, build_all
 from engine.nodes import LEASE
 from engine.runtime import Runtime
+from engine.sandbox import capture as sandbox_capture
 from engine.smtp.errors import SmtpError
 from engine.smtp.replies import SmtpReply
 from engine.smtp.session import SmtpSession, connect
@@ -324,6 +325,10 @@ class DomainQueue:
     async def _send(self, work: list[_Transfer], outcome: _Round, connections: int) -> None:
         """Hand the transfers to `connections` parallel sessions with the domain's MX."""
         rt = self._rt
+        # Sandboxed workspaces' transfers never reach the network (engine/sandbox/capture.py).
+        work = await sandbox_capture.divert(rt, work, outcome)
+        if not work:
+            return
         try:
             targets = await mx.targets(
                 rt.resolver, self.domain, allow_private=rt.allow_private_targets

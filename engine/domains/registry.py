@@ -224,7 +224,7 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
     return results
 
 
-def _record_verification(
+def record_verification(
     tx: Tx,
     actor: str,
     domain: Domain,
@@ -232,6 +232,7 @@ def _record_verification(
     now: datetime,
     log_every_check: bool,
 ) -> Domain:
+    """Record what a check found (`statuses` per record purpose) under the one rule."""
     current = domains.get(tx, domain.workspace_id, domain.id)
     if current is None:
         raise NotFound("domain not found")
@@ -266,7 +267,7 @@ async def check(rt: Runtime, actor: str, domain: Domain, *, log_every_check: boo
     """
     statuses = await _check_records(rt, domain)
     return await rt.db.write(
-        _record_verification, actor, domain, statuses, rt.clock.now(), log_every_check
+        record_verification, actor, domain, statuses, rt.clock.now(), log_every_check
     )
 
 

@@ -1,0 +1,162 @@
+"""`/v1/sandbox`: sandbox mode, domains verified without DNS, test keys, the captured mail.
+
+In sandbox mode the workspace's mail is captured instead of delivered and each recipient's
+local part scripts what happens (engine/sandbox/scripts.py); the mailbox lists what was
+captured, with the signed message, its header fields, parts and DKIM result.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+from quart import Blueprint, Response
+from quart_schema import document_response
+
+from api.auth import principal, runtime
+from api.models import Name, Out, PageQuery
+from api.routes.api_keys import ApiKeyCreated
+from api.routes.domains import DomainOut, render
+from api.validation import json_body, query_args
+from engine.sandbox import keys, mailbox, mode, scripts
+from storage.sandbox import Captured
+
+blueprint = Blueprint("sandbox", __name__, url_prefix="/v1/sandbox")
+
+
+class ScriptOut(BaseModel):
+    local_part: str
+    description: str
+
+
+class SandboxOut(BaseModel):
+    enabled: bool
+    sandbox_verified_domains: list[str]
+    scripts: list[ScriptOut]
+
+
+class SwitchSandbox(BaseModel):
+    enabled: bool
+
+
+class CreateTestKey(BaseModel):
+    name: Name
+
+
+class MessageQuery(PageQuery):
+    email_id: uuid.UUID | None = None
+
+
+class CapturedOut(Out):
+    id: str
+    email_id: str
+    envelope_from: str
+    recipients: list[str]
+    subject: str
+    dkim: str
+    created_at: datetime
+
+
+class CapturedPage(BaseModel):
+    items: list[CapturedOut]
+    total: int
+    page: int
+    limit: int
+
+
+class HeaderOut(BaseModel):
+    name: str
+    value: str
+
+
+class CapturedDetailOut(CapturedOut):
+    headers: list[HeaderOut]
+    text: str | None
+    html: str | None
+    size: int
+    source_base64: str = Field(description="the message exactly as captured, signed")
+
+
+def _state(found: mode.SandboxState) -> dict[str, object]:
+    return SandboxOut(
+        enabled=found.enabled,
+        sandbox_verified_domains=found.sandbox_verified_domains,
+        scripts=[
+            ScriptOut(local_part=s.local_part, description=s.description) for s in scripts.SCRIPTS
+        ],
+    ).model_dump()
+
+
+@blueprint.get("")
+@document_response(SandboxOut)
+async def status() -> dict[str, object]:
+    return _state(await mode.state(runtime(), principal()))
+
+
+@blueprint.put("")
+@json_body(SwitchSandbox)
+@document_response(SandboxOut)
+async def switch(body: SwitchSandbox) -> dict[str, object]:
+    return _state(await mode.switch(runtime(), principal(), body.enabled))
+
+
+@blueprint.post("/domains/<id:domain_id>/verify")
+@document_response(DomainOut)
+async def mark_verified(domain_id: str) -> dict[str, object]:
+    return render(await mode.mark_verified(runtime(), principal(), domain_id))
+
+
+@blueprint.post("/test-keys")
+@json_body(CreateTestKey)
+@document_response(ApiKeyCreated, 201)
+async def create_test_key(body: CreateTestKey) -> tuple[dict[str, object], int]:
+    created = await keys.create(runtime(), principal(), body.name)
+    key = created.key
+    out = ApiKeyCreated(
+        id=key.id,
+        name=key.name,
+        key=created.raw,
+        key_prefix=key.key_prefix,
+        permissions=list(key.permissions),
+        created_at=key.created_at,
+    )
+    return out.model_dump(mode="json"), 201
+
+
+def _summary(captured: Captured) -> CapturedOut:
+    return CapturedOut.model_validate(captured)
+
+
+@blueprint.get("/messages")
+@query_args(MessageQuery)
+@document_response(CapturedPage)
+async def messages(query: MessageQuery) -> dict[str, object]:
+    email_id = None if query.email_id is None else str(query.email_id)
+    found, total = await mailbox.page(runtime(), principal(), email_id, query.page, query.limit)
+    page = CapturedPage(
+        items=[_summary(c) for c in found], total=total, page=query.page, limit=query.limit
+    )
+    return page.model_dump(mode="json")
+
+
+@blueprint.get("/messages/<id:message_id>")
+@document_response(CapturedDetailOut)
+async def message(message_id: str) -> dict[str, object]:
+    found = await mailbox.message(runtime(), principal(), message_id)
+    out = CapturedDetailOut(
+        **_summary(found.captured).model_dump(),
+        headers=[HeaderOut(name=n, value=v) for n, v in found.headers],
+        text=found.text,
+        html=found.html,
+        size=len(found.source),
+        source_base64=base64.b64encode(found.source).decode(),
+    )
+    return out.model_dump(mode="json")
+
+
+@blueprint.get("/messages/<id:message_id>/source")
+async def source(message_id: str) -> Response:
+    found = await mailbox.message(runtime(), principal(), message_id)
+    return Response(found.source, content_type="message/rfc822")

@@ -1,0 +1,138 @@
+"""The email log: search with the API's tokens (`to:`, `from:`, `status:`, `domain:`,
+`tag:`), saved searches, paging; one email with its recipients, the event timeline with the
+servers' replies, its header fields, its HTML in a sandboxed frame and its text; retry,
+cancel and send now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, Response, request
+
+from api.errors import status_of
+from api.routes.emails import STATUSES, SavedSearch, SearchQuery
+from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
+from engine.errors import EngineError
+from engine.sandbox import mailbox
+from engine.sending import email_log, scheduling
+
+blueprint = Blueprint("emails", __name__)
+
+PAGE_SIZE = 25
+DONE = {
+    "saved": "Search saved.",
+    "unsaved": "Saved search removed.",
+    "cancelled": "Scheduled email cancelled.",
+    "sent_now": "Sending now.",
+}
+
+
+async def _index(status: int = 200, **extra: Any) -> Response:
+    args = {k: v for k, v in request.args.items() if k in ("q", "status", "page") and v}
+    query, problems = parse(SearchQuery, {**args, "limit": PAGE_SIZE})
+    query = query or SearchQuery.model_validate({"limit": PAGE_SIZE})
+    runtime, principal = rt(), who()
+    wanted = email_log.parse_query(query.q, query.status)
+    found = await email_log.search(runtime, principal, wanted, query.page, query.limit)
+    saved = await email_log.saved_searches(runtime, principal)
+    extra.setdefault("problems", problems)
+    return await page(
+        "emails.html",
+        status=status,
+        title="Email log",
+        query=query,
+        emails=found,
+        more=len(found) == query.limit,
+        saved=saved,
+        statuses=STATUSES,
+        notice=DONE.get(request.args.get("done", "")),
+        **extra,
+    )
+
+
+@blueprint.get("/emails")
+async def index() -> Response:
+    return await _index()
+
+
+@blueprint.post("/emails/saved-searches")
+async def save_search() -> Response:
+    values = await form()
+    entry, problems = parse(SavedSearch, values)
+    if entry is None:
+        return await _index(422, problems=problems)
+    runtime, principal = rt(), who()
+    current = await email_log.saved_searches(runtime, principal)
+    searches = [*current, entry.model_dump()]
+    if len(searches) > 50:
+        return await _index(422, problems={"name": "at most 50 saved searches"})
+    await email_log.replace_saved_searches(runtime, principal, searches)
+    return go("console.emails.index", q=entry.query, done="saved")
+
+
+@blueprint.post("/emails/saved-searches/<search_id>/delete")
+async def delete_search(search_id: str) -> Response:
+    runtime, principal = rt(), who()
+    current = await email_log.saved_searches(runtime, principal)
+    kept = [s for s in current if s.get("id") != search_id]
+    await email_log.replace_saved_searches(runtime, principal, kept)
+    return go("console.emails.index", done="unsaved")
+
+
+async def _detail(email_id: str, status: int = 200, **extra: Any) -> Response:
+    runtime, principal = rt(), who()
+    found = await email_log.detail(runtime, principal, email_id)
+    captured, _ = await mailbox.page(runtime, principal, email_id, 0, 20)
+    extra.setdefault("problems", {})
+    return await page(
+        "email.html",
+        status=status,
+        title=found.email.subject or "(no subject)",
+        detail=found,
+        captured=captured,
+        notice=DONE.get(request.args.get("done", "")),
+        **extra,
+    )
+
+
+@blueprint.get("/emails/<id:email_id>")
+async def detail(email_id: str) -> Response:
+    return await _detail(email_id)
+
+
+@blueprint.get("/emails/<id:email_id>/html")
+async def html(email_id: str) -> Response:
+    """The email's HTML as a document of its own, for the sandboxed frame of its page."""
+    found = await email_log.detail(rt(), who(), email_id)
+    return Response(
+        found.email.html or "",
+        content_type="text/html; charset=utf-8",
+        headers={"Content-Security-Policy": FRAMED_CSP},
+    )
+
+
+@blueprint.post("/emails/<id:email_id>/retry")
+async def retry(email_id: str) -> Response:
+    try:
+        result = await email_log.retry(rt(), who(), email_id)
+    except EngineError as exc:
+        return await _detail(email_id, status_of(exc), problems=problems_of(exc))
+    return go("console.emails.detail", email_id=result.id)
+
+
+@blueprint.post("/emails/<id:email_id>/cancel")
+async def cancel(email_id: str) -> Response:
+    try:
+        await scheduling.cancel(rt(), who(), email_id)
+    except EngineError as exc:
+        return await _detail(email_id, status_of(exc), problems=problems_of(exc))
+    return go("console.emails.detail", email_id=email_id, done="cancelled")
+
+
+@blueprint.post("/emails/<id:email_id>/send-now")
+async def send_now(email_id: str) -> Response:
+    try:
+        await scheduling.send_now(rt(), who(), email_id)
+    except EngineError as exc:
+        return await _detail(email_id, status_of(exc), problems=problems_of(exc))
+    return go("console.emails.detail", email_id=email_id, done="sent_now")

@@ -1,0 +1,73 @@
+"""The sandbox: the workspace's mode (switch), the addresses that script outcomes, and the
+mailbox of captured messages, each with its HTML (in a sandboxed frame), text, header
+fields, signed source and DKIM result."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, request
+
+from api.errors import status_of
+from console.web import FRAMED_CSP, form, go, page, problems_of, rt, who
+from engine.errors import EngineError
+from engine.sandbox import mailbox, mode, scripts
+
+blueprint = Blueprint("sandbox", __name__)
+
+PAGE_SIZE = 25
+DONE = {
+    "on": "This workspace is in sandbox mode: its mail is captured, never delivered.",
+    "off": "This workspace left the sandbox: its mail is delivered for real.",
+}
+
+
+@blueprint.get("/sandbox")
+async def index(status: int = 200, problems: dict[str, str] | None = None) -> Response:
+    runtime, principal = rt(), who()
+    page_number = max(0, request.args.get("page", 0, type=int) or 0)
+    found, total = await mailbox.page(runtime, principal, None, page_number, PAGE_SIZE)
+    return await page(
+        "sandbox.html",
+        status=status,
+        title="Sandbox",
+        state=await mode.state(runtime, principal),
+        scripts=scripts.SCRIPTS,
+        messages=found,
+        total=total,
+        page_number=page_number,
+        more=(page_number + 1) * PAGE_SIZE < total,
+        problems=problems or {},
+        notice=DONE.get(request.args.get("done", "")),
+    )
+
+
+@blueprint.post("/sandbox")
+async def switch() -> Response:
+    on = (await form()).get("enabled") == "on"
+    try:
+        await mode.switch(rt(), who(), on)
+    except EngineError as exc:
+        return await index(status_of(exc), problems_of(exc))
+    return go("console.sandbox.index", done="on" if on else "off")
+
+
+@blueprint.get("/sandbox/<id:message_id>")
+async def message(message_id: str) -> Response:
+    found = await mailbox.message(rt(), who(), message_id)
+    return await page("sandbox_message.html", title=found.captured.subject, found=found)
+
+
+@blueprint.get("/sandbox/<id:message_id>/html")
+async def html(message_id: str) -> Response:
+    """The captured HTML part as a document of its own, for the sandboxed frame."""
+    found = await mailbox.message(rt(), who(), message_id)
+    return Response(
+        found.html or "",
+        content_type="text/html; charset=utf-8",
+        headers={"Content-Security-Policy": FRAMED_CSP},
+    )
+
+
+@blueprint.get("/sandbox/<id:message_id>/source")
+async def source(message_id: str) -> Response:
+    found = await mailbox.message(rt(), who(), message_id)
+    return Response(found.source, content_type="text/plain; charset=utf-8")

@@ -1,0 +1,1 @@
+"""The sandbox: workspaces whose mail is captured instead of delivered, with scripted outcomes."""

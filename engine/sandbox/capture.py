@@ -1,0 +1,150 @@
+"""Capture: the outgoing mail of sandboxed workspaces, answered by the sandbox, not an MX.
+
+Delivery hands each round's transfers here before it looks a recipient's MX up
+(`DomainQueue._send`); those of workspaces in sandbox mode never reach the network. Each of
+their recipients is answered by its script (engine/sandbox/scripts.py) through the round's
+own outcome methods, so statuses, events and their signed webhooks come from the normal
+engine: a 250 is `delivered`, a 4xx `deferred` on the real retry schedule, a 5.1.1
+`bounced` and suppressed. What recipients accepted is stored as it would have arrived (the
+signed bytes, and whether the DKIM signature verifies against the domain's own key), in one
+unit with the outcomes they script for later. Like a real server's 250, a capture stands
+even if the node dies before the round records its outcomes; the retry captures it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, TypeVar
+
+import dkim as dkimpy
+import trio
+
+from engine.delivery.messages import WireMessage
+from engine.domains import dkim_keys
+from engine.runtime import Runtime
+from engine.sandbox.scripts import answer, script_for
+from engine.smtp.replies import SmtpReply
+from storage import sandbox
+from storage.codec import new_id
+from storage.emails import Email, Recipient
+from storage.sandbox import Captured, Scheduled, SigningKey
+
+
+class Transfer(Protocol):
+    """One email to its recipients at one domain, as delivery holds it."""
+
+    @property
+    def email(self) -> Email: ...
+
+    @property
+    def recipients(self) -> list[Recipient]: ...
+
+    @property
+    def message(self) -> WireMessage: ...
+
+
+class Outcomes(Protocol):
+    """The delivery round's record of what each recipient's server answered."""
+
+    def delivered(self, email: Email, recipient: Recipient, reply: SmtpReply) -> None: ...
+
+    def bounced(self, email: Email, recipient: Recipient, response: str) -> None: ...
+
+    def temporary(self, email: Email, recipient: Recipient, response: str) -> None: ...
+
+
+T = TypeVar("T", bound=Transfer)
+
+
+async def divert(rt: Runtime, work: list[T], outcomes: Outcomes) -> list[T]:
+    """Answer the transfers of sandboxed workspaces here; the others, to send for real."""
+    workspaces = {t.email.workspace_id for t in work}
+    domains = {t.email.domain_id for t in work}
+    sandboxed, keys = await rt.db.read(sandbox.sandboxed_senders, workspaces, domains)
+    if not sandboxed:
+        return work
+    await _answer(rt, [t for t in work if t.email.workspace_id in sandboxed], keys, outcomes)
+    return [t for t in work if t.email.workspace_id not in sandboxed]
+
+
+async def _answer(
+    rt: Runtime, transfers: Sequence[Transfer], keys: dict[str, SigningKey], outcomes: Outcomes
+) -> None:
+    clock = rt.clock
+    # A slow script holds its transfer as a slow server holds its connection.
+    delay = max(
+        (script_for(r.address).delay for t in transfers for r in t.recipients), default=None
+    )
+    if delay:
+        await trio.sleep_until(clock.deadline_for(clock.now() + delay))
+    now = clock.now()
+    accepted: list[tuple[Transfer, list[str]]] = []
+    scheduled: list[Scheduled] = []
+    for transfer in transfers:
+        email, taken = transfer.email, []
+        for recipient in transfer.recipients:
+            script = script_for(recipient.address)
+            reply = answer(script, recipient.address, recipient.attempts)
+            if reply.is_success:
+                outcomes.delivered(email, recipient, reply)
+                taken.append(recipient.address)
+                scheduled.extend(
+                    Scheduled(
+                        new_id(), email.workspace_id, email.id, recipient.address, kind, now + after
+                    )
+                    for kind, after in script.later
+                )
+            elif reply.is_permanent:
+                outcomes.bounced(email, recipient, str(reply))
+            else:
+                outcomes.temporary(email, recipient, str(reply))
+        if taken:
+            accepted.append((transfer, taken))
+    if not accepted:
+        return
+    checks = await trio.to_thread.run_sync(
+        _dkim_results, [(t.message.data, keys.get(t.email.domain_id)) for t, _ in accepted]
+    )
+    messages = [
+        _captured(transfer, taken, dkim, now)
+        for (transfer, taken), dkim in zip(accepted, checks, strict=True)
+    ]
+    await rt.db.write(sandbox.capture, messages, scheduled, now)
+
+
+def _captured(transfer: Transfer, taken: list[str], dkim: str, now: datetime) -> Captured:
+    email = transfer.email
+    return Captured(
+        id=new_id(),
+        workspace_id=email.workspace_id,
+        email_id=email.id,
+        envelope_from=transfer.message.envelope_from,
+        recipients=taken,
+        subject=email.subject,
+        dkim=dkim,
+        created_at=now,
+        data=transfer.message.data,
+    )
+
+
+def _dkim_results(messages: list[tuple[bytes, SigningKey | None]]) -> list[str]:
+    return [dkim_result(data, key) for data, key in messages]
+
+
+def dkim_result(data: bytes, key: SigningKey | None) -> str:
+    """`pass` when the message's DKIM signature verifies against the domain's own key (as
+    its DNS would publish it), else `fail: <why>`."""
+    if key is None:
+        return "fail: the sending domain was deleted"
+    published = dkim_keys.txt_value(key.public_key).encode()
+    name = f"{key.selector}._domainkey.{key.domain}".lower().encode()
+
+    def txt(queried: bytes, timeout: float = 5) -> bytes | None:
+        return published if queried.rstrip(b".").lower() == name else None
+
+    try:
+        verified = dkimpy.verify(data, dnsfunc=txt)
+    except Exception as exc:  # dkimpy raises on a malformed signature; that is the answer
+        return f"fail: {type(exc).__name__}: {exc}"
+    return "pass" if verified else "fail: the signature does not verify against the domain's key"

@@ -1,0 +1,135 @@
+"""Sandbox mode of a workspace: switching it, and domains verified without DNS.
+
+In sandbox mode nothing a workspace sends leaves the machine (engine/sandbox/capture.py),
+so a domain may be marked verified without publishing anything, under the same rule as a
+DNS check (one workspace at a time holds a name verified). Because a marked name keeps
+other workspaces from verifying it, only a platform administrator puts a workspace in the
+sandbox (or the install does, for new workspaces, with POSTROOM_SANDBOX=on). Leaving it is
+refused while mail that would then go out for real still waits, and sets the domains the
+sandbox verified back to pending: from then on only DNS verifies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from engine.accounts import users
+from engine.accounts.passwords import TEST_KEY_MARK
+from engine.activity import Change, record
+from engine.domains import registry
+from engine.errors import Conflict, Forbidden, NotFound
+from engine.runtime import Principal, Runtime
+from storage import api_keys, domains, sandbox
+from storage.domains import Domain
+from storage.tx import Tx
+
+# Written into the domain's record statuses (and so its verification's log entry).
+MARKED = "marked verified by the sandbox, without DNS"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxState:
+    enabled: bool
+    sandbox_verified_domains: list[str]  # names
+
+
+def require_sandbox(tx: Tx, workspace_id: str) -> None:
+    """Forbidden (`sandbox_only`) unless the workspace is in sandbox mode."""
+    if not sandbox.is_sandboxed(tx, workspace_id):
+        raise Forbidden("this workspace is not in sandbox mode", code="sandbox_only")
+
+
+def _state(tx: Tx, workspace_id: str) -> SandboxState:
+    names = [name for _, name in sandbox.sandbox_verified_domains(tx, workspace_id)]
+    return SandboxState(sandbox.is_sandboxed(tx, workspace_id), names)
+
+
+async def state(rt: Runtime, who: Principal) -> SandboxState:
+    return await rt.db.read(_state, who.workspace_id)
+
+
+def start_sandboxed(tx: Tx, workspace_id: str, name: str, actor: str, now: datetime) -> None:
+    """Put a new workspace in the sandbox (POSTROOM_SANDBOX=on), inside its creation."""
+    sandbox.set_sandboxed(tx, workspace_id, True)
+    meta = {"by": "POSTROOM_SANDBOX"}
+    record(tx, workspace_id, actor, Change("sandbox.enabled", name, workspace_id, meta), now)
+
+
+def _refuse_test_key(tx: Tx, who: Principal) -> None:
+    """A test key acts only inside the sandbox: it may not change the mode."""
+    if who.api_key_id is None:
+        return
+    key = api_keys.get_active(tx, who.workspace_id, who.api_key_id)
+    if key is not None and key.key_prefix.startswith(TEST_KEY_MARK):
+        raise Forbidden("a test key cannot change sandbox mode", code="test_key")
+
+
+def _enable(tx: Tx, who: Principal, now: datetime) -> None:
+    _refuse_test_key(tx, who)
+    if sandbox.set_sandboxed(tx, who.workspace_id, True):
+        change = Change("sandbox.enabled", who.workspace_id, who.workspace_id)
+        record(tx, who.workspace_id, who.user_email, change, now)
+
+
+def _disable(tx: Tx, who: Principal, now: datetime) -> None:
+    _refuse_test_key(tx, who)
+    if not sandbox.is_sandboxed(tx, who.workspace_id):
+        return
+    waiting = sandbox.mail_waiting(tx, who.workspace_id)
+    if waiting:
+        raise Conflict(
+            f"{waiting} emails are still waiting to be sent; leaving the sandbox would send"
+            " them for real: cancel them or let them finish first",
+            code="sandbox_mail_waiting",
+            waiting=waiting,
+        )
+    names = []
+    for domain_id, name in sandbox.sandbox_verified_domains(tx, who.workspace_id):
+        sandbox.unverify_domain(tx, domain_id)
+        meta = {"status": registry.PENDING, "reason": "left the sandbox: verify it in DNS"}
+        record(
+            tx,
+            who.workspace_id,
+            who.user_email,
+            Change("domain.pending", name, domain_id, meta),
+            now,
+        )
+        names.append(name)
+    sandbox.set_sandboxed(tx, who.workspace_id, False)
+    meta_off = {"domains_pending": names}
+    change = Change("sandbox.disabled", who.workspace_id, who.workspace_id, meta_off)
+    record(tx, who.workspace_id, who.user_email, change, now)
+
+
+async def switch(rt: Runtime, who: Principal, on: bool) -> SandboxState:
+    """Put the workspace in the sandbox (platform administrators only) or take it out."""
+    if on:
+        await users.require_admin(rt, who)
+        await rt.db.write(_enable, who, rt.clock.now())
+    else:
+        await rt.db.write(_disable, who, rt.clock.now())
+    return await state(rt, who)
+
+
+def _mark_verified(tx: Tx, who: Principal, domain_id: str, now: datetime) -> Domain:
+    require_sandbox(tx, who.workspace_id)
+    domain = domains.get(tx, who.workspace_id, domain_id)
+    if domain is None:
+        raise NotFound("domain not found")
+    statuses = {"dkim": registry.VERIFIED, "sandbox": MARKED}
+    verified = registry.record_verification(tx, who.user_email, domain, statuses, now, True)
+    sandbox.mark_domain(tx, domain.id, sandbox_verified=True)
+    return verified
+
+
+async def mark_verified(rt: Runtime, who: Principal, domain_id: str) -> Domain:
+    """Mark a domain of a sandboxed workspace verified without DNS (Conflict `domain_taken`
+    when another workspace holds the name verified, as for a DNS check)."""
+    return await rt.db.write(_mark_verified, who, domain_id, rt.clock.now())
+
+
+async def is_sandbox_verified(rt: Runtime, who: Principal) -> set[str]:
+    """Ids of the workspace's domains the sandbox marked verified."""
+    found = await rt.db.read(sandbox.sandbox_verified_domains, who.workspace_id)
+    return {domain_id for domain_id, _ in found}

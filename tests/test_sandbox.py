@@ -1,0 +1,312 @@
+"""The sandbox end to end: sandboxed mail is captured, never sent; each scripted address
+produces its real events and signed webhooks through the normal engine, on the real retry
+schedule and, for later outcomes, across a restart; test keys act only in sandbox mode."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import replace
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+import httpx
+import trio
+from trio.testing import MockClock
+
+from engine.accounts import users
+from engine.sandbox.capture import dkim_result
+from postroom.service import serve
+from storage.sandbox import SigningKey
+from tests.harness import service as harness
+from tests.harness.dns_server import DnsServer
+from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
+from tests.test_sending import message, ready_account, route_mail, wait_for_email, wait_for_status
+
+DOMAIN = "shop.example"
+SENDER = f"hello@{DOMAIN}"
+
+
+async def sandbox_account(service: Service, plan: str = "starter") -> Account:
+    """An administrator's account in sandbox mode, with a domain the sandbox verified (no DNS
+    record published) and a sender on it."""
+    account = await service.account(plan, admin=True)
+    switched = await account.client.put("/v1/sandbox", json={"enabled": True})
+    assert switched.status_code == 200 and switched.json()["enabled"] is True
+    domain = (await account.client.post("/v1/domains/", json={"name": DOMAIN})).json()
+    marked = await account.client.post(f"/v1/sandbox/domains/{domain['id']}/verify")
+    assert marked.status_code == 200 and marked.json()["status"] == "verified"
+    assert (await account.client.post("/v1/senders/", json={"email": SENDER})).status_code == 201
+    return account
+
+
+def letter(to: str, **extra: Any) -> dict[str, Any]:
+    return {**message(to), "from_": {"email": SENDER}, **extra}
+
+
+async def send(account: Account, to: str, **extra: Any) -> str:
+    sent = await account.client.post("/v1/emails/", json=letter(to, **extra))
+    assert sent.status_code == 202, sent.text
+    email_id: str = sent.json()["id"]
+    return email_id
+
+
+def attempts_are(count: int, email: dict[str, Any]) -> bool:
+    return bool(email["recipients"][0]["attempts"] == count)
+
+
+def events(email: dict[str, Any]) -> list[str]:
+    return [e["event_type"] for e in email["events"]]
+
+
+async def test_sandboxed_mail_is_captured_signed_and_never_sent(
+    service: Service, smtp_sink: SmtpSink
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "deliver@customer.example")
+    email = await wait_for_status(account, email_id)
+    assert email["status"] == "delivered"
+    assert events(email) == ["queued", "sent", "delivered"]
+    assert "sandbox" in email["events"][-1]["metadata"]["smtp_response"]
+    assert smtp_sink.messages == []  # no DNS for customer.example either: nothing left
+
+    listed = (await account.client.get("/v1/sandbox/messages")).json()
+    assert listed["total"] == 1
+    captured = listed["items"][0]
+    assert captured["email_id"] == email_id
+    assert captured["recipients"] == ["deliver@customer.example"]
+    assert captured["dkim"] == "pass"
+    detail = (await account.client.get(f"/v1/sandbox/messages/{captured['id']}")).json()
+    assert detail["html"].strip() == "<p>Thanks for your <b>order</b>.</p>"
+    assert detail["text"].strip() == "Thanks for your order."
+    names = [h["name"].lower() for h in detail["headers"]]
+    assert names[0] == "dkim-signature" and "list-unsubscribe" in names
+    source = await account.client.get(f"/v1/sandbox/messages/{captured['id']}/source")
+    assert source.headers["content-type"] == "message/rfc822"
+    assert source.content == base64.b64decode(detail["source_base64"])
+
+
+async def test_dkim_result_fails_for_a_message_altered_after_signing(
+    service: Service,
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "deliver@customer.example")
+    await wait_for_status(account, email_id)
+    captured = (await account.client.get("/v1/sandbox/messages")).json()["items"][0]
+    detail = (await account.client.get(f"/v1/sandbox/messages/{captured['id']}")).json()
+    data = base64.b64decode(detail["source_base64"])
+    domain = (await account.client.get("/v1/domains/")).json()[0]
+    record = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
+    key = SigningKey(DOMAIN, record["host"].split(".")[0], record["value"].split("p=")[1])
+    assert dkim_result(data, key) == "pass"
+    assert dkim_result(data.replace(b"Thanks for your", b"Thanks for my"), key).startswith("fail")
+
+
+async def test_live_workspaces_mail_in_the_same_round_still_goes_to_the_mx(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    sandboxed = await sandbox_account(service)
+    live = await ready_account(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    captured_id = await send(sandboxed, "ann@customer.example")
+    sent = await live.client.post("/v1/emails/", json=message("bob@customer.example"))
+    assert (await wait_for_status(live, sent.json()["id"]))["status"] == "delivered"
+    assert (await wait_for_status(sandboxed, captured_id))["status"] == "delivered"
+    assert [m.rcpt_to for m in smtp_sink.messages] == [("bob@customer.example",)]
+    assert (await live.client.get("/v1/sandbox/messages")).json()["total"] == 0
+
+
+async def test_bounce_address_bounces_with_5_1_1_and_is_suppressed(service: Service) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "bounce@customer.example")
+    email = await wait_for_status(account, email_id)
+    assert email["status"] == "bounced"
+    bounced = email["events"][-1]
+    assert bounced["event_type"] == "bounced" and "5.1.1" in bounced["metadata"]["response"]
+    entry = (await account.client.get("/v1/suppressions/")).json()["items"][0]
+    assert (entry["email"], entry["reason"]) == ("bounce@customer.example", "hard_bounce")
+    assert (await account.client.get("/v1/sandbox/messages")).json()["total"] == 0
+
+
+async def test_defer3_then_deliver_follows_the_real_retry_schedule(
+    service: Service, clock: MockClock
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "defer3-then-deliver+order7@customer.example")
+    for attempt, step in ((1, 60), (2, 5 * 60), (3, 15 * 60)):
+        email = await wait_for_email(account, email_id, partial(attempts_are, attempt))
+        assert email["status"] == "deferred"
+        deferred = email["events"][-1]
+        waited = datetime.fromisoformat(deferred["metadata"]["next_attempt_at"]) - (
+            datetime.fromisoformat(deferred["created_at"])
+        )
+        assert abs(waited - timedelta(seconds=step)) < timedelta(seconds=1)
+        assert "4.3.0" in deferred["metadata"]["response"]
+        clock.jump(step + 1)
+    email = await wait_for_status(account, email_id)
+    assert email["status"] == "delivered"
+    assert events(email) == ["queued", "deferred", "deferred", "deferred", "sent", "delivered"]
+
+
+async def test_complaint_an_hour_later_survives_a_restart_and_is_signed_to_webhooks(
+    service: Service,
+    clock: MockClock,
+    https_receiver: HttpsReceiver,
+    tls_ca: TlsAuthority,
+    database_url: str,
+    dns_server: DnsServer,
+    nursery: trio.Nursery,
+) -> None:
+    account = await sandbox_account(service)
+    hook = await account.client.post(
+        "/v1/webhooks/", json={"url": https_receiver.url, "events": ["email.complained"]}
+    )
+    secret = hook.json()["secret"]
+    email_id = await send(account, "complain-after-1h@customer.example")
+    await wait_for_status(account, email_id)
+    service.running.stop()  # the outcome waits in the database, not in this process
+    settings = harness.test_settings(database_url, dns_server, extra_ca_file=str(tls_ca.ca_file))
+    again = await nursery.start(serve, settings)
+    clock.jump(3600 + 20)
+    headers = {"Authorization": f"Bearer {account.api_key}"}
+    async with httpx.AsyncClient(base_url=again.api_url, headers=headers) as client:
+        restarted = replace(account, client=client)
+        email = await wait_for_email(restarted, email_id, lambda e: "complained" in events(e))
+        assert email["events"][-1]["recipient"] == "complain-after-1h@customer.example"
+        entry = (await client.get("/v1/suppressions/")).json()["items"][0]
+    assert entry["reason"] == "complaint" and entry["source_email_id"] == email_id
+    posted = (await https_receiver.wait_for_requests(1))[0]
+    assert posted.json()["event"] == "email.complained"
+    expected = hmac.new(secret.encode(), posted.body, hashlib.sha256).hexdigest()
+    assert posted.headers["x-webhook-signature"] == expected
+    again.stop()
+
+
+async def test_open_and_click_are_recorded_a_minute_apart_through_tracking(
+    service: Service, clock: MockClock
+) -> None:
+    account = await sandbox_account(service)
+    html = '<p>See <a href="https://shop.example/order/7">your order</a></p>'
+    email_id = await send(account, "open-and-click@customer.example", html=html)
+    await wait_for_status(account, email_id)
+    clock.jump(61)
+    email = await wait_for_email(account, email_id, lambda e: "opened" in events(e))
+    assert "clicked" not in events(email)
+    clock.jump(61)
+    email = await wait_for_email(account, email_id, lambda e: "clicked" in events(e))
+    clicked = email["events"][-1]
+    assert clicked["metadata"]["url"] == "https://shop.example/order/7"
+    assert clicked["recipient"] == "open-and-click@customer.example"
+
+
+async def test_slow_address_is_answered_after_thirty_seconds(
+    service: Service, clock: MockClock
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "slow@customer.example")
+    await trio.sleep(0.3)
+    assert (await account.client.get(f"/v1/emails/{email_id}")).json()["status"] == "queued"
+    # Time moves on until the answer comes: on a busy machine the round may start its wait
+    # only after a first jump. The 30 s are then read from the (virtual) time of the capture.
+    for _ in range(20):  # a bounded number of jumps (a deadline would move with them)
+        email = (await account.client.get(f"/v1/emails/{email_id}")).json()
+        if email["status"] == "delivered":
+            break
+        clock.jump(31)
+        await trio.sleep(0.5)
+    assert email["status"] == "delivered"
+    queued = datetime.fromisoformat(email["events"][0]["created_at"])
+    captured = (await account.client.get(f"/v1/sandbox/messages?email_id={email_id}")).json()
+    answered = datetime.fromisoformat(captured["items"][0]["created_at"])
+    assert answered - queued >= timedelta(seconds=30)
+
+
+async def test_test_keys_act_only_in_sandbox_mode(service: Service) -> None:
+    account = await sandbox_account(service)
+    created = await account.client.post("/v1/sandbox/test-keys", json={"name": "ci"})
+    assert created.status_code == 201
+    raw = created.json()["key"]
+    assert raw.startswith("svc_k_test_") and created.json()["key_prefix"].startswith("test_")
+    tester = service.client(headers={"Authorization": f"Bearer {raw}"})
+    email_id = (await tester.post("/v1/emails/", json=letter("deliver@customer.example"))).json()
+    assert (await wait_for_status(account, email_id["id"]))["status"] == "delivered"
+
+    refused = await tester.put("/v1/sandbox", json={"enabled": False})
+    assert refused.status_code == 403 and refused.json()["code"] == "test_key"
+    left = await account.client.put("/v1/sandbox", json={"enabled": False})
+    assert left.status_code == 200 and left.json()["enabled"] is False
+    outside = await tester.get("/v1/emails/")
+    assert outside.status_code == 403 and outside.json()["code"] == "sandbox_only"
+    again = await account.client.post("/v1/sandbox/test-keys", json={"name": "ci2"})
+    assert again.status_code == 403 and again.json()["code"] == "sandbox_only"
+
+
+async def test_entering_the_sandbox_needs_a_platform_administrator(service: Service) -> None:
+    account = await service.account("starter")
+    refused = await account.client.put("/v1/sandbox", json={"enabled": True})
+    assert refused.status_code == 403 and refused.json()["code"] == "admin_required"
+    domain = (await account.client.post("/v1/domains/", json={"name": DOMAIN})).json()
+    marked = await account.client.post(f"/v1/sandbox/domains/{domain['id']}/verify")
+    assert marked.status_code == 403 and marked.json()["code"] == "sandbox_only"
+    assert (await account.client.get("/v1/sandbox")).json()["enabled"] is False
+
+
+async def test_leaving_waits_for_queued_mail_and_makes_sandbox_domains_pending(
+    service: Service, clock: MockClock
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "defer3-then-deliver@customer.example")
+    await wait_for_status(account, email_id, ("deferred",))
+    refused = await account.client.put("/v1/sandbox", json={"enabled": False})
+    assert refused.status_code == 409
+    assert refused.json()["code"] == "sandbox_mail_waiting" and refused.json()["waiting"] == 1
+    for attempt, step in ((1, 60), (2, 5 * 60), (3, 15 * 60)):
+        # Each retry is waited for before time moves on: it is scheduled from its own attempt.
+        await wait_for_email(account, email_id, partial(attempts_are, attempt))
+        clock.jump(step + 1)
+    await wait_for_status(account, email_id)
+    left = await account.client.put("/v1/sandbox", json={"enabled": False})
+    assert left.status_code == 200 and left.json()["sandbox_verified_domains"] == []
+    domain = (await account.client.get("/v1/domains/")).json()[0]
+    assert domain["status"] == "pending"
+    log = (await account.client.get("/v1/audit-log?range=24h")).json()["items"]
+    actions = [entry["action"] for entry in log]
+    assert set(actions[:2]) == {"sandbox.disabled", "domain.pending"}  # one unit of work
+    assert "sandbox.enabled" in actions and "domain.verified" in actions
+    refused_send = await account.client.post("/v1/emails/", json=letter("a@customer.example"))
+    assert refused_send.status_code == 422  # the domain must now prove itself in DNS
+
+
+async def test_a_name_verified_by_another_workspace_cannot_be_marked_in_the_sandbox(
+    service: Service, dns_server: DnsServer
+) -> None:
+    await ready_account(service, dns_server)  # verifies mail.example.org through DNS
+    account = await service.account("starter", admin=True)
+    await account.client.put("/v1/sandbox", json={"enabled": True})
+    domain = (await account.client.post("/v1/domains/", json={"name": "mail.example.org"})).json()
+    marked = await account.client.post(f"/v1/sandbox/domains/{domain['id']}/verify")
+    assert marked.status_code == 409 and marked.json()["code"] == "domain_taken"
+
+
+async def test_install_setting_puts_new_workspaces_in_the_sandbox(service: Service) -> None:
+    rt = replace(service.running.runtime, sandbox=True)
+    created = await users.create_account(rt, "new@example.org", "a long password")
+    client = service.client(headers={"Authorization": f"Bearer {created.api_key}"})
+    state = (await client.get("/v1/sandbox")).json()
+    assert state["enabled"] is True
+    assert {s["local_part"] for s in state["scripts"]} >= {"bounce", "complain-after-1h"}
+    log = (await client.get("/v1/audit-log?range=24h&category=security")).json()["items"]
+    enabled = next(entry for entry in log if entry["action"] == "sandbox.enabled")
+    assert enabled["meta"] == {"by": "POSTROOM_SANDBOX"}
+
+
+def test_sandbox_setting_is_read_from_the_environment() -> None:
+    from postroom import config
+
+    assert config.load({"POSTROOM_SANDBOX": "on"}).sandbox is True
+    assert config.load({}).sandbox is False
