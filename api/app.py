@@ -18,6 +18,7 @@ from api.routes import (
     emails,
     forwards,
     health,
+    mcp_policy,
     nodes,
     senders,
     sessions,
@@ -54,6 +55,7 @@ BLUEPRINTS = (
     templates.blueprint,
     broadcasts.blueprint,
     nodes.blueprint,
+    mcp_policy.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

@@ -39,6 +39,7 @@ from engine.templates.variables import contact_values, render, render_subject
 from storage import broadcasts, contacts, domains, emails
 from storage.broadcasts import Broadcast
 from storage.codec import new_id
+from storage.contacts import ContactList
 from storage.domains import Sender
 from storage.emails import Email, Event, Recipient
 from storage.tx import Tx
@@ -105,6 +106,11 @@ def _month(now: datetime) -> str:
     return now.strftime("%Y-%m")
 
 
+def audience(tx: Tx, workspace_id: str, contact_list: ContactList) -> int:
+    """How many contacts a send to the list reaches: those whose address is not suppressed."""
+    return contact_list.contact_count - contacts.count_suppressed(tx, workspace_id, contact_list.id)
+
+
 def _start(tx: Tx, who: Principal, req: BulkSendRequest, node: str, now: datetime) -> _Started:
     found = contacts.get_list(tx, who.workspace_id, req.contact_list_id)
     if found is None:
@@ -121,7 +127,7 @@ def _start(tx: Tx, who: Principal, req: BulkSendRequest, node: str, now: datetim
     if found.contact_count == 0:
         raise InvalidRequest("the contact list is empty", code="empty_list")
     plan = plans.plan(who.plan)
-    to_send = found.contact_count - contacts.count_suppressed(tx, who.workspace_id, found.id)
+    to_send = audience(tx, who.workspace_id, found)
     used = emails.sent_in_month(tx, who.workspace_id, _month(now))
     if plan.emails_per_month != plans.UNLIMITED and used + to_send > plan.emails_per_month:
         raise PlanLimit(
@@ -243,6 +249,19 @@ def _close(tx: Tx, broadcast: Broadcast, actor: str, error: str | None, now: dat
     )
 
 
+def check_request(req: BulkSendRequest) -> None:
+    """The rules of the body itself: html or text, and tags that fit a header line (422)."""
+    if not (req.html or req.text):
+        raise Unprocessable(
+            "at least one of html or text is required",
+            errors=[{"loc": ["body", "html"], "msg": "html or text is required"}],
+        )
+    for i, tag in enumerate(req.tags):
+        if problem := header_text_problem(tag):
+            message = f"tag {problem}"
+            raise Unprocessable(message, errors=[{"loc": ["body", "tags", i], "msg": message}])
+
+
 async def send_to_list(
     rt: Runtime, who: Principal, list_id: str, req: BulkSendRequest
 ) -> BulkSendResult:
@@ -251,10 +270,7 @@ async def send_to_list(
         raise InvalidRequest(
             "contact_list_id must be the list named in the URL", code="list_mismatch"
         )
-    for i, tag in enumerate(req.tags):
-        if problem := header_text_problem(tag):
-            message = f"tag {problem}"
-            raise Unprocessable(message, errors=[{"loc": ["body", "tags", i], "msg": message}])
+    check_request(req)
     started = await rt.db.write(_start, who, req, rt.node, rt.clock.now())
     progress = _Progress()
     error: str | None = None
