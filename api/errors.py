@@ -53,6 +53,11 @@ _CODE_OF_HTTP_STATUS = {
 }
 
 
+def status_of(exc: EngineError) -> int:
+    """The HTTP status of an engine error (400 for kinds without one of their own)."""
+    return next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), 400)
+
+
 def error_response(status: int, code: str, detail: str, /, **extra: Any) -> Response:
     """A JSON error response with the standard body (`extra` may even hold a `status` key)."""
     response = jsonify({"code": code, "detail": detail, **extra})
@@ -67,8 +72,7 @@ def install(app: Quart) -> None:
 
     @app.errorhandler(EngineError)
     async def engine_error(exc: EngineError) -> Response:
-        status = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), 400)
-        response = error_response(status, exc.code, exc.detail, **exc.extra)
+        response = error_response(status_of(exc), exc.code, exc.detail, **exc.extra)
         if isinstance(exc, RateLimited):
             response.headers["Retry-After"] = str(exc.retry_after)
         return response

@@ -26,9 +26,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
 
 from api.auth import origin_of
+from api.errors import status_of
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
-from engine.errors import EngineError, Forbidden, StorageFull, Unauthorized
+from engine.agents import clients
+from engine.errors import EngineError, Forbidden, RateLimited, StorageFull, Unauthorized
 from engine.runtime import Principal, Runtime
 from engine.sending.tracking import sign, verify
 from mcp_door import server
@@ -71,8 +73,10 @@ async def _refuse(send: Send, exc: EngineError | StorageFull) -> None:
     body = {"code": exc.code, "detail": exc.detail, **exc.extra}
     if isinstance(exc, Unauthorized):
         await _respond(send, 401, body, www_authenticate='Bearer realm="postroom"')
+    elif isinstance(exc, RateLimited):
+        await _respond(send, 429, body, retry_after=str(exc.retry_after))
     else:
-        await _respond(send, 403 if isinstance(exc, Forbidden) else 404, body)
+        await _respond(send, status_of(exc), body)
 
 
 async def _session_gone(send: Send) -> None:
@@ -103,14 +107,15 @@ def _initializing_client(body: bytes) -> str | None:
     """The name a client gives in an `initialize` request; None for any other body."""
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # the SDK answers it with its parse error
         return None
     if not isinstance(message, dict) or message.get("method") != "initialize":
         return None
     params = message.get("params")
     info = params.get("clientInfo") if isinstance(params, dict) else None
     name = info.get("name") if isinstance(info, dict) else None
-    return name if isinstance(name, str) else ""
+    # Folded to what the activity log keeps: the name rides in a header on every request.
+    return clients.client_name(name if isinstance(name, str) else None)
 
 
 def _binding(who: Principal) -> str:

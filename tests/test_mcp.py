@@ -86,8 +86,17 @@ async def refused(client: Client, tool: str, **arguments: Any) -> dict[str, Any]
     return body
 
 
-async def set_policy(account: Account, **change: Any) -> dict[str, Any]:
-    response = await account.client.patch("/v1/mcp/policy", json=change)
+async def logged_in(service: Service, account: Account) -> httpx.AsyncClient:
+    """A person's client: the session cookie and the public URL as Origin."""
+    client = service.client(headers={"Origin": PUBLIC_URL})
+    credentials = {"email": account.email, "password": account.password}
+    assert (await client.post("/v1/auth/login", json=credentials)).status_code == 200
+    return client
+
+
+async def set_policy(service: Service, account: Account, **change: Any) -> dict[str, Any]:
+    person = await logged_in(service, account)
+    response = await person.patch("/v1/mcp/policy", json=change)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
@@ -163,7 +172,7 @@ async def test_preview_then_confirm_sends_the_email_once(
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "customer.example")
-    await set_policy(account, policy="send")
+    await set_policy(service, account, policy="send")
     template = await account.client.post(
         "/v1/templates/",
         json={"name": "Receipt", "subject": "Hi {{name}}", "text_body": "Your code is {{code}}"},
@@ -204,7 +213,7 @@ async def test_confirm_refuses_made_up_foreign_and_expired_tokens(
     account = await ready_account(service, dns_server)
     other = await service.account("starter")
     for who in (account, other):
-        await set_policy(who, policy="send")
+        await set_policy(service, who, policy="send")
     async with mcp_client(service, account.api_key) as client:
         made_up = await refused(client, "confirm", confirmation_token="cfm_" + "x" * 43)
         assert made_up["code"] == "unknown_token"
@@ -244,7 +253,7 @@ async def test_read_policy_refuses_sending_and_off_refuses_everything(
         assert checked == {"valid": True, "can_send": True, "issues": []}
         assert (await client.read_resource("postroom://domains")).contents
 
-        await set_policy(account, policy="off")
+        await set_policy(service, account, policy="off")
         error = await refused(client, "search_emails")
         assert (error["code"], error["policy"]) == ("mcp_policy", "off")
         assert "off" in error["detail"]
@@ -259,7 +268,7 @@ async def test_changes_through_mcp_are_attributed_in_the_activity_log(
     service: Service,
 ) -> None:
     account = await service.account()
-    await set_policy(account, policy="send")
+    await set_policy(service, account, policy="send")
     added = await account.client.post("/v1/suppressions/", json={"email": "api@example.com"})
     assert added.status_code == 201
     # Both protocol eras: the 2026 one names the client in every request, the handshake one
@@ -282,7 +291,7 @@ async def test_recipient_cap_refuses_larger_actions(
     service: Service, dns_server: DnsServer
 ) -> None:
     account = await ready_account(service, dns_server)
-    await set_policy(account, policy="send", max_recipients=1)
+    await set_policy(service, account, policy="send", max_recipients=1)
     async with mcp_client(service, account.api_key) as client:
         error = await refused(
             client, "send_email", **draft(["a@customer.example", "b@customer.example"])
@@ -295,7 +304,7 @@ async def test_recipient_cap_refuses_larger_actions(
         token = (await call(client, "send_email", **draft(["a@customer.example"])))[
             "confirmation_token"
         ]
-        await set_policy(account, policy="read")
+        await set_policy(service, account, policy="read")
         lowered = await refused(client, "confirm", confirmation_token=token)
         assert lowered["code"] == "mcp_policy"
     assert (await account.client.get("/v1/emails/")).json() == []
@@ -305,11 +314,15 @@ async def test_policy_is_set_through_the_api_and_checked(service: Service) -> No
     account = await service.account()
     default = (await account.client.get("/v1/mcp/policy")).json()
     assert default == {"policy": "read", "max_recipients": 100, "updated_at": None}
+    # The API key is what an agent holds: it may read the policy, never widen it.
+    with_key = await account.client.patch("/v1/mcp/policy", json={"policy": "send"})
+    assert (with_key.status_code, with_key.json()["code"]) == (403, "session_required")
+    person = await logged_in(service, account)
     for body, loc in (({"policy": "all"}, "policy"), ({"max_recipients": 0}, "max_recipients")):
-        response = await account.client.patch("/v1/mcp/policy", json=body)
+        response = await person.patch("/v1/mcp/policy", json=body)
         assert response.status_code == 422, body
         assert response.json()["errors"][0]["loc"] == ["body", loc]
-    changed = await set_policy(account, max_recipients=5)
+    changed = await set_policy(service, account, max_recipients=5)
     assert (changed["policy"], changed["max_recipients"]) == ("read", 5)
     assert changed["updated_at"].endswith("Z")
     [entry] = [e for e in await activity(account) if e["action"] == "mcp_policy.updated"]
@@ -334,6 +347,26 @@ async def test_http_door_authenticates_like_the_api(service: Service) -> None:
         stream = await http.get("/mcp", headers=bearer)
         assert stream.status_code == 405
         assert stream.json()["code"] == "method_not_allowed"
+        # A session id names the client only for the credential it was issued to.
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "x" * 5000, "version": "1"},
+            },
+        }
+        started = await http.post("/mcp", json=hello, headers={**bearer, **accept})
+        assert started.status_code == 200, started.text
+        session_id = started.headers["mcp-session-id"]
+        assert len(session_id) < 400  # the name is folded before it is carried
+        other = await service.account()
+        for key, sid in ((other.api_key, session_id), (account.api_key, session_id + "x")):
+            headers = {"Authorization": f"Bearer {key}", "Mcp-Session-Id": sid, **accept}
+            gone = await http.post("/mcp", json=ping, headers=headers)
+            assert gone.status_code == 404, sid
 
         login = await http.post(
             "/v1/auth/login", json={"email": account.email, "password": account.password}
@@ -372,7 +405,10 @@ async def test_broadcast_preview_then_confirm_sends_to_the_list(
         assert preview["first_recipient"] == "ann@customer.example"
         assert preview["subject"] == "News for Ann"
         assert preview["confirmation_token"] is None  # a preview never sends
-        await set_policy(account, policy="send")
+        bodiless = {**broadcast, "text": None}
+        error = await refused(client, "preview_broadcast", **bodiless)
+        assert (error["code"], error["errors"][0]["loc"]) == ("validation_error", ["body", "html"])
+        await set_policy(service, account, policy="send")
         token = (await call(client, "send_broadcast", **broadcast))["confirmation_token"]
         done = await call(client, "confirm", confirmation_token=token)
     assert (done["action"], done["queued"], done["skipped"]) == ("send_broadcast", 2, 1)
@@ -388,7 +424,7 @@ async def test_broadcast_preview_then_confirm_sends_to_the_list(
 
 async def test_agents_lift_only_manual_suppressions(service: Service) -> None:
     account = await service.account()
-    await set_policy(account, policy="send")
+    await set_policy(service, account, policy="send")
     for email, reason in (("left@example.com", "unsubscribe"), ("typo@example.com", "manual")):
         entry = {"email": email, "reason": reason}
         assert (await account.client.post("/v1/suppressions/", json=entry)).status_code == 201

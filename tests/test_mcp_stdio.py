@@ -38,7 +38,7 @@ async def test_stdio_client_searches_previews_confirms_and_is_attributed(
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "customer.example")
-    await set_policy(account, policy="send")
+    await set_policy(service, account, policy="send")
     info = types.Implementation(name="desktop-agent", version="2.0")
     async with Client(bridge(service, account.api_key, tmp_path), client_info=info) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}

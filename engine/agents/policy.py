@@ -2,8 +2,9 @@
 
 `off` shuts the door; `read` (the default) lets agents search, read, validate and preview;
 `send` adds sending and managing, every send through a preview and its confirmation. The
-policy changes only through the API (or the console), never through the door itself, and
-every change is logged.
+policy changes only through a person's login session (the API with the session cookie, or the
+console), never with an API key: the key is what an agent holds, and it must not be able to
+widen its own policy. Every change is logged.
 """
 
 from __future__ import annotations
@@ -118,7 +119,13 @@ async def update(
     rt: Runtime, who: Principal, level: str | None, max_recipients: int | None
 ) -> McpPolicy:
     """Change the policy and/or the recipient cap (None keeps a value); logged every time
-    something is set."""
+    something is set. Forbidden (`session_required`) with an API key."""
+    if who.session_id is None:
+        raise Forbidden(
+            "the MCP policy is changed by a person logged in (session cookie or console), not"
+            " with an API key: an agent holding the key could otherwise widen its own policy",
+            code="session_required",
+        )
     if level is not None and level not in LEVELS:
         raise _invalid("policy", f"must be one of {', '.join(LEVELS)}")
     if max_recipients is not None and not 1 <= max_recipients <= MAX_RECIPIENTS_CEILING:
