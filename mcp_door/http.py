@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.requests import Request
+import trio
 
 from api.auth import origin_of
 from api.errors import status_of
@@ -33,8 +32,12 @@ from engine.agents import clients
 from engine.errors import EngineError, Forbidden, RateLimited, StorageFull, Unauthorized
 from engine.runtime import Principal, Runtime
 from engine.sending.tracking import sign, verify
-from mcp_door import server
-from mcp_door.server import CALLER, Caller
+from mcp_door.caller import CALLER, Caller
+
+if TYPE_CHECKING:
+    from mcp.server import Server
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from starlette.requests import Request
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -123,26 +126,47 @@ def _binding(who: Principal) -> str:
     return f"{who.workspace_id}/{who.api_key_id or who.session_id}"
 
 
+def _build_server(rt: Runtime) -> Server[Any]:
+    # On a worker thread: importing the SDK and building the tools' JSON schemas take
+    # seconds on a busy machine, and the event loop goes on serving meanwhile.
+    from mcp_door import server
+
+    return server.build(rt)
+
+
 class HttpDoor:
     """`/mcp` for one runtime: mount it on the API's ASGI app, and run it while serving."""
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
-        self._manager = StreamableHTTPSessionManager(
-            app=server.build(rt), json_response=True, stateless=True
-        )
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._loaded = trio.Event()
         self._running = False
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Serve MCP requests inside the block (the SDK's task group lives here); enter it
-        before the HTTP server starts and leave it after the server has drained."""
-        async with self._manager.run():
+        """Serve MCP requests inside the block; enter it before the HTTP server starts and
+        leave it after the server has drained. The SDK loads in the background, so the
+        service is up without waiting for it; a request to /mcp before then waits."""
+        async with trio.open_nursery() as nursery:
             self._running = True
+            nursery.start_soon(self._run_manager)
             try:
                 yield
             finally:
                 self._running = False
+                self._loaded.set()  # a request still waiting for the SDK hears 503
+                nursery.cancel_scope.cancel()
+
+    async def _run_manager(self) -> None:
+        built = await trio.to_thread.run_sync(_build_server, self._rt)
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        manager = StreamableHTTPSessionManager(app=built, json_response=True, stateless=True)
+        async with manager.run():  # the SDK's task group for the requests it serves
+            self._manager = manager
+            self._loaded.set()
+            await trio.sleep_forever()
 
     def mount(self, app: ASGIApp) -> ASGIApp:
         """`app` with `/mcp` answered by the door."""
@@ -162,10 +186,13 @@ class HttpDoor:
                 send, 405, {"code": "method_not_allowed", "detail": detail}, allow="POST"
             )
             return
-        if not self._running:
+        await self._loaded.wait()
+        if not self._running or self._manager is None:
             detail = "the service is stopping"
             await _respond(send, 503, {"code": "unavailable", "detail": detail})
             return
+        from starlette.requests import Request  # loaded with the SDK by now
+
         request = Request(scope)
         try:
             who = await self._authenticate(request)

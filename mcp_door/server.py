@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -24,31 +23,14 @@ from engine.agents import clients
 from engine.agents import policy as agent_policy
 from engine.agents.policy import READ, SEND
 from engine.errors import EngineError, NotFound, StorageFull, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.runtime import Runtime
 from mcp_door import resources
+from mcp_door.caller import CALLER, Caller
+from mcp_door.instructions import INSTRUCTIONS
 from mcp_door.shapes import Json
 from mcp_door.tools import TOOLS, Tool
 
 log = logging.getLogger("postroom.mcp")
-
-# Where the HTTP door leaves the authenticated caller in each request's ASGI scope.
-CALLER = "postroom.mcp.caller"
-
-INSTRUCTIONS = """\
-Postroom delivers email for this workspace. What you may do is the workspace's MCP policy:
-`read` lets you search, read, validate and preview; `send` adds sending and managing. A send
-(send_email, retry_email, send_broadcast) never sends by itself: it answers a preview and a
-one-time confirmation_token; show the preview to the user, and call `confirm` with the token
-only once they agree. Failures come back as {"code", "detail"}."""
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who a request acts for, and the client's name when the transport carries it (the
-    session of a client that named itself in the initialize handshake)."""
-
-    who: Principal
-    client: str | None = None
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:

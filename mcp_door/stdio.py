@@ -23,8 +23,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from engine.agents.clients import UNKNOWN
-from mcp_door.server import INSTRUCTIONS
+from mcp_door.instructions import INSTRUCTIONS
 
 log = logging.getLogger("postroom.mcp")
 T = TypeVar("T")
@@ -47,7 +46,7 @@ class Upstream:
         info = (
             params.client_info
             if params is not None
-            else types.Implementation(name=UNKNOWN, version="")
+            else types.Implementation(name="", version="")  # the service logs it as unknown
         )
         async with self._lock:
             if self._client is None:
@@ -85,8 +84,11 @@ class Upstream:
         self._release = None
 
 
-def _unreachable(url: str, exc: Exception) -> MCPError:
-    detail = f"cannot reach the Postroom service at {url}: {exc}"
+def _unreachable(url: str, exc: BaseException) -> MCPError:
+    # The SDK's task groups wrap the cause (a refused connection, a 401) in groups.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    detail = f"cannot reach the Postroom service at {url}: {exc or type(exc).__name__}"
     return MCPError(types.INTERNAL_ERROR, detail, data={"code": "unreachable", "detail": detail})
 
 

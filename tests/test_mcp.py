@@ -436,3 +436,28 @@ async def test_agents_lift_only_manual_suppressions(service: Service) -> None:
     assert [s["email"] for s in remaining] == ["left@example.com"]
     [lifted] = [e for e in await activity(account) if e["action"] == "suppression.deleted"]
     assert (lifted["target_name"], lifted["meta"]["via"]) == ("typo@example.com", "mcp")
+
+
+async def test_malformed_requests_to_the_door_get_a_4xx_and_the_service_stays_up(
+    service: Service,
+) -> None:
+    account = await service.account()
+    headers = {
+        "Authorization": f"Bearer {account.api_key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    bodies = [
+        b"{not json",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'"just a string"',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"clientInfo": 1}}',
+    ]
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+        for body in bodies:
+            response = await http.post("/mcp", content=body, headers=headers)
+            # Refused at the HTTP edge, or answered with a JSON-RPC error: never a 5xx.
+            refused = 400 <= response.status_code < 500
+            assert refused or "error" in response.json(), (body[:40], response.text[:200])
+        assert (await http.get("/healthz")).status_code == 200

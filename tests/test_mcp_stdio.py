@@ -13,23 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import REPO, Service
+from tests.harness.service import REPO, Service, free_port
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_mcp import activity, call, draft, set_policy
 from tests.test_sending import ready_account, route_mail, wait_for_status
 
 
-def bridge(service: Service, api_key: str, cwd: Path) -> StdioServerParameters:
+def bridge(url: str, api_key: str, cwd: Path) -> StdioServerParameters:
     env = {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(REPO),
         "POSTROOM_API_KEY": api_key,
         "POSTROOM_LOG_FORMAT": "text",
     }
-    command = ["-m", "postroom", "mcp", "--stdio", "--url", f"{service.url}/mcp"]
+    command = ["-m", "postroom", "mcp", "--stdio", "--url", url]
     return StdioServerParameters(command=sys.executable, args=command, env=env, cwd=cwd)
 
 
@@ -40,7 +42,8 @@ async def test_stdio_client_searches_previews_confirms_and_is_attributed(
     route_mail(dns_server, "customer.example")
     await set_policy(service, account, policy="send")
     info = types.Implementation(name="desktop-agent", version="2.0")
-    async with Client(bridge(service, account.api_key, tmp_path), client_info=info) as client:
+    url = f"{service.url}/mcp"
+    async with Client(bridge(url, account.api_key, tmp_path), client_info=info) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert {"search_emails", "send_email", "confirm"} <= names
         assert (await call(client, "search_emails", q="to:customer.example"))["emails"] == []
@@ -75,3 +78,13 @@ def test_stdio_without_an_api_key_says_what_to_set(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "POSTROOM_API_KEY" in done.stderr
     assert done.stdout == ""
+
+
+async def test_stdio_bridge_without_a_service_says_so_and_stays_up(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    async with Client(bridge(url, "svc_k_whatever", tmp_path)) as client:
+        for _ in range(2):  # the failure is the call's answer; the bridge still serves
+            with pytest.raises(MCPError) as raised:
+                await client.list_tools()
+            assert raised.value.data["code"] == "unreachable"
+            assert url in raised.value.data["detail"]
