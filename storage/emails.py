@@ -111,7 +111,8 @@ def _email(row: Row) -> Email:
         text=row["text_body"],
         headers=from_json(row["headers"]),
         tags=from_json(row["tags"]),
-        attachments=from_json(row["attachments"]),
+        # Only the detail and delivery read them (joined from email_attachments).
+        attachments=from_json(row.get("attachments")) or [],
         status=row["status"],
         source=row["source"],
         message_id=row["message_id"],
@@ -167,9 +168,9 @@ def insert(
     tx.execute_many(
         "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
         " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
-        " attachments, status, source, message_id, rejection_reason, retry_of_id, send_at,"
+        " status, source, message_id, rejection_reason, retry_of_id, send_at,"
         " created_at, updated_at) VALUES (:id, :ws, :domain_id, :from_address, :from_name, :to,"
-        " :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags, :attachments, :status,"
+        " :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags, :status,"
         " :source, :message_id, :rejection_reason, :retry_of_id, :send_at, :created_at,"
         " :created_at)",
         (
@@ -188,7 +189,6 @@ def insert(
                 "text": e.text,
                 "headers": to_json(e.headers),
                 "tags": to_json(e.tags),
-                "attachments": to_json(e.attachments),
                 "status": e.status,
                 "source": e.source,
                 "message_id": e.message_id,
@@ -199,6 +199,10 @@ def insert(
             }
             for e in emails
         ),
+    )
+    tx.execute_many(
+        "INSERT INTO email_attachments (email_id, attachments) VALUES (:id, :attachments)",
+        ({"id": e.id, "attachments": to_json(e.attachments)} for e in emails if e.attachments),
     )
     tx.execute_many(
         "INSERT INTO email_recipients (email_id, address, kind, domain, status, attempts,"
@@ -251,29 +255,40 @@ def insert_events(tx: Tx, events: Iterable[Event]) -> None:
         webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
 
 
+_WITH_ATTACHMENTS = (
+    "SELECT e.*, a.attachments FROM emails e LEFT JOIN email_attachments a ON a.email_id = e.id"
+)
+
+
 def get(tx: Tx, workspace_id: str, email_id: str) -> Email | None:
+    """One email of the workspace, attachments included."""
     row = tx.one(
-        "SELECT * FROM emails WHERE workspace_id = :ws AND id = :id",
+        f"{_WITH_ATTACHMENTS} WHERE e.workspace_id = :ws AND e.id = :id",
         {"ws": workspace_id, "id": email_id},
     )
     return None if row is None else _email(row)
 
 
+USAGE_SHARDS = 16
+
+
 def sent_in_month(tx: Tx, workspace_id: str, month: str) -> int:
     """Emails the workspace sent (not rejected) in a calendar month ('YYYY-MM')."""
     value = tx.value(
-        "SELECT emails FROM monthly_usage WHERE workspace_id = :ws AND month = :month",
+        "SELECT SUM(emails) FROM usage_shards WHERE workspace_id = :ws AND month = :month",
         {"ws": workspace_id, "month": month},
     )
     return 0 if value is None else int(value)
 
 
-def count_sent(tx: Tx, workspace_id: str, month: str, emails: int) -> None:
-    """Add to the workspace's monthly volume."""
+def count_sent(tx: Tx, workspace_id: str, month: str, emails: int, shard: int) -> None:
+    """Add to the workspace's monthly volume, in the caller's shard (one per node: nodes never
+    wait on each other's row)."""
     tx.execute(
-        "INSERT INTO monthly_usage (workspace_id, month, emails) VALUES (:ws, :month, :n)"
-        " ON CONFLICT (workspace_id, month) DO UPDATE SET emails = monthly_usage.emails + :n",
-        {"ws": workspace_id, "month": month, "n": emails},
+        "INSERT INTO usage_shards (workspace_id, month, shard, emails)"
+        " VALUES (:ws, :month, :shard, :n) ON CONFLICT (workspace_id, month, shard)"
+        " DO UPDATE SET emails = usage_shards.emails + :n",
+        {"ws": workspace_id, "month": month, "shard": shard % USAGE_SHARDS, "n": emails},
     )
 
 
@@ -282,7 +297,7 @@ def _rows_by_ids(tx: Tx, email_ids: Sequence[str]) -> list[Row]:
         return []
     names = {f"id{i}": email_id for i, email_id in enumerate(email_ids)}
     placeholders = ", ".join(f":{name}" for name in names)
-    return tx.all(f"SELECT * FROM emails WHERE id IN ({placeholders})", names)
+    return tx.all(f"{_WITH_ATTACHMENTS} WHERE e.id IN ({placeholders})", names)
 
 
 def by_ids(tx: Tx, email_ids: Sequence[str]) -> dict[str, Email]:
@@ -555,24 +570,34 @@ def record_attempts(
         ),
     )
     insert_events(tx, events)
-    _summarise(tx, [u.email_id for u in updates], now)
+    summarise(tx, [u.email_id for u in updates], now)
 
 
-def _summarise(tx: Tx, email_ids: Sequence[str], now: datetime) -> None:
-    """Set each email's status from its recipients' (after some of them changed)."""
-    for email_id in dict.fromkeys(email_ids):
-        statuses = [
-            row["status"]
-            for row in tx.all(
-                "SELECT status FROM email_recipients WHERE email_id = :id", {"id": email_id}
-            )
-        ]
-        status = summary_status(statuses)
+def summarise(tx: Tx, email_ids: Sequence[str], now: datetime) -> None:
+    """Set each email's status from its recipients' (after some of them changed): one read
+    of their recipients and one UPDATE per resulting status."""
+    ids = list(dict.fromkeys(email_ids))
+    if not ids:
+        return
+    names = {f"id{i}": email_id for i, email_id in enumerate(ids)}
+    placeholders = ", ".join(f":{name}" for name in names)
+    statuses: dict[str, list[str]] = {email_id: [] for email_id in ids}
+    for row in tx.all(
+        f"SELECT email_id, status FROM email_recipients WHERE email_id IN ({placeholders})",
+        names,
+    ):
+        statuses[row["email_id"]].append(row["status"])
+    by_status: dict[str, list[str]] = {}
+    for email_id, found in statuses.items():
+        by_status.setdefault(summary_status(found), []).append(email_id)
+    for status, members in by_status.items():
+        names = {f"id{i}": email_id for i, email_id in enumerate(members)}
+        placeholders = ", ".join(f":{name}" for name in names)
         tx.execute(
             "UPDATE emails SET status = :status, updated_at = :now,"
             " delivered_at = CASE WHEN :status = 'delivered' THEN :now ELSE delivered_at END"
-            " WHERE id = :id AND status NOT IN ('cancelled', 'rejected')",
-            {"status": status, "now": timestamp(now), "id": email_id},
+            f" WHERE id IN ({placeholders}) AND status NOT IN ('cancelled', 'rejected')",
+            {"status": status, "now": timestamp(now), **names},
         )
 
 
@@ -615,5 +640,5 @@ def record_faults(
             )
             events.append(event)
     insert_events(tx, events)
-    _summarise(tx, [e.email_id for e in events], now)
+    summarise(tx, [e.email_id for e in events], now)
     return len(events)

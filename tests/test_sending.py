@@ -493,10 +493,12 @@ async def test_monthly_volume_is_enforced(service: Service, dns_server: DnsServe
 
     account = await ready_account(service, dns_server, plan="free")
     month = service.running.runtime.clock.now().strftime("%Y-%m")
-    # Arrange a month in which 2,999 of the Free plan's 3,000 emails have gone out.
-    await service.running.runtime.db.write(
-        stored_emails.count_sent, account.workspace_id, month, 2999
-    )
+    # Arrange a month in which 2,999 of the Free plan's 3,000 emails have gone out, counted
+    # by two nodes in shards of their own: the volume is their sum.
+    for shard, sent in ((3, 2000), (11, 999)):
+        await service.running.runtime.db.write(
+            stored_emails.count_sent, account.workspace_id, month, sent, shard
+        )
     route_mail(dns_server, "quota.example")
     assert (
         await account.client.post("/v1/emails/", json=message("a@quota.example"))

@@ -16,7 +16,7 @@ from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery, Tag
 from api.validation import json_body, query_args
 from engine.errors import EngineError, Unprocessable
-from engine.sending import batch, email_log, idempotency, scheduling
+from engine.sending import batch, email_log, idempotency, scheduling, statuses
 from engine.sending import intake as sending
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult
 from engine.templates import library as templates
@@ -24,17 +24,7 @@ from storage.emails import Email
 
 blueprint = Blueprint("emails", __name__, url_prefix="/v1/emails")
 
-STATUSES = (
-    "scheduled",
-    "queued",
-    "sending",
-    "delivered",
-    "deferred",
-    "bounced",
-    "failed",
-    "rejected",
-    "cancelled",
-)
+STATUSES = statuses.EMAIL_STATUSES
 
 
 class Address(BaseModel):

@@ -23,7 +23,7 @@ from engine.contacts import bulk_send
 from engine.contacts.bulk_send import BulkSendRequest, BulkSendResult
 from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
-from engine.sending import email_log, intake
+from engine.sending import email_log, intake, statuses
 from engine.sending.intake import AttachmentIn, Issue, Mailbox, SendRequest, SendResult
 from engine.templates.variables import contact_values, render_subject
 from storage import contacts
@@ -129,7 +129,7 @@ async def preview_retry(rt: Runtime, who: Principal, policy: McpPolicy, email_id
     """Preview sending a bounced, rejected or failed email again (email_log.retry)."""
     require(policy, SEND)
     email = (await email_log.detail(rt, who, email_id)).email
-    if email.status not in email_log.RETRYABLE:
+    if email.status not in statuses.RETRYABLE:  # the rule email_log.retry applies again
         raise Conflict(
             f"only bounced, rejected or failed emails can be retried; this one is {email.status}",
             code="not_retryable",

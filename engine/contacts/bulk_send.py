@@ -12,7 +12,7 @@ Rules (spec: Contacts, bulk send body):
 
 The broadcast row and the volume reservation are written first; then the list is walked in
 `seq` order, CHUNK contacts per transaction of multi-row inserts (the same rows a single send
-stores, built by `sending.email_records`); finally the broadcast becomes `sent` (or `failed`
+stores, built by `intake.store`); finally the broadcast becomes `sent` (or `failed`
 when nothing was queued), the volume is corrected to what was actually queued, and delivery
 is woken. Each chunk also adds its counts to the broadcast, so its progress shows in
 `GET /v1/broadcasts/`. The walk is shielded from cancellation: once started it finishes. A
@@ -34,14 +34,14 @@ from engine.contacts.lists import CappedErrors
 from engine.errors import InvalidRequest, NotFound, PlanLimit, Unprocessable
 from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
-from engine.sending.intake import Mailbox, SendRequest, email_records
+from engine.sending import intake
+from engine.sending.intake import Mailbox, NewEmail
 from engine.templates.variables import contact_values, render, render_subject
 from storage import broadcasts, contacts, domains, emails
 from storage.broadcasts import Broadcast
 from storage.codec import new_id
 from storage.contacts import ContactList
-from storage.domains import Sender
-from storage.emails import Email, Event, Recipient
+from storage.domains import Domain, Sender
 from storage.tx import Tx
 
 CHUNK = 1_000
@@ -102,40 +102,35 @@ class _Progress:
             self.errors.add(reason)
 
 
-def _month(now: datetime) -> str:
-    return now.strftime("%Y-%m")
-
-
 def audience(tx: Tx, workspace_id: str, contact_list: ContactList) -> int:
     """How many contacts a send to the list reaches: those whose address is not suppressed."""
     return contact_list.contact_count - contacts.count_suppressed(tx, workspace_id, contact_list.id)
 
 
-def _start(tx: Tx, who: Principal, req: BulkSendRequest, node: str, now: datetime) -> _Started:
+def _start(
+    tx: Tx, who: Principal, req: BulkSendRequest, node: str, shard: int, now: datetime
+) -> _Started:
     found = contacts.get_list(tx, who.workspace_id, req.contact_list_id)
     if found is None:
         raise NotFound("contact list not found")
     sender = domains.get_sender(tx, who.workspace_id, req.sender_address_id)
-    domain = None if sender is None else domains.get(tx, who.workspace_id, sender.domain_id)
-    if sender is None or domain is None:
+    if sender is None:
         raise NotFound("sender address not found", code="sender_not_found")
-    if not sender.is_active or domain.status != "verified":
-        raise NotFound(
-            f"sender address {sender.email} is not active on a verified domain",
-            code="sender_not_found",
-        )
+    domain = intake.verified_sender(tx, sender)
+    if not isinstance(domain, Domain):
+        raise NotFound(f"sender address {sender.email} {domain}", code="sender_not_found")
     if found.contact_count == 0:
         raise InvalidRequest("the contact list is empty", code="empty_list")
     plan = plans.plan(who.plan)
     to_send = audience(tx, who.workspace_id, found)
-    used = emails.sent_in_month(tx, who.workspace_id, _month(now))
-    if plan.emails_per_month != plans.UNLIMITED and used + to_send > plan.emails_per_month:
+    used = emails.sent_in_month(tx, who.workspace_id, intake.month(now))
+    if problem := intake.volume_problem(plan, used, to_send):
         raise PlanLimit(
-            f"the {plan.name} plan allows {plan.emails_per_month} emails a month; {used} are"
-            f" used and this send needs {to_send}",
+            f"{problem}; {used} are used and this send needs {to_send}",
             limit=plan.emails_per_month,
         )
-    emails.count_sent(tx, who.workspace_id, _month(now), to_send)
+    # Reserved for the whole send at once; `_close` corrects it to what was queued.
+    emails.count_sent(tx, who.workspace_id, intake.month(now), to_send, shard)
     broadcast = Broadcast(
         id=new_id(),
         workspace_id=who.workspace_id,
@@ -182,10 +177,8 @@ def _queue_chunk(
     )
     if not batch:
         return _Chunk(None, 0, [], [])
-    sender = Mailbox(started.sender.email, started.sender.name)
-    records: list[Email] = []
-    rows: list[Recipient] = []
-    events: list[Event] = []
+    sender = started.sender
+    personal: list[NewEmail] = []
     skipped: list[str] = []
     for contact in batch:
         if contact.suppressed is not None:
@@ -195,33 +188,31 @@ def _queue_chunk(
             skipped.append(f"{contact.email}: not a valid email address")
             continue
         values = contact_values(contact.email, contact.name, contact.metadata)
-        to = Mailbox(contact.email, contact.name)
-        personal = SendRequest(
-            from_=sender,
-            to=(to,),
-            subject=render_subject(req.subject, values),
-            html=None if req.html is None else render(req.html, values, escape_html=True),
-            text=None if req.text is None else render(req.text, values),
-            tags=req.tags,
+        personal.append(
+            NewEmail(
+                workspace_id=broadcast.workspace_id,
+                domain_id=broadcast.domain_id,
+                domain_name=sender.email.rsplit("@", 1)[1],
+                from_email=sender.email,
+                from_name=sender.name,
+                to=(Mailbox(contact.email, contact.name),),
+                subject=render_subject(req.subject, values),
+                html=None if req.html is None else render(req.html, values, escape_html=True),
+                text=None if req.text is None else render(req.text, values),
+                tags=req.tags,
+                source="broadcast",
+            )
         )
-        email, recipients, event = email_records(
-            personal,
-            sender.email,
-            {"to": [to], "cc": [], "bcc": []},
-            broadcast.workspace_id,
-            broadcast.domain_id,
-            now,
-            source="broadcast",
-        )
-        records.append(email)
-        rows.extend(recipients)
-        events.append(event)
-    emails.insert(tx, records, rows, events, announce=False)
-    broadcasts.progress(tx, broadcast.id, len(records), len(skipped), now)
-    return _Chunk(batch[-1].seq, len(records), skipped, sorted({row.domain for row in rows}))
+    # The volume was reserved when the send started; delivery is woken after the last chunk.
+    intake.store(tx, personal, now, volume_shard=None, announce=False)
+    broadcasts.progress(tx, broadcast.id, len(personal), len(skipped), now)
+    domains_woken = sorted({new.to[0].email.rsplit("@", 1)[1] for new in personal})
+    return _Chunk(batch[-1].seq, len(personal), skipped, domains_woken)
 
 
-def _close(tx: Tx, broadcast: Broadcast, actor: str, error: str | None, now: datetime) -> None:
+def _close(
+    tx: Tx, broadcast: Broadcast, actor: str, error: str | None, shard: int, now: datetime
+) -> None:
     """End a broadcast: `sent`, or `failed` when nothing was queued or queuing stopped;
     the month's volume is corrected from what was reserved to what was queued."""
     counts = broadcasts.get(tx, broadcast.workspace_id, broadcast.id)
@@ -230,8 +221,9 @@ def _close(tx: Tx, broadcast: Broadcast, actor: str, error: str | None, now: dat
         emails.count_sent(
             tx,
             broadcast.workspace_id,
-            _month(broadcast.created_at),
+            intake.month(broadcast.created_at),
             counts.queued - broadcast.reserved,
+            shard,
         )
     if error is None and counts.queued == 0:
         error = "every contact was skipped"
@@ -271,7 +263,7 @@ async def send_to_list(
             "contact_list_id must be the list named in the URL", code="list_mismatch"
         )
     check_request(req)
-    started = await rt.db.write(_start, who, req, rt.node, rt.clock.now())
+    started = await rt.db.write(_start, who, req, rt.node, rt.usage_shard, rt.clock.now())
     progress = _Progress()
     error: str | None = None
     woken: set[str] = set()
@@ -287,7 +279,9 @@ async def send_to_list(
             error = f"queuing stopped: {exc}"
             raise
         finally:
-            await rt.db.write(_close, started.broadcast, who.user_email, error, rt.clock.now())
+            await rt.db.write(
+                _close, started.broadcast, who.user_email, error, rt.usage_shard, rt.clock.now()
+            )
             # Once, at the end: delivering the first chunks while the rest are queued would
             # compete for the same CPU and writer, and make the whole send slower to accept
             # without delivering its last message any sooner.
@@ -297,17 +291,18 @@ async def send_to_list(
     )
 
 
-def _fail_interrupted(tx: Tx, actor: str, now: datetime) -> int:
+def _fail_interrupted(tx: Tx, actor: str, shard: int, now: datetime) -> int:
     left = broadcasts.interrupted(tx, now - STALE_AFTER)
     for broadcast in left:
-        _close(tx, broadcast, actor, "interrupted: the service stopped while queuing", now)
+        error = "interrupted: the service stopped while queuing"
+        _close(tx, broadcast, actor, error, shard, now)
     return len(left)
 
 
 async def fail_interrupted(rt: Runtime) -> int:
     """Fail the broadcasts a node left `sending` when it stopped or died (at start-up, and
     when a dead node is reaped), and any that made no progress for STALE_AFTER; how many."""
-    return await rt.db.write(_fail_interrupted, rt.system_from, rt.clock.now())
+    return await rt.db.write(_fail_interrupted, rt.system_from, rt.usage_shard, rt.clock.now())
 
 
 async def broadcasts_page(rt: Runtime, who: Principal, page: int, limit: int) -> list[Broadcast]:

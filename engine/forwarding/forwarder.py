@@ -89,7 +89,9 @@ def _log_entry(job: Job, message: InboundMessage, now: datetime) -> LogEntry:
     )
 
 
-def _email_one(tx: Tx, job: Job, message: InboundMessage, now: datetime) -> RawMail | None:
+def _email_one(
+    tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int
+) -> RawMail | None:
     """Queue one emailed copy; the mail stored, or None with the job failed."""
     suppressed = suppressions.get(tx, job.workspace_id, job.target)
     if suppressed is not None:
@@ -107,7 +109,7 @@ def _email_one(tx: Tx, job: Job, message: InboundMessage, now: datetime) -> RawM
         source="forward",
     )
     try:
-        raw_mail.store_raw(tx, mail, now)
+        raw_mail.store_raw(tx, mail, now, shard)
     except (EngineError, ValueError) as exc:
         inbound.record_outcomes(tx, [Outcome(job.id, "failed", None, str(exc))], now)
         return None
@@ -116,8 +118,10 @@ def _email_one(tx: Tx, job: Job, message: InboundMessage, now: datetime) -> RawM
     return mail
 
 
-def _emailed(tx: Tx, job: Job, message: InboundMessage, now: datetime) -> RawMail | None:
-    queued = _email_one(tx, job, message, now)
+def _emailed(
+    tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int
+) -> RawMail | None:
+    queued = _email_one(tx, job, message, now, shard)
     inbound.finish(tx, [job.message_id])
     return queued
 
@@ -159,7 +163,8 @@ class Forwarder:
     async def work(self, item: Work) -> None:
         job, message = item
         if job.kind == "email":
-            queued = await self._rt.db.write(_emailed, job, message, self._rt.clock.now())
+            rt = self._rt
+            queued = await rt.db.write(_emailed, job, message, rt.clock.now(), rt.usage_shard)
             if queued is None:
                 self._counts["failed"] += 1
             else:

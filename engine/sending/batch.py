@@ -1,20 +1,19 @@
 """Batch sending: up to the plan's batch size of emails, each accepted or refused on its own.
 
-Entries are sent concurrently, so group commit stores the whole batch in a few transactions;
-results keep the order of the request. An entry that fails validation or a rule gets
-`{"id": null, "status": "error", "rejection_reason": ...}` and does not affect the others.
+The whole batch is one unit of work (engine/sending/intake.py `send_many`): its accepted
+emails are stored in multi-row statements, results keep the order of the request. An entry
+that fails validation or a rule gets `{"id": null, "status": "error", "rejection_reason":
+...}` and does not affect the others.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import trio
-
 from engine import plans
 from engine.errors import EngineError, InvalidRequest
 from engine.runtime import Principal, Runtime
-from engine.sending.intake import SendRequest, SendResult, send
+from engine.sending.intake import SendRequest, SendResult, send_many
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +40,15 @@ async def send_batch(
 ) -> list[BatchEntry]:
     """Send every entry; a string entry is one that already failed to parse (its reason)."""
     check_size(who, len(entries))
-    results: list[BatchEntry | None] = [None] * len(entries)
-
-    async def one(index: int, request: SendRequest) -> None:
-        try:
-            results[index] = BatchEntry(await send(rt, who, request, source="api"), None)
-        except EngineError as exc:
-            results[index] = BatchEntry(None, exc.detail)
-
-    async with trio.open_nursery() as nursery:
-        for index, entry in enumerate(entries):
-            if isinstance(entry, str):
-                results[index] = BatchEntry(None, entry)
-            else:
-                nursery.start_soon(one, index, entry)
-    return [entry for entry in results if entry is not None]
+    requests = [entry for entry in entries if not isinstance(entry, str)]
+    sent = iter(await send_many(rt, who, requests))
+    results = []
+    for entry in entries:
+        outcome = entry if isinstance(entry, str) else next(sent)
+        if isinstance(outcome, str):
+            results.append(BatchEntry(None, outcome))
+        elif isinstance(outcome, EngineError):
+            results.append(BatchEntry(None, outcome.detail))
+        else:
+            results.append(BatchEntry(outcome, None))
+    return results

@@ -8,13 +8,13 @@ from typing import Any
 
 from engine.errors import Conflict, NotFound
 from engine.runtime import Principal, Runtime
+from engine.sending import statuses
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult, send
 from storage import emails
 from storage import saved_searches as storage_saved
 from storage.emails import Email, Event, Recipient, Search
 from storage.tx import Tx
 
-RETRYABLE = ("bounced", "rejected", "failed")
 UPDATES_LIMIT = 50
 _TOKENS = {"to": "to", "from": "sender", "status": "status", "domain": "domain", "tag": "tags"}
 
@@ -81,7 +81,7 @@ def _mailboxes(entries: list[dict[str, str | None]]) -> tuple[Mailbox, ...]:
 async def retry(rt: Runtime, who: Principal, email_id: str) -> SendResult:
     """Send a bounced, rejected or failed email again as a new email linked to it."""
     original = (await detail(rt, who, email_id)).email
-    if original.status not in RETRYABLE:
+    if original.status not in statuses.RETRYABLE:
         raise Conflict(
             f"only bounced, rejected or failed emails can be retried; this one is {original.status}",
             code="not_retryable",

@@ -1,16 +1,25 @@
-"""Accepting email: the rules of the send body, the plan, senders and suppressions.
+"""Accepting email, for every door: the API (single and batch), bulk sends, the SMTP relay,
+forwarded mail and the service's own mail.
 
-`check` finds every problem with a send request without changing anything (the validate
-endpoint shows them all); `send` raises the first one as the matching error, then stores the
-email, its recipients and its first event in one durable unit of work before the caller
-answers 202. Suppressed recipients do not make an error: the email is stored `rejected`, and
-the one-time override (engine/suppressions/override.py) is applied in the same unit of work.
+The rules live here once each: the sender must be an active sender on a verified domain
+(`verified_sender`), the plan's monthly volume must have room (`volume_problem`, counted in
+the node's own shard by `store`), suppressed recipients and their one-time 24-hour override
+(`attempt_suppressed`), and the rows an accepted email is stored as (`rows`, then `store`:
+multi-row statements for any number of emails, one volume update per workspace, and the
+wake-up of delivery on every node once committed).
+
+For the API, `validate` finds every problem with a request without changing anything;
+`send` raises the first one, then stores the email in one durable unit of work before the
+caller answers 202; `send_many` stores a batch in one unit, each entry accepted or refused on
+its own. A request's addresses are normalised once, before the unit of work. Suppressed
+recipients do not make an error: the email is stored `rejected`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,9 +37,12 @@ from engine.errors import (
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
 from engine.runtime import Principal, Runtime
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
 from engine.suppressions.override import OverrideState, Verdict, decide
 from storage import domains, emails, suppressions
 from storage.codec import new_id
+from storage.domains import Domain, Sender
 from storage.emails import Email, Event, Recipient
 from storage.tx import Tx
 
@@ -89,23 +101,6 @@ class SendResult:
     status: str
     message_id: str
     rejection_reason: str | None
-
-
-def _addresses(req: SendRequest, issues: list[Issue]) -> dict[str, list[Mailbox]] | None:
-    """The request's recipients, normalised by kind; None (with issues) if any is invalid."""
-    normalised: dict[str, list[Mailbox]] = {"to": [], "cc": [], "bcc": []}
-    valid = True
-    for kind, boxes in (("to", req.to), ("cc", req.cc), ("bcc", req.bcc)):
-        for box in boxes:
-            try:
-                normalised[kind].append(Mailbox(normalize_email(box.email, kind), box.name))
-            except Unprocessable as exc:
-                issues.append(Issue("to", exc.detail))
-                valid = False
-    if not req.to:
-        issues.append(Issue("to", "at least one `to` recipient is required"))
-        valid = False
-    return normalised if valid else None
 
 
 def _decoded_attachments(req: SendRequest, issues: list[Issue]) -> list[bytes]:
@@ -179,14 +174,13 @@ def _header_issues(req: SendRequest) -> list[Issue]:
     return issues
 
 
-def _request_issues(req: SendRequest, plan: plans.Plan, now: datetime) -> list[Issue]:
-    """Problems that need no database: content, addresses, attachments, headers, send_at."""
+def _request_issues(
+    req: SendRequest, plan: plans.Plan, now: datetime
+) -> tuple[list[Issue], _Addresses | None]:
+    """Problems that need no database (content, addresses, attachments, headers, send_at),
+    and the request's addresses normalised (None when one is not an address)."""
     issues: list[Issue] = []
-    try:
-        normalize_email(req.from_.email, "from")
-    except Unprocessable as exc:
-        issues.append(Issue("from", exc.detail))
-    _addresses(req, issues)
+    addresses = _normalised(req, issues)
     if not (req.html or req.text):
         issues.append(Issue("content", "at least one of html or text is required"))
     issues.extend(_header_issues(req))
@@ -207,107 +201,32 @@ def _request_issues(req: SendRequest, plan: plans.Plan, now: datetime) -> list[I
                     "limits", "send_at must be between 1 minute and 30 days ahead", InvalidRequest
                 )
             )
-    return issues
+    return issues, addresses
 
 
-def _month(now: datetime) -> str:
+def month(now: datetime) -> str:
+    """The calendar month the volume of `now` counts in ('YYYY-MM', UTC)."""
     return now.strftime("%Y-%m")
 
 
-@dataclass(frozen=True, slots=True)
-class _Context:
-    """What the database says about a request: sender, volume, suppressions, overrides."""
-
-    domain_id: str | None
-    from_issue: str | None
-    sent_this_month: int
-    suppressed: dict[str, str]
-    overrides: dict[str, OverrideState]
+# -- the rules every door applies --------------------------------------------------------------
 
 
-def _context(
-    tx: Tx, workspace_id: str, from_email: str, recipients: list[str], now: datetime
-) -> _Context:
-    sender = domains.sender_by_email(tx, workspace_id, from_email)
-    domain = None if sender is None else domains.get(tx, workspace_id, sender.domain_id)
+def verified_sender(tx: Tx, sender: Sender | None) -> Domain | str:
+    """The sending domain of an active sender on a verified domain; else why not."""
     if sender is None or not sender.is_active:
-        domain_id, from_issue = None, f"{from_email} is not a registered sender of this workspace"
-    elif domain is None or domain.status != "verified":
-        domain_id, from_issue = None, f"the domain of {from_email} is not verified"
-    else:
-        domain_id, from_issue = domain.id, None
-    suppressed = suppressions.suppressed_among(tx, workspace_id, recipients)
-    overrides = {
-        email: OverrideState(rejected, used)
-        for email, (rejected, used) in suppressions.overrides(
-            tx, workspace_id, list(suppressed)
-        ).items()
-    }
-    return _Context(
-        domain_id,
-        from_issue,
-        emails.sent_in_month(tx, workspace_id, _month(now)),
-        suppressed,
-        overrides,
-    )
+        return "is not a registered sender of this workspace"
+    domain = domains.get(tx, sender.workspace_id, sender.domain_id)
+    if domain is None or domain.status != "verified":
+        return "is not on a verified domain"
+    return domain
 
 
-def _context_issues(ctx: _Context, plan: plans.Plan) -> list[Issue]:
-    issues: list[Issue] = []
-    if ctx.from_issue is not None:
-        issues.append(Issue("from", ctx.from_issue))
-    if plan.emails_per_month != plans.UNLIMITED and ctx.sent_this_month >= plan.emails_per_month:
-        issues.append(
-            Issue(
-                "limits",
-                f"the {plan.name} plan allows {plan.emails_per_month} emails a month",
-                PlanLimit,
-            )
-        )
-    return issues
-
-
-@dataclass(frozen=True, slots=True)
-class Validation:
-    valid: bool
-    can_send: bool
-    issues: list[Issue]
-
-
-async def validate(rt: Runtime, who: Principal, req: SendRequest) -> Validation:
-    """Every problem with a request, sending nothing and counting no override attempt."""
-    now = rt.clock.now()
-    plan = plans.plan(who.plan)
-    issues = _request_issues(req, plan, now)
-    recipients = _recipient_list(req)
-    ctx = await rt.db.read(_context, who.workspace_id, _from_email(req), recipients, now)
-    issues.extend(_context_issues(ctx, plan))
-    for email, reason in ctx.suppressed.items():
-        if decide(ctx.overrides.get(email), now) is not Verdict.ALLOW_ONCE:
-            issues.append(Issue("to", f"{email} is suppressed ({reason})", raises=None))
-    valid = all(issue.raises is None for issue in issues)
-    return Validation(valid=valid, can_send=not issues, issues=issues)
-
-
-def _from_email(req: SendRequest) -> str:
-    try:
-        return normalize_email(req.from_.email, "from")
-    except Unprocessable:
-        return req.from_.email
-
-
-def _recipient_list(req: SendRequest) -> list[str]:
-    issues: list[Issue] = []
-    boxes = _addresses(req, issues) or {"to": [], "cc": [], "bcc": []}
-    return list(dict.fromkeys(box.email for kind in ("to", "cc", "bcc") for box in boxes[kind]))
-
-
-def _raise_first(issues: list[Issue]) -> None:
-    for issue in issues:
-        if issue.raises is not None:
-            loc = ["body", *(issue.loc or (issue.field,))]
-            error = issue.raises(issue.error, errors=[{"loc": loc, "msg": issue.error}])
-            raise error
+def volume_problem(plan: plans.Plan, used: int, adding: int = 1) -> str | None:
+    """Why `adding` more emails do not fit the plan's monthly volume, or None."""
+    if plan.emails_per_month == plans.UNLIMITED or used + adding <= plan.emails_per_month:
+        return None
+    return f"the {plan.name} plan allows {plan.emails_per_month} emails a month"
 
 
 def attempt_suppressed(
@@ -349,74 +268,100 @@ def suppression_overrides(
     }
 
 
-def _unique_addresses(boxes: dict[str, list[Mailbox]]) -> list[str]:
-    return list(dict.fromkeys(box.email for kind in ("to", "cc", "bcc") for box in boxes[kind]))
+# -- the rows an accepted email is stored as ------------------------------------------------
 
 
-def email_records(
-    req: SendRequest,
-    from_email: str,
-    boxes: dict[str, list[Mailbox]],
-    workspace_id: str,
-    domain_id: str,
-    now: datetime,
-    *,
-    source: str,
-    rejection: str | None = None,
-    retry_of_id: str | None = None,
-) -> tuple[Email, list[Recipient], Event]:
-    """The rows that store one accepted email: it, its recipients (none if rejected), its
-    first event. `from_email` and `boxes` are already normalised; nothing is checked here."""
-    recipients = _unique_addresses(boxes)
+@dataclass(frozen=True, slots=True)
+class NewEmail:
+    """An email as any door hands it in to be stored: addresses normalised, rules applied."""
+
+    workspace_id: str
+    domain_id: str
+    domain_name: str
+    from_email: str
+    from_name: str | None
+    to: tuple[Mailbox, ...]
+    subject: str
+    source: str
+    cc: tuple[Mailbox, ...] = ()
+    bcc: tuple[Mailbox, ...] = ()
+    reply_to: Mailbox | None = None
+    html: str | None = None
+    text: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    attachments: tuple[AttachmentIn, ...] = ()
+    send_at: datetime | None = None
+    retry_of_id: str | None = None
+    rejection: str | None = None
+    raw: bytes | None = None  # sent as given (relay, forwards)
+    message_id: str | None = None  # the given message's own, if it has one
+    # A message sent as given goes to its envelope recipients, whoever its header names.
+    envelope: tuple[str, ...] = ()
+
+
+def _boxes(boxes: tuple[Mailbox, ...]) -> list[dict[str, str | None]]:
+    return [{"email": box.email, "name": box.name} for box in boxes]
+
+
+def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
+    """The email, its recipients (none if rejected) and its first event."""
     email_id = new_id()
-    status = "rejected" if rejection else "scheduled" if req.send_at else "queued"
-    due = req.send_at or now
+    trigger = (
+        Trigger.ACCEPT_SUPPRESSED
+        if new.rejection
+        else Trigger.ACCEPT_SCHEDULED
+        if new.send_at
+        else Trigger.ACCEPT
+    )
+    status = statuses.email_next(None, trigger)
+    due = new.send_at or now
+    kinds = {box.email: kind for kind in ("bcc", "cc", "to") for box in getattr(new, kind)}
+    recipients = list(dict.fromkeys(new.envelope or kinds))
     record = Email(
         id=email_id,
-        workspace_id=workspace_id,
-        domain_id=domain_id,
-        from_address=from_email,
-        from_name=req.from_.name,
-        to=[{"email": b.email, "name": b.name} for b in boxes["to"]],
-        cc=[{"email": b.email, "name": b.name} for b in boxes["cc"]],
-        bcc=[{"email": b.email, "name": b.name} for b in boxes["bcc"]],
-        reply_to=None
-        if req.reply_to is None
-        else {"email": req.reply_to.email, "name": req.reply_to.name},
-        subject=req.subject,
-        html=req.html,
-        text=req.text,
-        headers=dict(req.headers),
-        tags=list(req.tags),
+        workspace_id=new.workspace_id,
+        domain_id=new.domain_id,
+        from_address=new.from_email,
+        from_name=new.from_name,
+        to=_boxes(new.to),
+        cc=_boxes(new.cc),
+        bcc=_boxes(new.bcc),
+        reply_to=None if new.reply_to is None else _boxes((new.reply_to,))[0],
+        subject=new.subject,
+        html=new.html,
+        text=new.text,
+        headers=dict(new.headers),
+        tags=list(new.tags),
         attachments=[
             {
                 "filename": a.filename,
                 "content_type": a.content_type,
                 "content_base64": a.content_base64,
             }
-            for a in req.attachments
+            for a in new.attachments
         ],
         status=status,
-        source=source,
-        message_id=new_message_id(from_email.rsplit("@", 1)[1]),
-        rejection_reason=rejection,
-        retry_of_id=retry_of_id,
-        send_at=req.send_at,
+        source=new.source,
+        message_id=new.message_id or new_message_id(new.domain_name),
+        rejection_reason=new.rejection,
+        retry_of_id=new.retry_of_id,
+        send_at=new.send_at,
         created_at=now,
         updated_at=now,
         delivered_at=None,
+        raw=new.raw,
     )
-    kinds = {box.email: kind for kind in ("bcc", "cc", "to") for box in boxes[kind]}
-    rows = (
+    recipient_rows = (
         []
-        if rejection
+        if new.rejection
         else [
             Recipient(
                 email_id,
                 address,
-                kinds[address],
+                kinds.get(address, "bcc"),
                 address.rsplit("@", 1)[1],
-                "queued",
+                statuses.QUEUED,
                 0,
                 due,
                 None,
@@ -425,46 +370,249 @@ def email_records(
             for address in recipients
         ]
     )
-    meta: dict[str, Any] = {"subject": req.subject, "tags": list(req.tags)}
-    if rejection:
-        meta["reason"] = rejection
+    meta: dict[str, Any] = {"subject": new.subject, "tags": list(new.tags)}
+    if new.rejection:
+        meta["reason"] = new.rejection
+    if new.raw is not None:
+        meta["source"] = new.source
     # The first event is named as the status the email starts in: queued, scheduled, rejected.
-    event = Event(new_id(), email_id, workspace_id, status, None, meta, now)
-    return record, rows, event
+    event = Event(new_id(), email_id, new.workspace_id, status, None, meta, now)
+    return record, recipient_rows, event
 
 
-def _store(
+def store(
+    tx: Tx,
+    new: Sequence[NewEmail],
+    now: datetime,
+    *,
+    volume_shard: int | None,
+    announce: bool = True,
+) -> list[Email]:
+    """Store accepted emails in the caller's unit of work, in multi-row statements; count
+    them in the monthly volume, one update per workspace in the node's `volume_shard` (None:
+    not counted: the caller reserved the volume, or it is the service's own mail); delivery
+    hears of them once committed unless `announce` is off."""
+    built = [rows(item, now) for item in new]
+    records = [email for email, _, _ in built]
+    emails.insert(
+        tx,
+        records,
+        [r for _, recipients, _ in built for r in recipients],
+        [event for _, _, event in built],
+        announce=announce,
+    )
+    for email in records:
+        if email.raw is not None:
+            emails.insert_raw(tx, email.id, email.raw)
+    if volume_shard is not None:
+        sent: dict[str, int] = {}
+        for email in records:
+            if email.rejection_reason is None:
+                sent[email.workspace_id] = sent.get(email.workspace_id, 0) + 1
+        for workspace_id, count in sent.items():
+            emails.count_sent(tx, workspace_id, month(now), count, volume_shard)
+    return records
+
+
+# -- the API: a send request -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Addresses:
+    """A request's addresses, normalised once."""
+
+    from_email: str
+    to: tuple[Mailbox, ...]
+    cc: tuple[Mailbox, ...]
+    bcc: tuple[Mailbox, ...]
+
+    @property
+    def recipients(self) -> list[str]:
+        return list(dict.fromkeys(b.email for b in (*self.to, *self.cc, *self.bcc)))
+
+
+def _normalised(req: SendRequest, issues: list[Issue]) -> _Addresses | None:
+    """The request's addresses normalised; None (with issues) if one is not an address."""
+    before = len(issues)
+    try:
+        from_email = normalize_email(req.from_.email, "from")
+    except Unprocessable as exc:
+        issues.append(Issue("from", exc.detail))
+        from_email = req.from_.email
+    kinds: dict[str, list[Mailbox]] = {"to": [], "cc": [], "bcc": []}
+    for kind, boxes in (("to", req.to), ("cc", req.cc), ("bcc", req.bcc)):
+        for box in boxes:
+            try:
+                kinds[kind].append(Mailbox(normalize_email(box.email, kind), box.name))
+            except Unprocessable as exc:
+                issues.append(Issue("to", exc.detail))
+    if not req.to:
+        issues.append(Issue("to", "at least one `to` recipient is required"))
+    if len(issues) > before:
+        return None
+    return _Addresses(from_email, tuple(kinds["to"]), tuple(kinds["cc"]), tuple(kinds["bcc"]))
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What the database says about a request: sender, volume, suppressions, overrides."""
+
+    domain: Domain | None
+    from_issue: str | None
+    sent_this_month: int
+    suppressed: dict[str, str]
+    overrides: dict[str, OverrideState]
+
+
+def _context(tx: Tx, workspace_id: str, addresses: _Addresses, now: datetime) -> _Context:
+    [ctx] = _contexts(tx, workspace_id, [addresses], now)
+    return ctx
+
+
+def _contexts(
+    tx: Tx, workspace_id: str, many: Sequence[_Addresses], now: datetime
+) -> list[_Context]:
+    """The contexts of a request or a batch, set-based: each distinct sender looked up once,
+    the recipients' suppressions in one query, the volume once."""
+    senders: dict[str, tuple[Domain | None, str | None]] = {}
+    for from_email in dict.fromkeys(a.from_email for a in many):
+        found = verified_sender(tx, domains.sender_by_email(tx, workspace_id, from_email))
+        senders[from_email] = (
+            (found, None) if isinstance(found, Domain) else (None, f"{from_email} {found}")
+        )
+    everyone = list(dict.fromkeys(r for a in many for r in a.recipients))
+    suppressed = suppressions.suppressed_among(tx, workspace_id, everyone)
+    overrides = suppression_overrides(tx, workspace_id, suppressed)
+    sent = emails.sent_in_month(tx, workspace_id, month(now))
+    contexts = []
+    for a in many:
+        mine = {r: suppressed[r] for r in a.recipients if r in suppressed}
+        contexts.append(
+            _Context(
+                *senders[a.from_email],
+                sent,
+                mine,
+                {r: overrides[r] for r in mine if r in overrides},
+            )
+        )
+    return contexts
+
+
+def _context_issues(ctx: _Context, plan: plans.Plan, adding: int = 1) -> list[Issue]:
+    issues: list[Issue] = []
+    if ctx.from_issue is not None:
+        issues.append(Issue("from", ctx.from_issue))
+    problem = volume_problem(plan, ctx.sent_this_month, adding)
+    if problem is not None:
+        issues.append(Issue("limits", problem, PlanLimit))
+    return issues
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    valid: bool
+    can_send: bool
+    issues: list[Issue]
+
+
+async def validate(rt: Runtime, who: Principal, req: SendRequest) -> Validation:
+    """Every problem with a request, sending nothing and counting no override attempt."""
+    now = rt.clock.now()
+    plan = plans.plan(who.plan)
+    issues, addresses = _request_issues(req, plan, now)
+    if addresses is not None:
+        ctx = await rt.db.read(_context, who.workspace_id, addresses, now)
+        issues.extend(_context_issues(ctx, plan))
+        for email, reason in ctx.suppressed.items():
+            if decide(ctx.overrides.get(email), now) is not Verdict.ALLOW_ONCE:
+                issues.append(Issue("to", f"{email} is suppressed ({reason})", raises=None))
+    valid = all(issue.raises is None for issue in issues)
+    return Validation(valid=valid, can_send=not issues, issues=issues)
+
+
+def _raise_first(issues: list[Issue]) -> None:
+    for issue in issues:
+        if issue.raises is not None:
+            loc = ["body", *(issue.loc or (issue.field,))]
+            error = issue.raises(issue.error, errors=[{"loc": loc, "msg": issue.error}])
+            raise error
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A request that passed the checks needing no database."""
+
+    req: SendRequest
+    addresses: _Addresses
+
+
+def _checked(req: SendRequest, plan: plans.Plan, now: datetime) -> _Checked:
+    issues, addresses = _request_issues(req, plan, now)
+    _raise_first(issues)
+    assert addresses is not None
+    return _Checked(req, addresses)
+
+
+def _accepted(
     tx: Tx,
     who: Principal,
-    req: SendRequest,
+    checked: _Checked,
+    ctx: _Context,
+    plan: plans.Plan,
+    now: datetime,
+    *,
+    source: str,
+    retry_of_id: str | None,
+    adding: int,
+) -> NewEmail:
+    """Apply the database's rules to a checked request: the email to store, or the error."""
+    addresses = checked.addresses
+    _raise_first(_context_issues(ctx, plan, adding))
+    assert ctx.domain is not None
+    req = checked.req
+    return NewEmail(
+        workspace_id=who.workspace_id,
+        domain_id=ctx.domain.id,
+        domain_name=ctx.domain.name,
+        from_email=addresses.from_email,
+        from_name=req.from_.name,
+        to=addresses.to,
+        cc=addresses.cc,
+        bcc=addresses.bcc,
+        reply_to=req.reply_to,
+        subject=req.subject,
+        html=req.html,
+        text=req.text,
+        headers=req.headers,
+        tags=req.tags,
+        attachments=req.attachments,
+        send_at=req.send_at,
+        source=source,
+        retry_of_id=retry_of_id,
+        rejection=attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now),
+    )
+
+
+def _result(email: Email) -> SendResult:
+    return SendResult(email.id, email.status, email.message_id, email.rejection_reason)
+
+
+def _store_one(
+    tx: Tx,
+    who: Principal,
+    checked: _Checked,
     plan: plans.Plan,
     now: datetime,
     source: str,
     retry_of_id: str | None,
+    shard: int,
 ) -> SendResult:
-    """Store the email (delivery hears of its recipient domains once it is committed)."""
-    boxes = _addresses(req, []) or {"to": [], "cc": [], "bcc": []}
-    recipients = _unique_addresses(boxes)
-    from_email = _from_email(req)
-    ctx = _context(tx, who.workspace_id, from_email, recipients, now)
-    _raise_first(_context_issues(ctx, plan))
-    assert ctx.domain_id is not None
-    rejection = attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now)
-    record, rows, event = email_records(
-        req,
-        from_email,
-        boxes,
-        who.workspace_id,
-        ctx.domain_id,
-        now,
-        source=source,
-        rejection=rejection,
-        retry_of_id=retry_of_id,
+    ctx = _context(tx, who.workspace_id, checked.addresses, now)
+    new = _accepted(
+        tx, who, checked, ctx, plan, now, source=source, retry_of_id=retry_of_id, adding=1
     )
-    emails.insert(tx, [record], rows, [event])
-    if not rejection:
-        emails.count_sent(tx, who.workspace_id, _month(now), 1)
-    return SendResult(record.id, record.status, record.message_id, rejection)
+    [email] = store(tx, [new], now, volume_shard=shard)
+    return _result(email)
 
 
 async def send(
@@ -478,6 +626,65 @@ async def send(
     """Accept an email: stored durably before this returns; delivery is woken."""
     now = rt.clock.now()
     plan = plans.plan(who.plan)
-    _raise_first(_request_issues(req, plan, now))
-    result: SendResult = await rt.db.write(_store, who, req, plan, now, source, retry_of_id)
+    checked = _checked(req, plan, now)
+    result: SendResult = await rt.db.write(
+        _store_one, who, checked, plan, now, source, retry_of_id, rt.usage_shard
+    )
     return result
+
+
+def _store_many(
+    tx: Tx,
+    who: Principal,
+    entries: list[_Checked | EngineError],
+    plan: plans.Plan,
+    now: datetime,
+    shard: int,
+) -> list[SendResult | EngineError]:
+    """A batch in one unit: each entry accepted or refused on its own, the accepted ones
+    stored together (no unit per entry)."""
+    accepted: list[NewEmail] = []
+    placed: list[int | EngineError] = []
+    sent = 0  # accepted so far, not rejected
+    checked = [e for e in entries if not isinstance(e, EngineError)]
+    contexts = iter(_contexts(tx, who.workspace_id, [c.addresses for c in checked], now))
+    for entry in entries:
+        if isinstance(entry, EngineError):
+            placed.append(entry)
+            continue
+        ctx = next(contexts)
+        if ctx.suppressed:
+            # Overrides change as entries use them: read them afresh (rare: suppressed).
+            ctx = _context(tx, who.workspace_id, entry.addresses, now)
+        try:
+            # An entry counts against the volume with the batch's earlier ones.
+            new = _accepted(
+                tx, who, entry, ctx, plan, now, source="api", retry_of_id=None,
+                adding=1 + sent,
+            )  # fmt: skip
+        except EngineError as exc:
+            placed.append(exc)
+            continue
+        sent += new.rejection is None
+        placed.append(len(accepted))
+        accepted.append(new)
+    stored = store(tx, accepted, now, volume_shard=shard)
+    return [p if isinstance(p, EngineError) else _result(stored[p]) for p in placed]
+
+
+async def send_many(
+    rt: Runtime, who: Principal, requests: list[SendRequest]
+) -> list[SendResult | EngineError]:
+    """Accept a batch: each request's result, or the error that refused it, in order."""
+    now = rt.clock.now()
+    plan = plans.plan(who.plan)
+    entries: list[_Checked | EngineError] = []
+    for req in requests:
+        try:
+            entries.append(_checked(req, plan, now))
+        except EngineError as exc:
+            entries.append(exc)
+    results: list[SendResult | EngineError] = await rt.db.write(
+        _store_many, who, entries, plan, now, rt.usage_shard
+    )
+    return results

@@ -22,11 +22,10 @@ from email.utils import getaddresses
 from typing import Any
 
 from engine.errors import NotFound
-from engine.mail.addresses import message_id as new_message_id
 from engine.runtime import Runtime
-from storage import domains, emails
-from storage.codec import new_id
-from storage.emails import Email, Event, Recipient
+from engine.sending import intake
+from engine.sending.intake import Mailbox, NewEmail
+from storage import domains
 from storage.tx import Tx
 
 SOURCES = ("smtp", "forward")
@@ -126,9 +125,9 @@ def summarize(data: bytes) -> HeaderSummary:
     )
 
 
-def store_raw(tx: Tx, mail: RawMail, now: datetime) -> str:
+def store_raw(tx: Tx, mail: RawMail, now: datetime, shard: int) -> str:
     """Store an email sent as given, queued for delivery; its id. In the caller's unit of
-    work. NotFound if the domain is gone.
+    work, counted in the node's volume `shard`. NotFound if the domain is gone.
     """
     if mail.source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, not {mail.source!r}")
@@ -138,59 +137,38 @@ def store_raw(tx: Tx, mail: RawMail, now: datetime) -> str:
     if domain is None:
         raise NotFound("the sending domain does not exist")
     summary = summarize(mail.data)
-    recipients = list(dict.fromkeys(_address(r) for r in mail.recipients))
+    recipients = tuple(dict.fromkeys(_address(r) for r in mail.recipients))
     named = {box["email"] for box in summary.to + summary.cc}
     # A message whose header names nobody (a list, an undisclosed-recipients group) is shown
     # as sent to its envelope recipients.
-    unnamed = "bcc" if named else "to"
-    email_id = new_id()
-    record = Email(
-        id=email_id,
-        workspace_id=mail.workspace_id,
-        domain_id=domain.id,
-        from_address=summary.from_address or _address(mail.from_email),
-        from_name=summary.from_name,
-        to=summary.to if named else [{"email": r, "name": None} for r in recipients],
-        cc=summary.cc,
-        bcc=[{"email": r, "name": None} for r in recipients if named and r not in named],
-        reply_to=None,
-        subject=summary.subject,
-        html=None,
-        text=None,
-        headers={},
-        tags=[],
-        attachments=[],
-        status="queued",
-        source=mail.source,
-        message_id=summary.message_id or new_message_id(domain.name),
-        rejection_reason=None,
-        retry_of_id=None,
-        send_at=None,
-        created_at=now,
-        updated_at=now,
-        delivered_at=None,
+    to = summary.to if named else [{"email": r, "name": None} for r in recipients]
+    [email] = intake.store(
+        tx,
+        [
+            NewEmail(
+                workspace_id=mail.workspace_id,
+                domain_id=domain.id,
+                domain_name=domain.name,
+                from_email=summary.from_address or _address(mail.from_email),
+                from_name=summary.from_name,
+                to=_mailboxes_of(to),
+                cc=_mailboxes_of(summary.cc),
+                bcc=tuple(Mailbox(r) for r in recipients if named and r not in named),
+                subject=summary.subject,
+                source=mail.source,
+                raw=mail.data,
+                message_id=summary.message_id,
+                envelope=recipients,
+            )
+        ],
+        now,
+        volume_shard=shard,
     )
-    kinds = {box["email"]: kind for kind in ("cc", "to") for box in getattr(summary, kind)}
-    rows = [
-        Recipient(
-            email_id,
-            address,
-            kinds.get(address, unnamed),
-            address.rsplit("@", 1)[1],
-            "queued",
-            0,
-            now,
-            None,
-            now,
-        )
-        for address in recipients
-    ]
-    meta = {"subject": summary.subject, "tags": [], "source": mail.source}
-    event = Event(new_id(), email_id, mail.workspace_id, "queued", None, meta, now)
-    emails.insert(tx, [record], rows, [event])
-    emails.insert_raw(tx, email_id, mail.data)
-    emails.count_sent(tx, mail.workspace_id, now.strftime("%Y-%m"), 1)
-    return email_id
+    return email.id
+
+
+def _mailboxes_of(boxes: list[dict[str, Any]]) -> tuple[Mailbox, ...]:
+    return tuple(Mailbox(str(box["email"]), box.get("name")) for box in boxes)
 
 
 def _address(address: str) -> str:
@@ -203,4 +181,4 @@ def _address(address: str) -> str:
 
 async def queue_raw(rt: Runtime, mail: RawMail) -> str:
     """Store an email sent as given (committed when this returns; delivery hears of it)."""
-    return await rt.db.write(store_raw, mail, rt.clock.now())
+    return await rt.db.write(store_raw, mail, rt.clock.now(), rt.usage_shard)

@@ -13,7 +13,9 @@ from datetime import datetime
 from engine.errors import NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
 from engine.sending import intake as sending
+from engine.sending import statuses
 from engine.sending.intake import SendResult
+from engine.sending.statuses import Trigger
 from storage import emails, suppressions
 from storage.codec import new_id
 from storage.emails import Email, Event
@@ -27,9 +29,8 @@ async def scheduled(rt: Runtime, who: Principal) -> list[Email]:
 def _cancel(tx: Tx, who: Principal, email_id: str, now: datetime) -> None:
     if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now):
         raise NotFound("no scheduled email with this id")
-    emails.insert_events(
-        tx, [Event(new_id(), email_id, who.workspace_id, "cancelled", None, {}, now)]
-    )
+    status = statuses.email_next(statuses.SCHEDULED, Trigger.CANCEL)
+    emails.insert_events(tx, [Event(new_id(), email_id, who.workspace_id, status, None, {}, now)])
 
 
 async def cancel(rt: Runtime, who: Principal, email_id: str) -> None:
@@ -39,7 +40,7 @@ async def cancel(rt: Runtime, who: Principal, email_id: str) -> None:
 
 def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Email, str | None]:
     email = emails.get(tx, who.workspace_id, email_id)
-    if email is None or email.status != "scheduled":
+    if email is None or email.status != statuses.SCHEDULED:
         raise NotFound("no scheduled email with this id")
     addresses = [r.address for r in emails.recipients_of(tx, email_id)]
     suppressed = suppressions.suppressed_among(tx, who.workspace_id, addresses)
@@ -48,8 +49,9 @@ def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Ema
     if rejection is not None:
         emails.reject(tx, email_id, rejection, now)
         meta = {"reason": rejection}
+        status = statuses.email_next(email.status, Trigger.SEND_NOW_SUPPRESSED)
         emails.insert_events(
-            tx, [Event(new_id(), email_id, who.workspace_id, "rejected", None, meta, now)]
+            tx, [Event(new_id(), email_id, who.workspace_id, status, None, meta, now)]
         )
         return email, rejection
     emails.make_due(tx, email_id, now)
@@ -61,4 +63,5 @@ async def send_now(rt: Runtime, who: Principal, email_id: str) -> SendResult:
     email, rejection = await rt.db.write(_send_now, who, email_id, rt.clock.now())
     if rejection is not None:
         raise Unprocessable(rejection, code="recipient_suppressed")
-    return SendResult(email.id, "queued", email.message_id, None)
+    status = statuses.email_next(statuses.SCHEDULED, Trigger.SEND_NOW)
+    return SendResult(email.id, status, email.message_id, None)

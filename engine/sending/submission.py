@@ -30,6 +30,7 @@ from engine import plans
 from engine.accounts import smtp_credentials as credentials
 from engine.mail import address_list
 from engine.runtime import Runtime
+from engine.sending import intake
 from engine.sending.intake import attempt_suppressed, suppression_overrides
 from engine.sending.raw_mail import HeaderSummary, RawMail, store_raw, summarize
 from storage import domains, emails, smtp_credentials, suppressions
@@ -66,7 +67,7 @@ def _active_senders(tx: Tx, login: RelayLogin) -> frozenset[str]:
 
 
 def _candidates(tx: Tx, username: str, now: datetime) -> list[Submitter]:
-    month = now.strftime("%Y-%m")
+    month = intake.month(now)
     return [
         Submitter(
             login,
@@ -113,10 +114,7 @@ def _sender_problem(login: RelayLogin, senders: frozenset[str], address: str) ->
 
 
 def _volume_problem(login: RelayLogin, sent_this_month: int) -> str | None:
-    plan = plans.plan(login.plan)
-    if plan.emails_per_month != plans.UNLIMITED and sent_this_month >= plan.emails_per_month:
-        return f"the {plan.name} plan allows {plan.emails_per_month} emails a month"
-    return None
+    return intake.volume_problem(plans.plan(login.plan), sent_this_month)
 
 
 def check_sender(submitter: Submitter, address: str) -> str | None:
@@ -172,7 +170,7 @@ def _originator_problem(
     return None
 
 
-def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime) -> Accepted | str:
+def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime, shard: int) -> Accepted | str:
     """Re-check against the database of now (the connection's view may be stale), store."""
     current_login = smtp_credentials.login(tx, login.credential_id)
     if current_login is None:
@@ -184,12 +182,12 @@ def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime) -> Accepted 
         _sender_problem(current_login, senders, mail.from_email)
         or _originator_problem(current_login, senders, summarize(mail.data))
         or _volume_problem(
-            current_login, emails.sent_in_month(tx, login.workspace_id, now.strftime("%Y-%m"))
+            current_login, emails.sent_in_month(tx, login.workspace_id, intake.month(now))
         )
     )
     if problem is not None:
         return problem
-    return Accepted(store_raw(tx, mail, now))
+    return Accepted(store_raw(tx, mail, now, shard))
 
 
 async def submit(
@@ -205,5 +203,5 @@ async def submit(
         data=data,
         source="smtp",
     )
-    outcome: Accepted | str = await rt.db.write(_store, login, mail, rt.clock.now())
+    outcome: Accepted | str = await rt.db.write(_store, login, mail, rt.clock.now(), rt.usage_shard)
     return outcome

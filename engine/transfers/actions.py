@@ -64,18 +64,17 @@ def _raise(refusal: rules.Refusal | None, **extra: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Outbox:
-    """Mail to queue with a state change, and where delivery must be woken afterwards."""
+    """Mail to queue with a state change, in the same unit of work."""
 
     sender: SystemSender
     public_url: str
-    woken: list[str]
 
     def send(self, tx: Tx, notice: Notice, now: datetime) -> None:
-        self.woken.append(transfer_mail.queue(tx, self.sender, notice, now))
+        transfer_mail.queue(tx, self.sender, notice, now)
 
 
 async def _outbox(rt: Runtime) -> _Outbox:
-    return _Outbox(await transfer_mail.system_sender(rt), rt.public_url, [])
+    return _Outbox(await transfer_mail.system_sender(rt), rt.public_url)
 
 
 def _done(rt: Runtime, outbox: _Outbox, transfer_id: str) -> None:

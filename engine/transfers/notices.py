@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.domains import dkim_keys
-from engine.mail.addresses import message_id
 from engine.runtime import Runtime
-from storage import emails, transfers
-from storage.codec import new_id
-from storage.emails import Email, Event, Recipient
+from engine.sending import intake
+from engine.sending.intake import Mailbox, NewEmail
+from storage import transfers
 from storage.transfers import SystemIdentity, Transfer
 from storage.tx import Tx
 
@@ -91,48 +90,27 @@ async def system_sender(rt: Runtime) -> SystemSender:
     return sender
 
 
-def queue(tx: Tx, sender: SystemSender, notice: Notice, now: datetime) -> str:
-    """Store one system mail, queued for delivery now; the recipient domain to wake."""
-    email_id = new_id()
-    recipient_domain = notice.to.rsplit("@", 1)[1]
-    email = Email(
-        id=email_id,
-        workspace_id=sender.workspace_id,
-        domain_id=sender.domain_id,
-        from_address=sender.from_address,
-        from_name=SYSTEM_NAME,
-        to=[{"email": notice.to, "name": None}],
-        cc=[],
-        bcc=[],
-        reply_to=None,
-        subject=notice.subject,
-        html=None,
-        text=notice.text,
-        headers={},
-        tags=["domain-transfer"],
-        attachments=[],
-        status="queued",
-        source="system",
-        message_id=message_id(sender.domain_name),
-        rejection_reason=None,
-        retry_of_id=None,
-        send_at=None,
-        created_at=now,
-        updated_at=now,
-        delivered_at=None,
-    )
-    recipient = Recipient(email_id, notice.to, "to", recipient_domain, "queued", 0, now, None, now)
-    event = Event(
-        new_id(),
-        email_id,
-        sender.workspace_id,
-        "queued",
-        None,
-        {"subject": notice.subject, "tags": email.tags},
+def queue(tx: Tx, sender: SystemSender, notice: Notice, now: datetime) -> None:
+    """Store one system mail, queued for delivery now (not counted in any volume)."""
+    intake.store(
+        tx,
+        [
+            NewEmail(
+                workspace_id=sender.workspace_id,
+                domain_id=sender.domain_id,
+                domain_name=sender.domain_name,
+                from_email=sender.from_address,
+                from_name=SYSTEM_NAME,
+                to=(Mailbox(notice.to),),
+                subject=notice.subject,
+                text=notice.text,
+                tags=("domain-transfer",),
+                source="system",
+            )
+        ],
         now,
+        volume_shard=None,
     )
-    emails.insert(tx, [email], [recipient], [event])
-    return recipient_domain
 
 
 def _when(value: datetime) -> str:

@@ -1,0 +1,109 @@
+"""Email and recipient statuses as data (DESIGN.md "Email status"), like transfers/rules.py.
+
+Rules:
+- A recipient moves only along `RECIPIENT_TRANSITIONS`: an outcome of a delivery attempt (or a
+  cancel) from a waiting status; any other move is a bug the table refuses.
+- An email's own moves (`EMAIL_TRANSITIONS`) happen before delivery starts: accept, send now,
+  cancel, reject on a new suppression check. Once delivering, its status is `summary()` of its
+  recipients', except that `cancelled` and `rejected` are final.
+- Retry is allowed from `RETRYABLE` only; it makes a new email, the original stays as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+SCHEDULED = "scheduled"
+QUEUED = "queued"
+SENDING = "sending"
+DELIVERED = "delivered"
+DEFERRED = "deferred"
+BOUNCED = "bounced"
+FAILED = "failed"
+REJECTED = "rejected"
+CANCELLED = "cancelled"
+EMAIL_STATUSES = (
+    SCHEDULED,
+    QUEUED,
+    SENDING,
+    DELIVERED,
+    DEFERRED,
+    BOUNCED,
+    FAILED,
+    REJECTED,
+    CANCELLED,
+)
+WAITING = (QUEUED, DEFERRED)  # a recipient still to be tried
+FINAL_EMAIL = (CANCELLED, REJECTED)  # never summarised again
+RETRYABLE = (BOUNCED, REJECTED, FAILED)
+
+
+class Trigger(Enum):
+    """What moves an email before delivery, or a recipient during it."""
+
+    ACCEPT = "accept"
+    ACCEPT_SCHEDULED = "accept_scheduled"
+    ACCEPT_SUPPRESSED = "accept_suppressed"
+    SEND_NOW = "send_now"
+    SEND_NOW_SUPPRESSED = "send_now_suppressed"
+    CANCEL = "cancel"
+    # A delivery attempt's outcome, per recipient (engine/delivery/classify.py decides it).
+    ACCEPTED_BY_MX = "accepted_by_mx"  # 250 to the data
+    TEMPORARY = "temporary"  # 4xx or unreachable, time left
+    PERMANENT = "permanent"  # 5xx: a hard bounce
+    GAVE_UP = "gave_up"  # 72 hours of temporary failures, or unreadable, or quarantined
+
+
+EMAIL_TRANSITIONS: dict[tuple[str | None, Trigger], str] = {
+    (None, Trigger.ACCEPT): QUEUED,
+    (None, Trigger.ACCEPT_SCHEDULED): SCHEDULED,
+    (None, Trigger.ACCEPT_SUPPRESSED): REJECTED,
+    (SCHEDULED, Trigger.SEND_NOW): QUEUED,
+    (SCHEDULED, Trigger.SEND_NOW_SUPPRESSED): REJECTED,
+    (SCHEDULED, Trigger.CANCEL): CANCELLED,
+}
+
+RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
+    **{(waiting, Trigger.ACCEPTED_BY_MX): DELIVERED for waiting in WAITING},
+    **{(waiting, Trigger.TEMPORARY): DEFERRED for waiting in WAITING},
+    **{(waiting, Trigger.PERMANENT): BOUNCED for waiting in WAITING},
+    **{(waiting, Trigger.GAVE_UP): FAILED for waiting in WAITING},
+    **{(waiting, Trigger.CANCEL): CANCELLED for waiting in WAITING},
+    # A DSN that arrives after the MX took the message turns a delivery into a bounce.
+    (DELIVERED, Trigger.PERMANENT): BOUNCED,
+}
+
+# The email's status from its recipients': the first row any recipient matches.
+SUMMARY: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((QUEUED, SENDING), QUEUED),
+    ((DEFERRED,), DEFERRED),
+    ((DELIVERED,), DELIVERED),
+    ((BOUNCED,), BOUNCED),
+)
+SUMMARY_OTHERWISE = FAILED
+
+
+def email_next(current: str | None, trigger: Trigger) -> str:
+    """The status `trigger` moves an email to from `current`; ValueError if not allowed."""
+    try:
+        return EMAIL_TRANSITIONS[(current, trigger)]
+    except KeyError:
+        raise ValueError(f"an email that is {current} cannot {trigger.value}") from None
+
+
+def recipient_next(current: str, trigger: Trigger) -> str:
+    """The status `trigger` moves a recipient to from `current`; ValueError if not allowed."""
+    try:
+        return RECIPIENT_TRANSITIONS[(current, trigger)]
+    except KeyError:
+        raise ValueError(f"a recipient that is {current} cannot be {trigger.value}") from None
+
+
+def summary(recipient_statuses: Iterable[str]) -> str:
+    """An email's status from its recipients' (delivery is tracked per recipient)."""
+    present = set(recipient_statuses)
+    for members, status in SUMMARY:
+        if present.intersection(members):
+            return status
+    return SUMMARY_OTHERWISE

@@ -1,0 +1,60 @@
+"""The email and recipient status tables (engine/sending/statuses.py) against DESIGN.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
+
+
+def test_email_moves_are_the_documented_ones_and_nothing_else() -> None:
+    allowed = {
+        (None, Trigger.ACCEPT): "queued",
+        (None, Trigger.ACCEPT_SCHEDULED): "scheduled",
+        (None, Trigger.ACCEPT_SUPPRESSED): "rejected",
+        ("scheduled", Trigger.SEND_NOW): "queued",
+        ("scheduled", Trigger.SEND_NOW_SUPPRESSED): "rejected",
+        ("scheduled", Trigger.CANCEL): "cancelled",
+    }
+    for current in (None, *statuses.EMAIL_STATUSES):
+        for trigger in Trigger:
+            if (current, trigger) in allowed:
+                assert statuses.email_next(current, trigger) == allowed[(current, trigger)]
+            else:
+                with pytest.raises(ValueError):
+                    statuses.email_next(current, trigger)
+
+
+def test_recipients_move_only_from_waiting_except_a_late_bounce() -> None:
+    assert statuses.recipient_next("queued", Trigger.ACCEPTED_BY_MX) == "delivered"
+    assert statuses.recipient_next("deferred", Trigger.TEMPORARY) == "deferred"
+    assert statuses.recipient_next("queued", Trigger.PERMANENT) == "bounced"
+    assert statuses.recipient_next("deferred", Trigger.GAVE_UP) == "failed"
+    assert statuses.recipient_next("delivered", Trigger.PERMANENT) == "bounced"  # a late DSN
+    for final in ("bounced", "failed", "cancelled"):
+        for trigger in Trigger:
+            with pytest.raises(ValueError):
+                statuses.recipient_next(final, trigger)
+    with pytest.raises(ValueError):
+        statuses.recipient_next("delivered", Trigger.TEMPORARY)
+
+
+@pytest.mark.parametrize(
+    ("recipients", "email"),
+    [
+        (["delivered", "queued"], "queued"),
+        (["delivered", "sending"], "queued"),
+        (["bounced", "deferred", "delivered"], "deferred"),
+        (["bounced", "delivered"], "delivered"),
+        (["failed", "bounced"], "bounced"),
+        (["failed"], "failed"),
+        (["cancelled"], "failed"),
+    ],
+)
+def test_an_email_summarises_its_recipients(recipients: list[str], email: str) -> None:
+    assert statuses.summary(recipients) == email
+
+
+def test_retry_is_allowed_from_the_documented_statuses_only() -> None:
+    assert set(statuses.RETRYABLE) == {"bounced", "rejected", "failed"}
