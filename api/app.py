@@ -19,6 +19,7 @@ from api.routes import (
     emails,
     forwards,
     health,
+    mcp_policy,
     nodes,
     sandbox,
     senders,
@@ -57,6 +58,7 @@ BLUEPRINTS = (
     broadcasts.blueprint,
     nodes.blueprint,
     sandbox.blueprint,
+    mcp_policy.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

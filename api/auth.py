@@ -18,7 +18,6 @@ from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
 from engine.errors import Forbidden, Unauthorized
 from engine.runtime import Principal, Runtime
-from engine.sandbox import keys as sandbox_keys
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -102,7 +101,6 @@ def install(app: Quart, rt: Runtime) -> None:
             if scheme.lower() != "bearer" or not credential.strip():
                 raise Unauthorized("use 'Authorization: Bearer <API key>'")
             g.principal = await authenticate_key(rt, credential.strip())
-            await sandbox_keys.admit(rt, credential.strip(), g.principal)  # test keys
             return
         token = request.cookies.get(SESSION_COOKIE)
         if token is None and getattr(view, "_postroom_credential_optional", False):

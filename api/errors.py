@@ -54,7 +54,8 @@ _CODE_OF_HTTP_STATUS = {
 
 
 def status_of(exc: EngineError) -> int:
-    """The HTTP status of an engine error (the console answers with it too)."""
+    """The HTTP status of an engine error (400 for kinds without one of their own); the
+    console and the MCP door answer with it too."""
     return next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), 400)
 
 

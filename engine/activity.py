@@ -6,6 +6,9 @@ never claims a change that was rolled back, nor misses one that was committed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,6 +39,7 @@ _CATEGORY_OF_RESOURCE = {
     "member": "Team",
     "workspace": "Billing",
     "sandbox": "Security",  # mail captured or sent for real
+    "mcp_policy": "Security",  # what agents may do through the MCP door
 }
 
 _TARGET_TYPE = {
@@ -56,6 +60,7 @@ _TARGET_TYPE = {
     "member": "Member",
     "workspace": "Workspace",
     "sandbox": "Sandbox mode",
+    "mcp_policy": "MCP policy",
 }
 
 
@@ -69,9 +74,28 @@ class Change:
     meta: dict[str, Any] | None = None
 
 
+# The door an action came through when it is not the API or the console (`meta.via`, and
+# `meta.client` naming the client): set around the engine calls that door makes. Units of work
+# run in their caller's context (storage/database.py), so entries written there see it.
+_through: ContextVar[tuple[str, str] | None] = ContextVar("activity_through", default=None)
+
+
+@contextmanager
+def acting_through(via: str, client: str) -> Iterator[None]:
+    """Attribute every entry recorded inside the block to door `via` and its `client`."""
+    token = _through.set((via, client))
+    try:
+        yield
+    finally:
+        _through.reset(token)
+
+
 def record(tx: Tx, workspace_id: str, actor: str, change: Change, at: datetime) -> None:
     """Append the entry for `change` inside the caller's transaction."""
     resource = change.action.split(".", 1)[0]
+    meta = dict(change.meta or {})
+    if (through := _through.get()) is not None:
+        meta["via"], meta["client"] = through
     activity.append(
         tx,
         activity.ActivityEntry(
@@ -83,7 +107,7 @@ def record(tx: Tx, workspace_id: str, actor: str, change: Change, at: datetime) 
             target_name=change.target_name,
             target_id=change.target_id,
             category=_CATEGORY_OF_RESOURCE[resource],
-            meta=change.meta or {},
+            meta=meta,
             created_at=at,
         ),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -56,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("nodes", help="list the nodes sharing the database and what each holds")
+    mcp = commands.add_parser("mcp", help="the MCP door for a local client, on stdin/stdout")
+    mcp.add_argument(
+        "--stdio",
+        action="store_true",
+        required=True,
+        help="bridge stdin/stdout to a running service's /mcp with POSTROOM_API_KEY",
+    )
+    mcp.add_argument("--url", help="the service's MCP door (default: POSTROOM_PUBLIC_URL/mcp)")
     account = commands.add_parser("accounts", help="manage accounts").add_subparsers(
         dest="action", required=True
     )
@@ -109,6 +118,18 @@ async def _migrate(settings: config.Settings) -> list[int]:
         return await db.transaction(migrations.apply_pending)
 
 
+def _mcp_stdio(args: argparse.Namespace, settings: config.Settings) -> int:
+    # The key, not the database: the bridge can do only what the workspace's policy allows.
+    api_key = os.environ.get("POSTROOM_API_KEY", "").strip()
+    if not api_key:
+        print("postroom: set POSTROOM_API_KEY to the API key the agent acts with", file=sys.stderr)
+        return 2
+    from mcp_door import stdio  # here: the other commands start without the SDK
+
+    trio.run(stdio.serve, args.url or settings.public_url.rstrip("/") + "/mcp", api_key)
+    return 0
+
+
 def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.command == "serve":
         count = workers.default_workers() if args.workers is None else args.workers
@@ -117,6 +138,8 @@ def _run(args: argparse.Namespace, settings: config.Settings) -> int:
         trio.run(_serve, settings, args.reuse_port)
     elif args.command == "nodes":
         print(trio.run(_nodes, settings))
+    elif args.command == "mcp":
+        return _mcp_stdio(args, settings)
     elif args.command == "migrate":
         applied = trio.run(_migrate, settings)
         print(f"applied migrations: {applied}" if applied else "schema is up to date")

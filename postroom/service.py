@@ -32,6 +32,7 @@ from engine.supervisor import Supervisor
 from engine.transfers.timer import TransferTimer
 from engine.wakeups import WakeupRelay
 from engine.webhooks.dispatcher import WebhookDispatcher
+from mcp_door.http import HttpDoor
 from postroom.config import Settings
 from postroom.logs import log_left_behind
 from postroom.metrics import ServiceMetrics
@@ -128,9 +129,11 @@ async def serve(
             metrics.add_source(listener.name, listener)
         app = create_app(rt, supervisor, metrics, settings.metrics_token)
         app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
+        mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining
+        app.asgi_app = mcp.mount(app.asgi_app)  # type: ignore[method-assign]
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
-            async with trio.open_nursery() as front_doors:
+            async with mcp.running(), trio.open_nursery() as front_doors:
                 # Hypercorn serves a socket of ours, so that it can share its port.
                 config = _hypercorn_config()
                 binds = await front_doors.start(

@@ -15,10 +15,12 @@ Topics of new work that committed units announced (`Tx.notify`) go to the `on_co
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
@@ -121,6 +123,13 @@ class Batcher:
         )
 
 
+def _in_caller_context(unit: Callable[..., T]) -> Callable[..., T]:
+    """`unit`, to run in a copy of the submitting task's context variables, as
+    `trio.to_thread` runs `transaction`'s: a batch runs on the batcher's thread, and the
+    unit still sees what its caller set (engine/activity.py's attribution of a change)."""
+    return partial(contextvars.copy_context().run, unit)
+
+
 class Database:
     """Async access to one storage engine."""
 
@@ -164,13 +173,13 @@ class Database:
 
     async def read(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a read-only unit of work on a reader connection."""
-        result: T = await self._reader.submit((unit, args))
+        result: T = await self._reader.submit((_in_caller_context(unit), args))
         return result
 
     async def write(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a unit of work through group commit; returns once it is durable."""
         try:
-            result: T = await self._writer.submit((unit, args))
+            result: T = await self._writer.submit((_in_caller_context(unit), args))
         finally:
             self._deliver_notes()
         return result

@@ -17,7 +17,7 @@ from api.validation import json_body, query_args
 from engine.contacts import bulk_send, csv_import
 from engine.contacts import lists as contacts
 from engine.contacts.lists import ListChanges
-from engine.errors import InvalidRequest, Unprocessable
+from engine.errors import InvalidRequest
 from storage.contacts import Contact, ContactList
 
 blueprint = Blueprint("contacts", __name__, url_prefix="/v1/contacts")
@@ -181,11 +181,6 @@ async def upload(list_id: str) -> dict[str, Any]:
 @json_body(BulkSendBody)
 @document_response(BulkSendOut)
 async def send(list_id: str, body: BulkSendBody) -> tuple[dict[str, Any], int]:
-    if not (body.html or body.text):
-        raise Unprocessable(
-            "at least one of html or text is required",
-            errors=[{"loc": ["body", "html"], "msg": "html or text is required"}],
-        )
     req = bulk_send.BulkSendRequest(
         contact_list_id=str(body.contact_list_id),
         sender_address_id=str(body.sender_address_id),

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 
 import jwt
 
-from engine.accounts.passwords import API_KEY_PREFIX, same, token_hash
+from engine.accounts.passwords import API_KEY_PREFIX, TEST_KEY_PREFIX, same, token_hash
 from engine.errors import Forbidden, NotFound, Unauthorized
 from engine.runtime import Principal, Runtime
-from storage import accounts, api_keys
+from storage import accounts, api_keys, sandbox
 from storage.accounts import Session, Workspace
 from storage.tx import Tx
 
@@ -23,7 +23,8 @@ LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 async def authenticate_key(rt: Runtime, raw: str) -> Principal:
-    """The principal an API key acts for; Unauthorized for unknown or deactivated keys."""
+    """The principal an API key acts for; Unauthorized for unknown or deactivated keys,
+    Forbidden `sandbox_only` for a test key whose workspace is not in the sandbox."""
     if not raw.startswith(API_KEY_PREFIX) or len(raw) > 200:
         raise Unauthorized("invalid API key")
     key_hash = token_hash(raw)
@@ -37,6 +38,15 @@ async def authenticate_key(rt: Runtime, raw: str) -> Principal:
     if holder.last_used_at is None or now - holder.last_used_at >= LAST_USED_PRECISION:
         rt.key_cache.put(replace(holder, last_used_at=now))
         await rt.db.write(api_keys.touch, holder.key_id, now)
+    # A test key (engine/sandbox/keys.py) acts only while its workspace is in the sandbox,
+    # through every door that takes API keys.
+    if raw.startswith(TEST_KEY_PREFIX) and not await rt.db.read(
+        sandbox.is_sandboxed, holder.workspace_id
+    ):
+        raise Forbidden(
+            "test keys act only in sandbox mode, and this workspace is not in the sandbox",
+            code="sandbox_only",
+        )
     return Principal(
         user_id=holder.user_id,
         user_email=holder.user_email,

@@ -12,10 +12,8 @@ from datetime import datetime
 
 from engine.accounts.api_keys import PERMISSIONS, CreatedKey, insert_key
 from engine.accounts.passwords import TEST_KEY_PREFIX
-from engine.errors import Forbidden
 from engine.runtime import Principal, Runtime
 from engine.sandbox.mode import require_sandbox
-from storage import sandbox
 from storage.tx import Tx
 
 
@@ -41,12 +39,3 @@ def _create(tx: Tx, who: Principal, name: str, now: datetime) -> CreatedKey:
 async def create(rt: Runtime, who: Principal, name: str) -> CreatedKey:
     """A new test key for a sandboxed workspace (Forbidden `sandbox_only` otherwise)."""
     return await rt.db.write(_create, who, name, rt.clock.now())
-
-
-async def admit(rt: Runtime, raw: str, who: Principal) -> None:
-    """Let a request authenticated by key `raw` go on: a test key only in sandbox mode."""
-    if is_test_key(raw) and not await rt.db.read(sandbox.is_sandboxed, who.workspace_id):
-        raise Forbidden(
-            "test keys act only in sandbox mode, and this workspace is not in the sandbox",
-            code="sandbox_only",
-        )
