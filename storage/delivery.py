@@ -1,41 +1,113 @@
-"""Reads and writes of the delivery path that span emails, domains and suppressions."""
+"""Reads and writes of the delivery path that span emails, domains and suppressions.
+
+Set-based: a delivery round is loaded and recorded with a fixed number of statements
+whatever its size (load: one query each for emails, their submitted messages, sending
+domains and suppressions; record: one UPDATE per distinct outcome, the events, one SELECT
+and one UPDATE per resulting email status; plus one insert per new hard bounce), never a
+query per email or per recipient. The claim is storage/emails.py's (one SELECT, one batched
+UPDATE, one MIN).
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from storage import domains, emails, suppressions
+from storage.codec import parse_timestamp, timestamp
 from storage.domains import Domain
-from storage.emails import Email, Event, RecipientUpdate, Unreadable
+from storage.emails import Email, Event, Recipient, RecipientUpdate, Unreadable
 from storage.suppressions import Suppression
 from storage.tx import Tx
 
 
-def emails_with_domains(
-    tx: Tx, email_ids: Sequence[str]
-) -> tuple[list[tuple[Email, Domain | None]], dict[str, Unreadable]]:
-    """The emails to deliver, each with its sending domain (for DKIM; None if deleted since);
-    and apart, those whose stored row cannot be read."""
-    found, unreadable = emails.readable_by_ids(tx, email_ids)
-    pairs = [
-        (email, domains.get(tx, email.workspace_id, email.domain_id))
-        for email in emails.with_raw(tx, found).values()
-    ]
-    return pairs, unreadable
+def _placeholders(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    names = {f"{prefix}{i}": value for i, value in enumerate(values)}
+    return ", ".join(f":{name}" for name in names), names
 
 
-def suppressed_since_accepted(tx: Tx, email: Email, addresses: Sequence[str]) -> dict[str, str]:
-    """Which of an email's recipients were suppressed after it was accepted, with the reason.
+def _pairs(prefix: str, keys: Sequence[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
+    """`(:a0, :b0), (:a1, :b1), ...` for a row-value IN list of (email_id, address) keys."""
+    params: dict[str, Any] = {}
+    rows = []
+    for i, (email_id, address) in enumerate(keys):
+        params[f"{prefix}e{i}"], params[f"{prefix}a{i}"] = email_id, address
+        rows.append(f"(:{prefix}e{i}, :{prefix}a{i})")
+    return ", ".join(rows), params
 
-    Those must not be sent to any more (a scheduled email, or one waiting to retry).
-    Suppressions older than the email were dealt with when it was accepted.
+
+@dataclass(frozen=True, slots=True)
+class RoundData:
+    """What a delivery round needs of the database, loaded in one unit of work.
+
+    `emails`: each readable email with its sending domain (None when deleted since) and
+    those of its recipients that were suppressed after it was accepted (address -> reason);
+    `unreadable`: the emails whose stored row cannot be read.
     """
-    late: dict[str, str] = {}
-    for address in addresses:
-        entry = suppressions.get(tx, email.workspace_id, address)
-        if entry is not None and entry.created_at > email.created_at:
-            late[address] = entry.reason
+
+    emails: list[tuple[Email, Domain | None, dict[str, str]]]
+    unreadable: dict[str, Unreadable]
+
+
+def load_round(tx: Tx, recipients: Sequence[Recipient]) -> RoundData:
+    """The emails of a round's recipients, with their domains and late suppressions."""
+    email_ids = list(dict.fromkeys(r.email_id for r in recipients))
+    found, unreadable = emails.readable_by_ids(tx, email_ids)
+    found = emails.with_raw(tx, found)
+    sending = _domains(tx, {(e.workspace_id, e.domain_id) for e in found.values()})
+    late = _suppressed_since_accepted(tx, found, recipients)
+    return RoundData(
+        [
+            (email, sending.get((email.workspace_id, email.domain_id)), late.get(email.id, {}))
+            for email in found.values()
+        ],
+        unreadable,
+    )
+
+
+def _domains(tx: Tx, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Domain]:
+    if not keys:
+        return {}
+    ids, params = _placeholders("d", sorted({domain_id for _, domain_id in keys}))
+    rows = tx.all(f"SELECT * FROM domains WHERE id IN ({ids})", params)
+    # The workspace must match too: a domain id of another workspace is not the email's.
+    return {
+        (row["workspace_id"], row["id"]): domains._domain(tx, row)
+        for row in rows
+        if (row["workspace_id"], row["id"]) in keys
+    }
+
+
+def _suppressed_since_accepted(
+    tx: Tx, found: dict[str, Email], recipients: Sequence[Recipient]
+) -> dict[str, dict[str, str]]:
+    """Per email, which of its recipients were suppressed after it was accepted, with the
+    reason. Those must not be sent to any more (a scheduled email, or one waiting to
+    retry); suppressions older than the email were dealt with when it was accepted."""
+    wanted = {
+        (found[r.email_id].workspace_id, r.address) for r in recipients if r.email_id in found
+    }
+    if not wanted:
+        return {}
+    workspaces, ws_params = _placeholders("w", sorted({ws for ws, _ in wanted}))
+    addresses, address_params = _placeholders("a", sorted({a for _, a in wanted}))
+    rows = tx.all(
+        "SELECT workspace_id, email, reason, created_at FROM suppressions"
+        f" WHERE workspace_id IN ({workspaces}) AND email IN ({addresses})",
+        {**ws_params, **address_params},
+    )
+    entries = {(row["workspace_id"], row["email"]): row for row in rows}
+    late: dict[str, dict[str, str]] = defaultdict(dict)
+    for r in recipients:
+        email = found.get(r.email_id)
+        if email is None:
+            continue
+        entry = entries.get((email.workspace_id, r.address))
+        if entry is not None and parse_timestamp(entry["created_at"]) > email.created_at:
+            late[r.email_id][r.address] = entry["reason"]
     return late
 
 
@@ -45,8 +117,24 @@ def record_outcomes(
     events: Sequence[Event],
     hard_bounces: Sequence[tuple[str, Suppression]],
     now: datetime,
+    summary: emails.Summary,
 ) -> None:
-    """One batched write per delivery round: outcomes, events and new suppressions."""
-    emails.record_attempts(tx, updates, events, now)
+    """One batched write per delivery round: outcomes, events and new suppressions; the
+    emails' statuses summarised by the engine's rule `summary`."""
+    # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
+    alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
+    for u in updates:
+        when = None if u.next_attempt_at is None else timestamp(u.next_attempt_at)
+        alike[(u.status, when, u.last_response)].append((u.email_id, u.address))
+    for (status, when, response), keys in alike.items():
+        rows, params = _pairs("k", keys)
+        tx.execute(
+            "UPDATE email_recipients SET status = :status, attempts = attempts + 1,"
+            " next_attempt_at = :next, last_response = :response, lease_until = NULL,"
+            f" leased_by = NULL, updated_at = :now WHERE (email_id, address) IN ({rows})",
+            {"status": status, "next": when, "response": response, "now": timestamp(now)} | params,
+        )
+    emails.insert_events(tx, events)
+    emails.summarise(tx, [u.email_id for u in updates], now, summary)
     for workspace_id, entry in hard_bounces:
         suppressions.add(tx, workspace_id, entry)

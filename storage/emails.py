@@ -8,7 +8,7 @@ it dies (storage/nodes.py), so a crashed node's work is taken over in seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -536,46 +536,13 @@ def claim(
     return claimed, parse_optional_timestamp(following)
 
 
-def summary_status(statuses: Sequence[str]) -> str:
-    """An email's status from its recipients' (DESIGN.md: delivery is per recipient)."""
-    if any(s in ("queued", "sending") for s in statuses):
-        return "queued"
-    if "deferred" in statuses:
-        return "deferred"
-    if "delivered" in statuses:
-        return "delivered"
-    if "bounced" in statuses:
-        return "bounced"
-    return "failed"
+Summary = Callable[[Sequence[str]], str]  # an email's status from its recipients'
 
 
-def record_attempts(
-    tx: Tx, updates: Sequence[RecipientUpdate], events: Sequence[Event], now: datetime
-) -> None:
-    """Store attempt outcomes and events, then re-summarise each touched email."""
-    tx.execute_many(
-        "UPDATE email_recipients SET status = :status, attempts = attempts + 1,"
-        " next_attempt_at = :next, last_response = :response, lease_until = NULL,"
-        " leased_by = NULL, updated_at = :now WHERE email_id = :email_id AND address = :address",
-        (
-            {
-                "status": u.status,
-                "next": None if u.next_attempt_at is None else timestamp(u.next_attempt_at),
-                "response": u.last_response,
-                "now": timestamp(now),
-                "email_id": u.email_id,
-                "address": u.address,
-            }
-            for u in updates
-        ),
-    )
-    insert_events(tx, events)
-    summarise(tx, [u.email_id for u in updates], now)
-
-
-def summarise(tx: Tx, email_ids: Sequence[str], now: datetime) -> None:
-    """Set each email's status from its recipients' (after some of them changed): one read
-    of their recipients and one UPDATE per resulting status."""
+def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary) -> None:
+    """Set each email's status from its recipients' by the engine's rule `summary` (after
+    some of them changed): one read of their recipients and one UPDATE per resulting
+    status; cancelled and rejected emails keep theirs."""
     ids = list(dict.fromkeys(email_ids))
     if not ids:
         return
@@ -589,7 +556,7 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime) -> None:
         statuses[row["email_id"]].append(row["status"])
     by_status: dict[str, list[str]] = {}
     for email_id, found in statuses.items():
-        by_status.setdefault(summary_status(found), []).append(email_id)
+        by_status.setdefault(summary(found), []).append(email_id)
     for status, members in by_status.items():
         names = {f"id{i}": email_id for i, email_id in enumerate(members)}
         placeholders = ", ".join(f":{name}" for name in names)
@@ -602,7 +569,12 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime) -> None:
 
 
 def record_faults(
-    tx: Tx, recipients: Sequence[Recipient], error: str, now: datetime, policy: FaultPolicy
+    tx: Tx,
+    recipients: Sequence[Recipient],
+    error: str,
+    now: datetime,
+    policy: FaultPolicy,
+    summary: Summary,
 ) -> int:
     """Count a fault on each recipient (its round made the delivery actor raise) and try it
     again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined:
@@ -640,5 +612,5 @@ def record_faults(
             )
             events.append(event)
     insert_events(tx, events)
-    summarise(tx, [e.email_id for e in events], now)
+    summarise(tx, [e.email_id for e in events], now, summary)
     return len(events)

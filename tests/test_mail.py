@@ -29,7 +29,7 @@ from engine.mail import (
     sign,
     validate_custom_headers,
 )
-from engine.mail.dkim import relaxed_body
+from engine.mail.dkim import relaxed_body, relaxed_header
 
 DATE = datetime(2024, 5, 1, 12, 30, 5, tzinfo=UTC)
 DOMAIN = "mail.example.com"
@@ -595,3 +595,20 @@ def test_sign_refuses_what_it_cannot_sign(key: DkimKey, raw: bytes, kwargs: dict
             selector=given["selector"],
             private_key_pem=given["private_key_pem"],
         )
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"From: Ada <ada@mail.example.com>\r\nTo: b@example.org\r\n",
+        b"Subject:   two  \t spaces \r\n\tand a fold\r\n   \r\nX: \r\n",
+        b"From: first\r\nFROM: second\r\nfrom:third  \r\n",
+        b"From x@y Mon Jan  1 00:00:00 2024\r\nFrom: ada@mail.example.com\r\n",
+        b'Content-Type: multipart/alternative;\r\n boundary="=_x"\r\nA:\x0bv\x0c\r\n',
+    ],
+)
+def test_relaxed_header_canonicalisation_agrees_with_dkimpy(header: bytes) -> None:
+    parsed, _ = dkimpy.rfc822_parse(header + b"\r\n")
+    relaxed = CanonicalizationPolicy.from_c_value(b"relaxed/relaxed")
+    expected = {name: value[:-2] for name, value in relaxed.canonicalize_headers(parsed)}
+    assert relaxed_header(header) == expected

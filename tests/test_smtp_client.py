@@ -25,6 +25,7 @@ from engine.smtp import (
     TransientFailure,
     connect,
 )
+from engine.smtp.errors import TlsFailure
 from engine.smtp.grammar import MAX_REPLY_LINE, MAX_REPLY_LINES
 from engine.smtp.replies import (
     S250_OK,
@@ -358,10 +359,11 @@ async def test_delivers_in_plaintext_without_a_tls_context(smtp_sink: SmtpSink) 
     assert "STARTTLS" not in verbs(smtp_sink)
 
 
-async def test_failed_tls_handshake_is_transient(smtp_sink: SmtpSink) -> None:
+async def test_failed_tls_handshake_is_a_transient_tls_failure(smtp_sink: SmtpSink) -> None:
     untrusting = ssl.create_default_context(cadata=trustme.CA().cert_pem.bytes().decode())
-    with pytest.raises(TransientFailure, match="TLS handshake") as failure:
+    with pytest.raises(TlsFailure, match="TLS handshake") as failure:
         await connect(smtp_sink.host, smtp_sink.port, helo_name=HELO, tls=untrusting)
+    assert isinstance(failure.value, TransientFailure)  # callers may retry in plain text
     assert failure.value.reply is None
     assert isinstance(failure.value.__cause__, trio.BrokenResourceError)
 
@@ -397,8 +399,10 @@ async def test_two_messages_share_one_connection(smtp_sink: SmtpSink, tls_ca: Tl
     )
     async with session:
         first = await session.send(SENDER, ["a@rcpt.test"], b"Subject: 1\r\n\r\none\r\n")
+        assert session.usable  # ready for the next transaction
         second = await session.send(SENDER, ["b@rcpt.test"], b"Subject: 2\r\n\r\ntwo\r\n")
         await session.quit()
+        assert not session.usable
     assert first.outcome_for("a@rcpt.test").is_success
     assert second.outcome_for("b@rcpt.test").is_success
     assert smtp_sink.connections == 1
@@ -552,6 +556,7 @@ async def test_421_mid_transaction_is_transient_and_retires_the_session(
         with pytest.raises(TransientFailure) as failure:
             await session.send(SENDER, ["b@rcpt.test"], MESSAGE)
         assert failure.value.reply == S421_SHUTTING_DOWN
+        assert not session.usable
         with pytest.raises(TransientFailure, match="no longer usable"):
             await session.send(SENDER, ["b@rcpt.test"], MESSAGE)
         await session.quit()  # nothing to say to a server that left; just close

@@ -1,13 +1,23 @@
 """`DomainQueue`: the actor that delivers every recipient of one domain.
 
-It claims due recipients from the database with a lease, builds and signs their messages in
-one thread hop, finds the domain's MX hosts, and sends over up to `CONNECTIONS` parallel SMTP
+It works in rounds: claim up to `BATCH` due recipients with a lease, load their emails
+(storage/delivery.py: a fixed number of queries per round), build and DKIM-sign their
+messages in a worker thread, then send them over up to `CONNECTIONS` parallel SMTP
 connections, each reused for message after message and opportunistically upgraded with
-STARTTLS. `CONNECTIONS` holds across every node: a round first takes connection slots of
-the destination from the database (storage/destination_slots.py) and opens only as many
-connections as it holds; a node finding them all taken waits for a release. A recipient suppressed after its email was accepted is not sent to. The outcome of a whole round is written in one
-unit of work: 2xx -> `delivered`; 4xx or a network failure -> `deferred` on the retry
-schedule (`failed` after 72 h); 5xx -> `bounced`, and the address is suppressed.
+STARTTLS (a failed handshake is retried once in plain text), and record the whole round's
+outcomes in one unit of work. Every attempt's end is a typed outcome that
+engine/delivery/classify.py alone turns into delivered, deferred, bounced, refused or failed.
+
+Rounds are pipelined: while one round is on the wire, the next one is claimed, loaded, built
+and signed (RSA runs without the GIL, so the signing really overlaps the sending). At most
+one round waits ahead of the one sending, and each holds one of the router's
+`ROUNDS_IN_FLIGHT` from its claim to its outcome.
+
+`CONNECTIONS` holds across every node: connections are opened only for connection slots of
+the destination held in the database (storage/destination_slots.py). The queue keeps the
+slots, and the open connections, from one round to the next while another round is ready,
+and gives them back with the outcomes of the last one; a node finding every slot taken
+elsewhere claims nothing and waits for a release.
 
 When nothing is due it sleeps until the next retry or until woken; after `IDLE_EXIT` with no
 work at all it returns, and the router starts it again when work arrives.
@@ -18,27 +28,42 @@ from __future__ import annotations
 import logging
 import ssl
 from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
 from engine import dns as lookups
 from engine import faults
 from engine.delivery import mx, retry
+from engine.delivery.classify import (
+    Decision,
+    DnsFailure,
+    NoMailService,
+    Outcome,
+    PrivateTargets,
+    Replied,
+    SessionRefused,
+    SuppressedSince,
+    Unbuildable,
+    Unreachable,
+    Verdict,
+    classify,
+)
 from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, WireMessage, build_all
 from engine.nodes import LEASE
 from engine.runtime import Runtime
 from engine.sandbox import capture as sandbox_capture
-from engine.smtp.errors import SmtpError
-from engine.smtp.replies import SmtpReply
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
+from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
 from storage import delivery, destination_slots, emails
 from storage.codec import new_id
-from storage.domains import Domain
-from storage.emails import Email, Event, Recipient, RecipientUpdate, Unreadable
+from storage.emails import Email, Event, Recipient, RecipientUpdate
 from storage.suppressions import Suppression
 from storage.tx import Tx
 
@@ -46,8 +71,10 @@ BATCH = 200
 CONNECTIONS = 4  # parallel SMTP connections to one domain, across every node
 IDLE_EXIT = timedelta(minutes=5)
 SLOTS_POLL = timedelta(seconds=1)  # all slots taken elsewhere: look again at least this often
+QUIT_WAIT = 5.0  # seconds a server gets to answer QUIT
 
 log = logging.getLogger("postroom.delivery")
+T = TypeVar("T")
 
 
 def opportunistic_tls() -> ssl.SSLContext:
@@ -66,7 +93,7 @@ class DomainQueueStatistics:
     deferred: int
     bounced: int
     failed: int
-    in_flight: int = 0  # recipients claimed by the round under way
+    in_flight: int = 0  # recipients claimed by the rounds under way
 
 
 class _Round:
@@ -79,76 +106,68 @@ class _Round:
         self.bounces: list[tuple[str, Suppression]] = []
         self.counts: dict[str, int] = defaultdict(int)
 
-    def _event(self, email: Email, kind: str, recipient: str, **meta: Any) -> None:
-        metadata = {"subject": email.subject, "tags": email.tags, **meta}
+    def _event(
+        self, email_id: str, workspace_id: str, kind: str, recipient: str, meta: dict[str, Any]
+    ) -> None:
         # A microsecond apart, so a timeline reads in the order things happened (sent, then
         # delivered) even though the round records them all at once.
         at = self.now + timedelta(microseconds=len(self.events))
-        self.events.append(
-            Event(new_id(), email.id, email.workspace_id, kind, recipient, metadata, at)
-        )
+        self.events.append(Event(new_id(), email_id, workspace_id, kind, recipient, meta, at))
 
-    def delivered(self, email: Email, recipient: Recipient, reply: SmtpReply) -> None:
-        domain = recipient.domain
-        self._event(email, "sent", recipient.address, domain=domain)
-        self._event(email, "delivered", recipient.address, domain=domain, smtp_response=str(reply))
-        self.updates.append(
-            RecipientUpdate(email.id, recipient.address, "delivered", None, str(reply))
-        )
-        self.counts["delivered"] += 1
+    def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
+        """Record one recipient's outcome as `classify` decides it; the verdict."""
+        decision = classify(outcome)
+        self._apply(email, recipient, decision)
+        return decision.verdict
 
-    def bounced(self, email: Email, recipient: Recipient, response: str) -> None:
-        self._event(
-            email, "bounced", recipient.address, dsn=None, response=response, bounce_type="hard"
-        )
-        self.updates.append(RecipientUpdate(email.id, recipient.address, "bounced", None, response))
-        self.bounces.append(
-            (email.workspace_id, Suppression(recipient.address, "hard_bounce", self.now, email.id))
-        )
-        self.counts["bounced"] += 1
+    def _apply(self, email: Email, recipient: Recipient, decision: Decision) -> None:
+        address, response = recipient.address, decision.response
+        meta: dict[str, Any] = {"subject": email.subject, "tags": email.tags}
 
-    def temporary(self, email: Email, recipient: Recipient, response: str) -> None:
-        when = retry.next_attempt(recipient.attempts + 1, recipient.queued_at, self.now)
-        if when is None:
-            self._event(
-                email, "failed", recipient.address, error=f"gave up after 72 hours: {response}"
-            )
-            self.updates.append(
-                RecipientUpdate(email.id, recipient.address, "failed", None, response)
-            )
-            self.counts["failed"] += 1
+        def event(kind: str, **more: Any) -> None:
+            self._event(email.id, email.workspace_id, kind, address, meta | more)
+
+        def update(trigger: Trigger, when: datetime | None = None) -> None:
+            status = statuses.recipient_next(recipient.status, trigger)
+            self.updates.append(RecipientUpdate(email.id, address, status, when, response))
+            self.counts[status] += 1
+
+        verdict = decision.verdict
+        if verdict is Verdict.DELIVERED:
+            event("sent", domain=recipient.domain)
+            event("delivered", domain=recipient.domain, smtp_response=response)
+            update(Trigger.ACCEPTED_BY_MX)
+        elif verdict in (Verdict.BOUNCED, Verdict.REFUSED):
+            refused = verdict is Verdict.REFUSED
+            # A refusal of our session says nothing about the address: no suppression.
+            blame = {"blame": "destination"} if refused else {}
+            event("bounced", dsn=None, response=response, bounce_type="hard", **blame)
+            update(Trigger.PERMANENT)
+            if not refused:
+                entry = Suppression(address, "hard_bounce", self.now, email.id)
+                self.bounces.append((email.workspace_id, entry))
+        elif verdict is Verdict.DEFERRED:
+            when = retry.next_attempt(recipient.attempts + 1, recipient.queued_at, self.now)
+            if when is None:
+                event("failed", error=f"gave up after 72 hours: {response}")
+                update(Trigger.GAVE_UP)
+            else:
+                event("deferred", response=response, next_attempt_at=when.isoformat())
+                update(Trigger.TEMPORARY, when)
         else:
-            self._event(
-                email,
-                "deferred",
-                recipient.address,
-                response=response,
-                next_attempt_at=when.isoformat(),
-            )
-            self.updates.append(
-                RecipientUpdate(email.id, recipient.address, "deferred", when, response)
-            )
-            self.counts["deferred"] += 1
+            event("failed", error=response)
+            update(Trigger.GAVE_UP)
 
-    def unreadable(self, recipient: Recipient, unreadable: Unreadable) -> None:
+    def unreadable(self, recipient: Recipient, workspace_id: str, error: str) -> None:
         """A recipient of an email whose stored row cannot be read: failed, nothing sent."""
-        at = self.now + timedelta(microseconds=len(self.events))
-        meta = {"error": unreadable.error}
+        decision = classify(Unbuildable(error))
         address = recipient.address
-        self.events.append(
-            Event(
-                new_id(), recipient.email_id, unreadable.workspace_id, "failed", address, meta, at
-            )
-        )
+        self._event(recipient.email_id, workspace_id, "failed", address, {"error": error})
+        status = statuses.recipient_next(recipient.status, Trigger.GAVE_UP)
         self.updates.append(
-            RecipientUpdate(recipient.email_id, address, "failed", None, unreadable.error)
+            RecipientUpdate(recipient.email_id, address, status, None, decision.response)
         )
-        self.counts["failed"] += 1
-
-    def failed(self, email: Email, recipient: Recipient, error: str) -> None:
-        self._event(email, "failed", recipient.address, error=error)
-        self.updates.append(RecipientUpdate(email.id, recipient.address, "failed", None, error))
-        self.counts["failed"] += 1
+        self.counts[status] += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,17 +180,8 @@ class _Transfer:
 
 
 @dataclass(frozen=True, slots=True)
-class _Batch:
-    """A round's emails, each with its sending domain and its recipients suppressed since;
-    and the emails whose stored row cannot be read."""
-
-    emails: list[tuple[Email, Domain | None, dict[str, str]]]
-    unreadable: dict[str, Unreadable]
-
-
-@dataclass(frozen=True, slots=True)
 class _Claim:
-    """What a round starts with: its recipients and the connection slots it holds; when the
+    """What a round starts with: its recipients and the connection slots it took; when the
     next unleased recipient falls due; and whether every slot was taken elsewhere."""
 
     recipients: list[Recipient]
@@ -180,44 +190,62 @@ class _Claim:
     slots_busy: bool
 
 
-def _claim(tx: Tx, domain: str, now: datetime, node: str) -> _Claim:
+@dataclass(slots=True)
+class _Prepared:
+    """A claimed round, built and signed, waiting to be sent: its outcomes so far (emails
+    that could not be built, late suppressions) and its transfers."""
+
+    claim: _Claim
+    outcome: _Round
+    work: list[_Transfer]
+    token: object  # holds one of the router's rounds in flight
+
+
+def _claim(tx: Tx, domain: str, now: datetime, node: str, held: int) -> _Claim:
+    """Claim a round. `held`: the slots this queue already holds (kept from the round before,
+    or taken by the round being sent), which the new round may use after it."""
     until = now + LEASE
-    slots = destination_slots.acquire(tx, domain, CONNECTIONS, CONNECTIONS, node, now, until)
-    if not slots:
+    slots: list[int] = []
+    if held < CONNECTIONS:
+        slots = destination_slots.acquire(
+            tx, domain, CONNECTIONS, CONNECTIONS - held, node, now, until
+        )
+    if not slots and not held:
         return _Claim([], [], None, slots_busy=True)
     claimed, next_due = emails.claim(tx, domain, now, until, node, BATCH)
     # One connection per email at most: give back the slots the round cannot use (no other
     # node saw them taken, so nobody needs waking).
-    needed = len({r.email_id for r in claimed})
-    destination_slots.release(tx, domain, slots[needed:], node, announce=False)
-    return _Claim(claimed, slots[:needed], next_due, slots_busy=False)
+    keep = max(0, len({r.email_id for r in claimed}) - held)
+    destination_slots.release(tx, domain, slots[keep:], node, announce=False)
+    return _Claim(claimed, slots[:keep], next_due, slots_busy=False)
 
 
-def _record(tx: Tx, outcome: _Round, domain: str, slots: list[int], node: str) -> None:
-    delivery.record_outcomes(tx, outcome.updates, outcome.events, outcome.bounces, outcome.now)
+def _release(tx: Tx, domain: str, slots: list[int], node: str) -> None:
     destination_slots.release(tx, domain, slots, node)
 
 
-def _record_faults(tx: Tx, claim: _Claim, error: str, domain: str, node: str, now: datetime) -> int:
-    destination_slots.release(tx, domain, claim.slots, node)
-    return emails.record_faults(tx, claim.recipients, error, now, faults.policy(now))
+def _acquire(tx: Tx, domain: str, now: datetime, node: str) -> list[int]:
+    return destination_slots.acquire(tx, domain, CONNECTIONS, CONNECTIONS, node, now, now + LEASE)
 
 
-def _load_batch(tx: Tx, by_email: dict[str, list[Recipient]]) -> _Batch:
-    pairs, unreadable = delivery.emails_with_domains(tx, list(by_email))
-    return _Batch(
-        [
-            (
-                email,
-                domain,
-                delivery.suppressed_since_accepted(
-                    tx, email, [r.address for r in by_email[email.id]]
-                ),
-            )
-            for email, domain in pairs
-        ],
-        unreadable,
+def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
+    delivery.record_outcomes(
+        tx, outcome.updates, outcome.events, outcome.bounces, outcome.now, statuses.summary
     )
+    destination_slots.release(tx, domain, released, node)
+
+
+def _record_faults(
+    tx: Tx,
+    recipients: list[Recipient],
+    slots: list[int],
+    error: str,
+    domain: str,
+    node: str,
+    now: datetime,
+) -> int:
+    destination_slots.release(tx, domain, slots, node)
+    return emails.record_faults(tx, recipients, error, now, faults.policy(now), statuses.summary)
 
 
 class DomainQueue:
@@ -239,31 +267,75 @@ class DomainQueue:
         self._woken = trio.Event()
         self._rounds = 0
         self._counts: dict[str, int] = defaultdict(int)
+        # Connection slots the sender holds between rounds, and the sessions open on them.
+        self._slots: list[int] = []
+        self._sessions: list[SmtpSession] = []
+        self._preparing = False  # the next round is claimed and being built
+        self._settled = trio.Event()  # a round in flight has ended since the last claim
+        # The router's rounds this queue holds; any still held when it stops (a round cut
+        # short by cancellation or an error) are given back, so the router never loses them.
+        self._round_tokens: set[object] = set()
 
     def wake(self) -> None:
         self._woken.set()
 
     async def run(self) -> None:
         """Deliver until there has been no work for IDLE_EXIT."""
+        send, receive = trio.open_memory_channel[_Prepared](0)  # at most one round ahead
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._sender, receive)
+                async with send:
+                    await self._preparer(send)
+        finally:
+            for token in list(self._round_tokens):
+                self._give_round(token)
+            # Stopping: connections kept for a next round are closed without waiting on QUIT.
+            sessions, self._sessions = self._sessions, []
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                for session in sessions:
+                    await session.aclose()
+
+    # -- claiming and building (one round ahead) -----------------------------------------
+
+    async def _preparer(self, send: trio.MemorySendChannel[_Prepared]) -> None:
         clock = self._rt.clock
         while True:
-            self._woken = trio.Event()  # reset before claiming: a wake-up now is not lost
+            # Reset before claiming: a wake-up or a round ending meanwhile is not lost.
+            self._woken, self._settled = trio.Event(), trio.Event()
             # A round holds one of the router's slots from its claim to its outcome: with a
             # long backlog over many domains, only so many batches are built and held at once.
-            async with self._rounds_in_flight:
-                now = clock.now()
-                claim = await self._rt.db.write(_claim, self.domain, now, self._rt.node)
-                if claim.recipients:
-                    self._in_flight = len(claim.recipients)
-                    try:
-                        await self._deliver(claim)
-                    except Exception as exc:
-                        if not faults.blames_item(exc):
-                            raise
-                        await self._fault(claim, exc)
-                    finally:
-                        self._in_flight = 0
-            if claim.recipients:
+            token = await self._take_round()
+            now = clock.now()
+            try:
+                claim = await self._rt.db.write(
+                    _claim, self.domain, now, self._rt.node, len(self._slots)
+                )
+            except BaseException:
+                self._give_round(token)
+                raise
+            if not claim.recipients:
+                self._give_round(token)
+                if self._in_flight:
+                    # A round is still out: its recipients, leased now, may come back due,
+                    # so look again once it has ended rather than sleep or stop.
+                    await self._settled.wait()
+                    continue
+                if self._slots:
+                    # Kept by the sender for a round that never came (building it failed):
+                    # nothing is in flight, so the sender is idle and they go back now.
+                    await self._release_kept()
+            else:
+                self._in_flight += len(claim.recipients)
+                self._preparing = True
+                try:
+                    prepared = await self._guarded(
+                        claim, token, self._prepare(claim, token), sender=False
+                    )
+                    if prepared is not None:
+                        await send.send(prepared)
+                finally:
+                    self._preparing = False
                 continue
             if claim.slots_busy:
                 wait_until = now + SLOTS_POLL
@@ -274,98 +346,171 @@ class DomainQueue:
             if claim.next_due is None and not claim.slots_busy and not self._woken.is_set():
                 return
 
-    async def _fault(self, claim: _Claim, exc: Exception) -> None:
-        """The round raised: count a fault on each of its recipients (the items it held) and
-        try them again later; three faults quarantine a recipient (engine/faults.py)."""
-        rt = self._rt
-        what = f"a round of {len(claim.recipients)} recipients at {self.domain}"
-        error = rt.faults.item_fault("delivery", what, exc)
-        quarantined = await rt.db.write(
-            _record_faults, claim, error, self.domain, rt.node, rt.clock.now()
-        )
-        rt.faults.quarantined("delivery", quarantined)
-
-    async def _deliver(self, claim: _Claim) -> None:
+    async def _prepare(self, claim: _Claim, token: object) -> _Prepared:
+        """Load the round's emails and build and sign their messages (in a worker thread)."""
         self._rounds += 1
-        claimed = claim.recipients
         by_email: dict[str, list[Recipient]] = defaultdict(list)
-        for recipient in claimed:
+        for recipient in claim.recipients:
             by_email[recipient.email_id].append(recipient)
-        batch = await self._rt.db.read(_load_batch, dict(by_email))
+        data = await self._rt.db.read(delivery.load_round, claim.recipients)
         links = LinkSettings(self._rt.public_url, self._rt.secret_key)
         built = await trio.to_thread.run_sync(
-            build_all, [(e, d) for e, d, _ in batch.emails], links
+            build_all, [(email, domain) for email, domain, _ in data.emails], links
         )
         outcome = _Round(self._rt.clock.now())
-        for email_id, unreadable in batch.unreadable.items():
+        for email_id, unreadable in data.unreadable.items():
             for recipient in by_email[email_id]:
-                outcome.unreadable(recipient, unreadable)
+                outcome.unreadable(recipient, unreadable.workspace_id, unreadable.error)
         work: list[_Transfer] = []
-        for email, _, late in batch.emails:
+        for email, _, late in data.emails:
             message = built[email.id]
             recipients = []
             for recipient in by_email[email.id]:
                 if recipient.address in late:
-                    reason = late[recipient.address]
-                    outcome.failed(
-                        email, recipient, f"suppressed ({reason}) after the email was accepted"
-                    )
+                    outcome.settle(email, recipient, SuppressedSince(late[recipient.address]))
                 elif isinstance(message, str):
-                    outcome.failed(email, recipient, message)
+                    outcome.settle(email, recipient, Unbuildable(message))
                 else:
                     recipients.append(recipient)
             if recipients and isinstance(message, WireMessage):
                 work.append(_Transfer(email, recipients, message))
+        return _Prepared(claim, outcome, work, token)
+
+    # -- sending and recording ---------------------------------------------------------
+
+    async def _sender(self, receive: trio.MemoryReceiveChannel[_Prepared]) -> None:
+        async with receive:
+            async for prepared in receive:
+                # Keep the slots and connections for the next round if one is on its way.
+                def next_round() -> bool:
+                    return self._preparing or receive.statistics().tasks_waiting_send > 0
+
+                work = self._deliver(prepared, next_round)
+                await self._guarded(prepared.claim, prepared.token, work, sender=True)
+
+    async def _deliver(self, prepared: _Prepared, next_round: Callable[[], bool]) -> None:
+        claim, outcome, work = prepared.claim, prepared.outcome, prepared.work
+        # The round may have waited for the one before it: its outcomes happen from now.
+        outcome.now = self._rt.clock.now()
+        self._slots += claim.slots
+        if work and not self._slots:  # the round before gave its slots back meanwhile
+            await self._wait_for_slots()
         if work:
-            await self._send(work, outcome, connections=len(claim.slots))
-        await self._rt.db.write(_record, outcome, self.domain, claim.slots, self._rt.node)
+            await self._send(work, outcome, connections=len(self._slots))
+        # Keep the slots and connections for the next round if one is on its way; else
+        # give them back with this round's outcomes.
+        keep = next_round()
+        released = [] if keep else self._slots
+        await self._rt.db.write(_record, outcome, self.domain, released, self._rt.node)
+        if not keep:
+            self._slots = []
+            await self._close_sessions()
+        self._finish(prepared.claim, prepared.token)
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
+
+    async def _wait_for_slots(self) -> None:
+        """Take free connection slots, waiting for a release when all are taken elsewhere."""
+        clock = self._rt.clock
+        while not self._slots:
+            self._woken = trio.Event()
+            now = clock.now()
+            self._slots = await self._rt.db.write(_acquire, self.domain, now, self._rt.node)
+            if not self._slots:
+                with trio.move_on_at(clock.deadline_for(now + SLOTS_POLL)):
+                    await self._woken.wait()
+
+    async def _guarded(
+        self, claim: _Claim, token: object, work: Awaitable[T], *, sender: bool
+    ) -> T | None:
+        """Run a round's step; if it raises, count a fault on each of its recipients (the
+        items it held) and try them again later; three faults quarantine a recipient
+        (engine/faults.py). The round's slots are given back, and when it was being sent,
+        the connections and the slots the sender held with them."""
+        try:
+            return await work
+        except Exception as exc:
+            if not faults.blames_item(exc):
+                raise
+            rt = self._rt
+            what = f"a round of {len(claim.recipients)} recipients at {self.domain}"
+            error = rt.faults.item_fault("delivery", what, exc)
+            slots = list(claim.slots)
+            if sender:
+                slots, self._slots = [*self._slots, *slots], []
+                await self._close_sessions()
+            quarantined = await rt.db.write(
+                _record_faults,
+                claim.recipients,
+                list(dict.fromkeys(slots)),
+                error,
+                self.domain,
+                rt.node,
+                rt.clock.now(),
+            )
+            rt.faults.quarantined("delivery", quarantined)
+            self._finish(claim, token)
+            return None
+
+    def _finish(self, claim: _Claim, token: object) -> None:
+        self._in_flight -= len(claim.recipients)
+        self._give_round(token)
+        self._settled.set()
+
+    async def _take_round(self) -> object:
+        """One of the router's rounds in flight, held by the token returned."""
+        token = object()
+        await self._rounds_in_flight.acquire_on_behalf_of(token)
+        self._round_tokens.add(token)
+        return token
+
+    def _give_round(self, token: object) -> None:
+        self._round_tokens.discard(token)
+        self._rounds_in_flight.release_on_behalf_of(token)
 
     async def _send(self, work: list[_Transfer], outcome: _Round, connections: int) -> None:
         """Hand the transfers to `connections` parallel sessions with the domain's MX."""
         rt = self._rt
-        # Sandboxed workspaces' transfers never reach the network (engine/sandbox/capture.py).
+        # Sandboxed workspaces' transfers never reach the network (engine/sandbox/capture.py):
+        # the sandbox settles their recipients through `outcome`, before DNS and SMTP.
         work = await sandbox_capture.divert(rt, work, outcome)
         if not work:
             return
+        failure: Outcome
         try:
             targets = await mx.targets(
                 rt.resolver, self.domain, allow_private=rt.allow_private_targets
             )
         except mx.NoMailService as exc:
-            for transfer in work:
-                for recipient in transfer.recipients:
-                    outcome.bounced(transfer.email, recipient, str(exc))
-            return
-        # Refused by our own rule: not the recipient's fault (no bounce, no suppression); DNS
-        # may point elsewhere later, so it waits on the retry schedule.
-        except (lookups.TemporaryDnsError, mx.PrivateTargets) as exc:
-            for transfer in work:
-                for recipient in transfer.recipients:
-                    outcome.temporary(transfer.email, recipient, str(exc))
-            return
-        queue = deque(work)
-        problems: list[str] = []
-        async with trio.open_nursery() as nursery:
-            for _ in range(min(connections, len(work))):
-                nursery.start_soon(self._connection, targets, queue, outcome, problems)
-        # Whatever no connection could take waits for the next round.
-        reason = "; ".join(dict.fromkeys(problems)) or "no connection to the MX host"
-        for transfer in queue:
+            failure = NoMailService(str(exc))
+        except lookups.TemporaryDnsError as exc:
+            failure = DnsFailure(str(exc))
+        except mx.PrivateTargets as exc:
+            failure = PrivateTargets(str(exc))
+        else:
+            queue = deque(work)
+            problems: list[Outcome] = []
+            async with trio.open_nursery() as nursery:
+                for _ in range(min(connections, len(work))):
+                    nursery.start_soon(self._connection, targets, queue, outcome, problems)
+            work = list(queue)  # whatever no connection could take
+            failure = _worst(problems)
+        for transfer in work:
             for recipient in transfer.recipients:
-                outcome.temporary(transfer.email, recipient, reason)
+                outcome.settle(transfer.email, recipient, failure)
 
     async def _connection(
         self,
         targets: list[mx.MxTarget],
         queue: deque[_Transfer],
         outcome: _Round,
-        problems: list[str],
+        problems: list[Outcome],
     ) -> None:
-        """One SMTP connection, reused for transfer after transfer until the queue is empty."""
-        session = await self._open(targets)
-        if isinstance(session, str):
+        """One SMTP connection, reused for transfer after transfer until the queue is empty;
+        one kept from the round before if there is one, else a new one."""
+        reused = bool(self._sessions)
+        session = self._sessions.pop() if reused else await self._open(targets)
+        if not isinstance(session, SmtpSession):
             problems.append(session)
             return
         try:
@@ -377,37 +522,83 @@ class DomainQueue:
                         transfer.message.envelope_from, addresses, transfer.message.data
                     )
                 except SmtpError as exc:
-                    # The connection broke: this transfer waits for the next round; the
+                    if reused:
+                        # A kept connection the server dropped while it waited: the
+                        # transfer goes on a new one.
+                        queue.appendleft(transfer)
+                        await self._quit(session)
+                        reused = False
+                        session = await self._open(targets)
+                        if not isinstance(session, SmtpSession):
+                            problems.append(session)
+                            return
+                        continue
+                    # The connection broke: this transfer waits for the next attempt; the
                     # other connections go on with the rest.
                     for recipient in transfer.recipients:
-                        outcome.temporary(transfer.email, recipient, str(exc))
+                        outcome.settle(transfer.email, recipient, Unreachable(str(exc)))
                     return
+                reused = False
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
-                    if reply.is_positive:
-                        outcome.delivered(transfer.email, recipient, reply)
+                    verdict = outcome.settle(transfer.email, recipient, Replied(reply))
+                    if verdict is Verdict.DELIVERED:
                         waited = self._rt.clock.now() - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
-                    elif reply.is_permanent:
-                        outcome.bounced(transfer.email, recipient, str(reply))
-                    else:
-                        outcome.temporary(transfer.email, recipient, str(reply))
         finally:
-            with trio.move_on_after(5):
-                await session.aclose()
+            if isinstance(session, SmtpSession):
+                if session.usable:
+                    self._sessions.append(session)
+                else:
+                    await self._quit(session)
 
-    async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | str:
-        """A session with the first MX host that answers, or why none did."""
-        problems = []
+    async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | Outcome:
+        """A session with the first MX host that answers, or why none did.
+
+        A failed TLS handshake is tried once more with the same host in plain text
+        (opportunistic TLS, as Postfix's `may` level); a host refusing the session for good
+        is passed over for the next one.
+        """
+        problems: list[Outcome] = []
+        rt = self._rt
         for target in targets:
             for address in target.addresses:
-                try:
-                    return await connect(
-                        address, self._rt.delivery_port, helo_name=self._rt.smtp_host, tls=self._tls
-                    )
-                except SmtpError as exc:
-                    problems.append(f"{target.host} [{address}]: {exc}")
-        return "; ".join(problems) or "no MX host to try"
+                where = f"{target.host} [{address}]"
+                tls: ssl.SSLContext | None = self._tls
+                while True:
+                    try:
+                        return await connect(
+                            address, rt.delivery_port, helo_name=rt.smtp_host, tls=tls
+                        )
+                    except TlsFailure as exc:
+                        if tls is None:
+                            problems.append(Unreachable(f"{where}: {exc}", exc.reply))
+                            break
+                        log.info("TLS failed with %s, trying again in plain text: %s", where, exc)
+                        tls = None
+                    except PermanentFailure as exc:
+                        problems.append(SessionRefused(f"{where}: {exc}", exc.reply))
+                        break
+                    except SmtpError as exc:
+                        problems.append(Unreachable(f"{where}: {exc}", getattr(exc, "reply", None)))
+                        break
+        return _worst(problems)
+
+    async def _quit(self, session: SmtpSession) -> None:
+        """End a session with QUIT (then close), waiting at most QUIT_WAIT for the server."""
+        with trio.move_on_after(QUIT_WAIT):
+            await session.quit()
+        await session.aclose()
+
+    async def _release_kept(self) -> None:
+        slots, self._slots = self._slots, []
+        await self._close_sessions()
+        await self._rt.db.write(_release, self.domain, slots, self._rt.node)
+
+    async def _close_sessions(self) -> None:
+        sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            await self._quit(session)
 
     def statistics(self) -> DomainQueueStatistics:
         c = self._counts
@@ -420,3 +611,12 @@ class DomainQueue:
             c["failed"],
             self._in_flight,
         )
+
+
+def _worst(problems: list[Outcome]) -> Outcome:
+    """What the recipients of transfers no connection could take are told: a refusal only
+    when every host refused us for good, else the reasons none could be reached."""
+    if problems and all(isinstance(p, SessionRefused) for p in problems):
+        return problems[0]
+    reasons = [p.detail for p in problems if isinstance(p, Unreachable | SessionRefused)]
+    return Unreachable("; ".join(dict.fromkeys(reasons)) or "no MX host to try")

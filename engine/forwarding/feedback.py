@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine.mail.reports import RecipientStatus, Report
+from engine.sending import statuses as email_statuses
 from storage import delivery, emails
 from storage.codec import new_id
 from storage.emails import Email, Event, RecipientUpdate
@@ -89,4 +90,6 @@ def record(tx: Tx, email: Email, report: Report, now: datetime) -> None:
     else:
         _complaint(changes, statuses, report, tx)
     if changes.events:
-        delivery.record_outcomes(tx, changes.updates, changes.events, changes.suppressions, now)
+        delivery.record_outcomes(
+            tx, changes.updates, changes.events, changes.suppressions, now, email_statuses.summary
+        )

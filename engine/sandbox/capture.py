@@ -20,11 +20,11 @@ from typing import Protocol, TypeVar
 import dkim as dkimpy
 import trio
 
+from engine.delivery.classify import Replied, Verdict
 from engine.delivery.messages import WireMessage
 from engine.domains import dkim_keys
 from engine.runtime import Runtime
 from engine.sandbox.scripts import answer, script_for
-from engine.smtp.replies import SmtpReply
 from storage import sandbox
 from storage.codec import new_id
 from storage.emails import Email, Recipient
@@ -47,11 +47,7 @@ class Transfer(Protocol):
 class Outcomes(Protocol):
     """The delivery round's record of what each recipient's server answered."""
 
-    def delivered(self, email: Email, recipient: Recipient, reply: SmtpReply) -> None: ...
-
-    def bounced(self, email: Email, recipient: Recipient, response: str) -> None: ...
-
-    def temporary(self, email: Email, recipient: Recipient, response: str) -> None: ...
+    def settle(self, email: Email, recipient: Recipient, outcome: Replied) -> Verdict: ...
 
 
 T = TypeVar("T", bound=Transfer)
@@ -86,8 +82,8 @@ async def _answer(
         for recipient in transfer.recipients:
             script = script_for(recipient.address)
             reply = answer(script, recipient.address, recipient.attempts)
-            if reply.is_success:
-                outcomes.delivered(email, recipient, reply)
+            # The script's reply is classified as a real server's would be.
+            if outcomes.settle(email, recipient, Replied(reply)) is Verdict.DELIVERED:
                 taken.append(recipient.address)
                 scheduled.extend(
                     Scheduled(
@@ -95,10 +91,6 @@ async def _answer(
                     )
                     for kind, after in script.later
                 )
-            elif reply.is_permanent:
-                outcomes.bounced(email, recipient, str(reply))
-            else:
-                outcomes.temporary(email, recipient, str(reply))
         if taken:
             accepted.append((transfer, taken))
     if not accepted:

@@ -42,6 +42,11 @@ class TransientFailure(SmtpError):
         self.reply = reply
 
 
+class TlsFailure(TransientFailure):
+    """Raised when the STARTTLS handshake (or the greeting over TLS) failed; the caller may
+    connect again without TLS (opportunistic TLS, Postfix's `may` level)."""
+
+
 class PermanentFailure(SmtpError):
     """Raised when the server refused the whole connection for good: a 5xx greeting (554),
     or 5xx to both EHLO and HELO. Every recipient routed to this server fails with ``reply``.

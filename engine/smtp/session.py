@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import trio
 
 from engine.smtp.client import ClientState, SmtpClient
-from engine.smtp.errors import PermanentFailure, ProtocolError, SmtpError, TransientFailure
+from engine.smtp.errors import (
+    PermanentFailure,
+    ProtocolError,
+    SmtpError,
+    TlsFailure,
+    TransientFailure,
+)
 from engine.smtp.grammar import check_helo_name, check_path, to_crlf
 from engine.smtp.replies import S553_NEEDS_SMTPUTF8, SmtpReply
 
@@ -89,9 +95,10 @@ async def connect(
     ``data_timeout`` sending the message and its final reply. ``pipelining=False`` never
     pipelines, for servers that offer PIPELINING but mishandle it.
 
-    Raises `TransientFailure` when the server cannot be reached, does not answer in time,
-    greets with 4xx, or the TLS handshake fails (the caller may retry with ``tls=None``);
-    `PermanentFailure` when it greets with 5xx or refuses both EHLO and HELO.
+    Raises `TransientFailure` when the server cannot be reached, does not answer in time or
+    greets with 4xx; `TlsFailure` (a `TransientFailure`) when the TLS handshake or the
+    greeting over TLS fails (the caller may retry with ``tls=None``); `PermanentFailure`
+    when it greets with 5xx or refuses both EHLO and HELO.
     """
     check_helo_name(helo_name)
     with _translated(f"connecting to {host}:{port}"), trio.fail_after(timeout):
@@ -134,6 +141,12 @@ class SmtpSession(trio.abc.AsyncResource):
         return self._tls_active
 
     @property
+    def usable(self) -> bool:
+        """Whether another transaction may be sent: no error has retired the session and
+        the server has not closed it."""
+        return not self._broken and self._client.state is ClientState.READY
+
+    @property
     def extensions(self) -> Mapping[str, str]:
         """The server's EHLO extensions (upper-case keyword -> parameters); empty after HELO."""
         return self._client.extensions
@@ -151,14 +164,17 @@ class SmtpSession(trio.abc.AsyncResource):
             await self._write(self._client.starttls())
             if not (await self._read()).is_success:
                 return  # opportunistic: go on in plaintext
-        with self._conversation("TLS handshake with"):
-            tls_stream = trio.SSLStream(self._stream, tls, server_hostname=self._host)
-            self._stream = tls_stream
-            with trio.fail_after(self._timeout):
-                await tls_stream.do_handshake()
-            self._tls_active = True
-        with self._conversation("greeting over TLS"):
-            await self._hello(helo_name)
+        try:
+            with self._conversation("TLS handshake with"):
+                tls_stream = trio.SSLStream(self._stream, tls, server_hostname=self._host)
+                self._stream = tls_stream
+                with trio.fail_after(self._timeout):
+                    await tls_stream.do_handshake()
+                self._tls_active = True
+            with self._conversation("greeting over TLS"):
+                await self._hello(helo_name)
+        except TransientFailure as exc:
+            raise TlsFailure(exc.reply, str(exc)) from exc.__cause__
 
     async def _hello(self, helo_name: str) -> None:
         await self._write(self._client.ehlo(helo_name))

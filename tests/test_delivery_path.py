@@ -1,0 +1,209 @@
+"""The delivery path on the wire and in the database: STARTTLS falling back to plain text,
+sessions ending with QUIT, connections kept from one round to the next, and rounds loaded
+and recorded with a fixed number of statements, on both engines."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import trio
+from trio.testing import MockClock
+
+from engine.sending import statuses as email_statuses
+from storage import delivery, emails
+from storage.codec import timestamp
+from storage.emails import RecipientUpdate
+from storage.tx import Tx
+from tests.harness.dns_server import DnsServer
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_sending import message, ready_account, route_mail, wait_for_status
+
+
+def _handshake_that_fails() -> ssl.SSLContext:
+    """A server context with no certificate: STARTTLS is offered, every handshake fails."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+
+
+async def test_failed_starttls_is_retried_once_in_plain_text_and_delivers(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    smtp_sink.ssl_context = _handshake_that_fails()
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "oldtls.example")
+    sent = (await account.client.post("/v1/emails/", json=message("o@oldtls.example"))).json()
+    [received] = await smtp_sink.wait_for_messages(1)
+    assert not received.tls
+    assert (await wait_for_status(account, sent["id"]))["status"] == "delivered"
+    assert smtp_sink.connections == 2  # the failed handshake, then the same host in plain text
+    assert smtp_sink.transcript.count("STARTTLS") == 1
+
+
+async def test_a_server_refusing_the_session_for_good_bounces_without_suppressing(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, nursery: trio.Nursery
+) -> None:
+    async def refuse(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.send_all(b"554 5.7.1 no mail from your network\r\n")
+
+    # Another loopback address, the port the service delivers to: an MX of its own.
+    listeners = await trio.open_tcp_listeners(smtp_sink.port, host="127.0.0.2")
+    nursery.start_soon(trio.serve_listeners, refuse, listeners)
+    account = await ready_account(service, dns_server)
+    dns_server.set("strict.example", "MX", ["10 mx.strict.example."])
+    dns_server.set("mx.strict.example", "A", ["127.0.0.2"])
+    sent = (await account.client.post("/v1/emails/", json=message("s@strict.example"))).json()
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "bounced"
+    bounced = email["events"][-1]["metadata"]
+    assert bounced["response"].endswith("554 5.7.1 no mail from your network")
+    assert bounced["blame"] == "destination"
+    # The destination refused us, not the address: it stays deliverable.
+    listed = (await account.client.get("/v1/suppressions/")).json()["items"]
+    assert listed == []
+
+
+async def test_every_session_ends_with_quit(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "polite.example")
+    sent = [
+        (await account.client.post("/v1/emails/", json=message(f"p{i}@polite.example"))).json()
+        for i in range(3)
+    ]
+    await smtp_sink.wait_for_messages(3)
+    for email in sent:
+        assert (await wait_for_status(account, email["id"]))["status"] == "delivered"
+    with trio.fail_after(10):  # QUIT follows the round's outcomes
+        while True:
+            if smtp_sink.transcript.count("QUIT") == smtp_sink.connections:
+                break
+            await trio.sleep(0.02)
+    assert smtp_sink.transcript[-1] == "QUIT"
+
+
+async def test_connections_are_kept_from_one_round_to_the_next(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server, plan="business")
+    route_mail(dns_server, "many.example")
+    # Over one round's 200 recipients, all due at the same moment: the second round is
+    # claimed and built while the first is on the wire, and goes on its connections.
+    send_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    for start, count in ((0, 100), (100, 100), (200, 20)):
+        batch = [message(f"r{start + i}@many.example", send_at=send_at) for i in range(count)]
+        response = await account.client.post("/v1/emails/batch", json=batch)
+        assert response.status_code == 202, response.text
+    clock.jump(3601)
+    await smtp_sink.wait_for_messages(220, timeout=60)
+    assert smtp_sink.most_open_transactions <= 4
+    assert smtp_sink.connections <= 4
+
+
+async def _schedule(account: Account, domain: str, count: int) -> list[str]:
+    """`count` emails with two recipients each, scheduled an hour ahead (delivery leaves them
+    alone until then)."""
+    send_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    ids = []
+    for i in range(count):
+        to = [f"a{i}@{domain}", f"b{i}@{domain}"]
+        response = await account.client.post("/v1/emails/", json=message(to, send_at=send_at))
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["id"])
+    return ids
+
+
+class _CountingTx:
+    """A transaction that counts the statements run through it."""
+
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+        self.dialect = tx.dialect
+        self.sealer = tx.sealer
+        self.statements = 0
+
+    def notify(self, topic: str) -> None:
+        self._tx.notify(topic)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._tx, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.statements += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+async def test_a_round_is_claimed_loaded_and_recorded_with_a_fixed_number_of_statements(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account = await ready_account(service, dns_server, plan="business")
+    small = await _schedule(account, "few.example", 2)
+    large = await _schedule(account, "many.example", 30)
+    db = service.running.runtime.db
+    late = datetime.now(UTC) + timedelta(minutes=5)  # suppressed after the email was accepted
+
+    def suppress_one(tx: Tx) -> None:
+        ws = tx.value("SELECT workspace_id FROM emails WHERE id = :id", {"id": large[3]})
+        tx.execute(
+            "INSERT INTO suppressions (workspace_id, email, reason, created_at)"
+            " VALUES (:ws, 'b3@many.example', 'manual', :at)",
+            {"ws": ws, "at": timestamp(late)},
+        )
+
+    await db.write(suppress_one)
+
+    Counts = tuple[int, int, int, delivery.RoundData]
+
+    def statements(domain: str) -> Callable[[Tx], Counts]:
+        def unit(tx: Tx) -> Counts:
+            counting = _CountingTx(tx)
+            now = datetime.now(UTC) + timedelta(days=1)
+            claimed, _ = emails.claim(
+                counting,  # type: ignore[arg-type]
+                domain,
+                now,
+                now + timedelta(seconds=30),
+                "test-node",
+                500,
+            )
+            after_claim = counting.statements
+            data = delivery.load_round(counting, claimed)  # type: ignore[arg-type]
+            after_load = counting.statements - after_claim
+            updates = [
+                RecipientUpdate(r.email_id, r.address, "deferred", now, "451 later")
+                for r in claimed
+            ]
+            delivery.record_outcomes(counting, updates, [], [], now, email_statuses.summary)  # type: ignore[arg-type]
+            return after_claim, after_load, counting.statements - after_claim - after_load, data
+
+        return unit
+
+    for domain, ids in (("few.example", small), ("many.example", large)):
+        claim_n, load_n, record_n, data = await db.write(statements(domain))
+        assert claim_n == 3  # SELECT, one UPDATE, the next due time
+        assert load_n == 4  # emails, submitted messages, sending domains, suppressions
+        assert record_n <= 4  # an UPDATE per outcome, events, a read and an UPDATE per status
+        assert {email.id for email, _, _ in data.emails} == set(ids)
+        assert all(domain is not None and domain.name for _, domain, _ in data.emails)
+        late_ones = {email.id: found for email, _, found in data.emails if found}
+        if ids is large:
+            assert late_ones == {large[3]: {"b3@many.example": "manual"}}
+        else:
+            assert late_ones == {}
+
+    def statuses(tx: Tx) -> list[dict[str, Any]]:
+        return tx.all(
+            "SELECT r.status AS recipient, e.status AS email FROM email_recipients r"
+            " JOIN emails e ON e.id = r.email_id"
+        )
+
+    rows = await db.read(statuses)
+    assert len(rows) == 64 and {(r["recipient"], r["email"]) for r in rows} == {
+        ("deferred", "deferred")
+    }
