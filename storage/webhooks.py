@@ -283,6 +283,52 @@ def replay(tx: Tx, delivery_id: str, now: datetime) -> None:
     tx.notify("webhooks")
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayFilter:
+    """Which deliveries of one webhook a bulk replay takes: by status, by when they were
+    created (`since` inclusive, `until` exclusive) and by event type (empty: any)."""
+
+    webhook_id: str
+    status: str
+    since: datetime | None
+    until: datetime | None
+    event_types: tuple[str, ...]
+
+
+def replay_matching(
+    tx: Tx, workspace_id: str, match: ReplayFilter, now: datetime, dry_run: bool
+) -> int:
+    """Queue again every delivery `match` takes, as fresh first attempts (with `dry_run`,
+    only count them); how many. One statement each, whatever their number."""
+    where = "workspace_id = :ws AND webhook_id = :hook AND status = :status"
+    params: dict[str, Any] = {
+        "ws": workspace_id,
+        "hook": match.webhook_id,
+        "status": match.status,
+        "at": timestamp(now),
+    }
+    if match.since is not None:
+        where += " AND created_at >= :since"
+        params["since"] = timestamp(match.since)
+    if match.until is not None:
+        where += " AND created_at < :until"
+        params["until"] = timestamp(match.until)
+    if match.event_types:
+        names = [f"type{i}" for i in range(len(match.event_types))]
+        where += f" AND event_type IN ({', '.join(':' + n for n in names)})"
+        params.update(zip(names, match.event_types, strict=True))
+    if dry_run:
+        return int(tx.value(f"SELECT COUNT(*) FROM webhook_deliveries WHERE {where}", params))
+    count = tx.execute(
+        "UPDATE webhook_deliveries SET status = 'pending', attempt = 0, next_retry_at = :at,"
+        f" faults = 0, last_fault = NULL, updated_at = :at WHERE {where}",
+        params,
+    )
+    if count:
+        tx.notify("webhooks")
+    return count
+
+
 # A quarantined delivery is dead, with the error where its log shows the receiver's answer.
 DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
 

@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 from quart import Blueprint, Response
 from quart_schema import document_response
 
@@ -14,7 +14,7 @@ from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import json_body, query_args
 from engine.webhooks import endpoints as webhooks
-from storage.webhooks import Delivery, Webhook
+from storage.webhooks import Delivery, ReplayFilter, Webhook
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/v1")
 
@@ -74,6 +74,20 @@ class DeliveryQuery(PageQuery):
     status: Literal[DELIVERY_STATUSES] | None = None  # type: ignore[valid-type]
 
 
+class BulkReplay(BaseModel):
+    status: Literal["dead", "delivered"] = "dead"
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+    event_types: list[str] = Field(default_factory=list, max_length=20)
+    dry_run: bool = False
+
+
+class BulkReplayOut(BaseModel):
+    matched: int
+    replayed: int
+    dry_run: bool
+
+
 def _webhook(hook: Webhook) -> dict[str, Any]:
     return WebhookOut.model_validate(hook).model_dump(mode="json")
 
@@ -123,6 +137,16 @@ async def delete(webhook_id: str) -> Response:
 async def send_test(webhook_id: str) -> dict[str, Any]:
     hook = await webhooks.send_test(runtime(), principal(), webhook_id)
     return {"queued": True, "url": hook.url}
+
+
+@blueprint.post("/webhooks/<id:webhook_id>/replay")
+@json_body(BulkReplay)
+@document_response(BulkReplayOut)
+async def replay_matching(webhook_id: str, body: BulkReplay) -> dict[str, Any]:
+    match = ReplayFilter(webhook_id, body.status, body.since, body.until, tuple(body.event_types))
+    count = await webhooks.replay_matching(runtime(), principal(), match, body.dry_run)
+    out = BulkReplayOut(matched=count, replayed=0 if body.dry_run else count, dry_run=body.dry_run)
+    return out.model_dump()
 
 
 @blueprint.get("/webhooks/<id:webhook_id>/deliveries")

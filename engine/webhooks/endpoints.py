@@ -19,9 +19,10 @@ from engine.runtime import Principal, Runtime
 from storage import webhooks
 from storage.codec import new_id
 from storage.tx import Tx
-from storage.webhooks import EVENT_TYPES, Delivery, Webhook
+from storage.webhooks import EVENT_TYPES, Delivery, ReplayFilter, Webhook
 
 SAMPLE_EVENT = "email.delivered"
+REPLAYABLE = ("dead", "delivered")  # a pending or retrying delivery is still on its way
 
 
 def _invalid(field: str, message: str) -> Unprocessable:
@@ -176,7 +177,7 @@ def _replay(tx: Tx, who: Principal, delivery_id: str, now: datetime) -> None:
     found = webhooks.get_delivery(tx, who.workspace_id, delivery_id)
     if found is None:
         raise NotFound("delivery not found")
-    if found.status not in ("dead", "delivered"):
+    if found.status not in REPLAYABLE:
         raise Conflict(
             f"only dead or delivered deliveries can be replayed; this one is {found.status}",
             code="not_replayable",
@@ -188,3 +189,36 @@ async def replay(rt: Runtime, who: Principal, delivery_id: str) -> Delivery:
     """Queue a dead or delivered delivery again, as a fresh first attempt."""
     await rt.db.write(_replay, who, delivery_id, rt.clock.now())
     return await delivery(rt, who, delivery_id)
+
+
+def _replay_matching(
+    tx: Tx, who: Principal, match: ReplayFilter, dry_run: bool, now: datetime
+) -> int:
+    hook = webhooks.get(tx, who.workspace_id, match.webhook_id)
+    if hook is None:
+        raise NotFound("webhook not found")
+    count = webhooks.replay_matching(tx, who.workspace_id, match, now, dry_run)
+    if not dry_run:
+        meta = {
+            "replayed": count,
+            "status": match.status,
+            "since": None if match.since is None else match.since.isoformat(),
+            "until": None if match.until is None else match.until.isoformat(),
+            "event_types": list(match.event_types),
+        }
+        change = Change("webhook.replayed", hook.url, hook.id, meta)
+        record(tx, who.workspace_id, who.user_email, change, now)
+    return count
+
+
+async def replay_matching(rt: Runtime, who: Principal, match: ReplayFilter, dry_run: bool) -> int:
+    """Queue again every delivery of a webhook that `match` takes (dry run: count them);
+    how many. Logged in the activity log unless a dry run."""
+    if match.status not in REPLAYABLE:
+        raise _invalid("status", f"status must be one of: {', '.join(REPLAYABLE)}")
+    if match.since is not None and match.until is not None and match.since >= match.until:
+        raise _invalid("until", "until must be later than since")
+    if match.event_types:
+        _checked_events(list(match.event_types))
+    count: int = await rt.db.write(_replay_matching, who, match, dry_run, rt.clock.now())
+    return count
