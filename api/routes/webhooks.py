@@ -21,15 +21,20 @@ blueprint = Blueprint("webhooks", __name__, url_prefix="/v1")
 DELIVERY_STATUSES = ("pending", "delivered", "retrying", "dead")
 
 
+Format = Literal["postroom", "listmonk", "sendgrid", "ses", "postmark"]  # profiles.FORMATS
+
+
 class CreateWebhook(BaseModel):
     url: str = Field(min_length=1, max_length=2000)
     events: list[str] = Field(max_length=20)
+    format: Format = "postroom"
 
 
 class UpdateWebhook(BaseModel):
     url: str | None = Field(None, min_length=1, max_length=2000)
     events: list[str] | None = Field(None, max_length=20)
     is_active: bool | None = None
+    format: Format | None = None
 
 
 class WebhookOut(Out):
@@ -38,6 +43,7 @@ class WebhookOut(Out):
     events: list[str]
     secret: str
     is_active: bool
+    format: str
     created_at: datetime
 
 
@@ -113,7 +119,8 @@ async def list_webhooks() -> list[dict[str, Any]]:
 @json_body(CreateWebhook)
 @document_response(WebhookOut, 201)
 async def create(body: CreateWebhook) -> tuple[dict[str, Any], int]:
-    return _webhook(await webhooks.create(runtime(), principal(), body.url, body.events)), 201
+    hook = await webhooks.create(runtime(), principal(), body.url, body.events, body.format)
+    return _webhook(hook), 201
 
 
 @blueprint.patch("/webhooks/<id:webhook_id>")
@@ -121,7 +128,7 @@ async def create(body: CreateWebhook) -> tuple[dict[str, Any], int]:
 @document_response(WebhookOut)
 async def update(webhook_id: str, body: UpdateWebhook) -> dict[str, Any]:
     hook = await webhooks.update(
-        runtime(), principal(), webhook_id, body.url, body.events, body.is_active
+        runtime(), principal(), webhook_id, body.url, body.events, body.is_active, body.format
     )
     return _webhook(hook)
 
