@@ -32,6 +32,7 @@ _CATEGORY_OF_RESOURCE = {
     "template": "Send",
     "contact_list": "Send",
     "suppression": "Send",
+    "privacy": "Send",
     "member": "Team",
     "workspace": "Billing",
 }
@@ -50,6 +51,7 @@ _TARGET_TYPE = {
     "template": "Template",
     "contact_list": "Contact list",
     "suppression": "Suppression",
+    "privacy": "Personal data",
     "member": "Member",
     "workspace": "Workspace",
 }
