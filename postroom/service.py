@@ -26,6 +26,7 @@ from engine.contacts.bulk_send import fail_interrupted
 from engine.delivery.router import DeliveryRouter
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
+from engine.retention import RetentionSweeper
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
 from engine.transfers.timer import TransferTimer
@@ -109,6 +110,7 @@ async def serve(
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
+                RetentionSweeper(rt),
             ],
             db,
             rt.faults,
