@@ -36,6 +36,7 @@ _CATEGORY_OF_RESOURCE = {
     "template": "Send",
     "contact_list": "Send",
     "suppression": "Send",
+    "privacy": "Send",
     "member": "Team",
     "workspace": "Billing",
     "sandbox": "Security",  # mail captured or sent for real
@@ -57,6 +58,7 @@ _TARGET_TYPE = {
     "template": "Template",
     "contact_list": "Contact list",
     "suppression": "Suppression",
+    "privacy": "Personal data",
     "member": "Member",
     "workspace": "Workspace",
     "sandbox": "Sandbox mode",

@@ -26,6 +26,7 @@ from engine.contacts.bulk_send import fail_interrupted
 from engine.delivery.router import DeliveryRouter
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
+from engine.retention import RetentionSweeper
 from engine.runtime import Runtime
 from engine.sandbox.outcomes import SandboxOutcomes
 from engine.supervisor import Supervisor
@@ -112,6 +113,7 @@ async def serve(
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
                 SandboxOutcomes(rt),
+                RetentionSweeper(rt),
             ],
             db,
             rt.faults,

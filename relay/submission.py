@@ -69,6 +69,8 @@ class SubmissionSession:
         )
         if isinstance(outcome, str):
             return _refused(outcome)
+        if isinstance(outcome, submission.KeyConflict):
+            return SmtpReply.of(550, "5.7.0 " + outcome.reason)
         return SmtpReply.of(250, f"2.0.0 Queued as {outcome.email_id}")
 
 

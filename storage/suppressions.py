@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import contains, parse_optional_timestamp, parse_timestamp, timestamp
+from storage.privacy import address_hash
 from storage.tx import Tx
 
 
@@ -129,12 +130,16 @@ def suppressed_among(tx: Tx, workspace_id: str, emails: list[str]) -> dict[str, 
     """Which of the addresses are suppressed, with the reason: one query per 500 addresses."""
     found: dict[str, str] = {}
     for start in range(0, len(emails), _CHUNK):
-        names = {f"e{i}": email for i, email in enumerate(emails[start : start + _CHUNK])}
+        chunk = emails[start : start + _CHUNK]
+        # An erased address is kept only as its hash (storage/privacy.py): look for both.
+        hashed = {address_hash(workspace_id, email): email for email in chunk}
+        names = {f"e{i}": email for i, email in enumerate([*chunk, *hashed])}
         placeholders = ", ".join(f":{name}" for name in names)
         for row in tx.all(
             "SELECT email, reason FROM suppressions WHERE workspace_id = :ws"
             f" AND email IN ({placeholders})",
             {"ws": workspace_id, **names},
         ):
-            found[row["email"]] = row["reason"]
+            stored = str(row["email"])
+            found[hashed.get(stored, stored)] = row["reason"]
     return found

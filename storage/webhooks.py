@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,7 @@ class Webhook:
     secret: str
     is_active: bool
     created_at: datetime
+    format: str = "postroom"  # the payload profile (engine/webhooks/profiles.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,8 @@ class Delivery:
     response_status: int | None
     response_body: str | None
     created_at: datetime
+    # The webhook's format, read with the delivery only when it is claimed for sending.
+    send_format: str = "postroom"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,7 @@ def _webhook(row: Row) -> Webhook:
         secret=row["secret"],
         is_active=bool(row["is_active"]),
         created_at=parse_timestamp(row["created_at"]),
+        format=row["format"],
     )
 
 
@@ -137,8 +141,9 @@ def _delivery(row: Row) -> Delivery:
 
 def insert(tx: Tx, webhook: Webhook) -> None:
     tx.execute(
-        "INSERT INTO webhooks (id, workspace_id, url, events, secret, is_active, created_at,"
-        " updated_at) VALUES (:id, :ws, :url, :events, :secret, :active, :at, :at)",
+        "INSERT INTO webhooks (id, workspace_id, url, events, secret, is_active, format,"
+        " created_at, updated_at) VALUES (:id, :ws, :url, :events, :secret, :active, :format,"
+        " :at, :at)",
         {
             "id": webhook.id,
             "ws": webhook.workspace_id,
@@ -146,6 +151,7 @@ def insert(tx: Tx, webhook: Webhook) -> None:
             "events": to_json(webhook.events),
             "secret": webhook.secret,
             "active": webhook.is_active,
+            "format": webhook.format,
             "at": timestamp(webhook.created_at),
         },
     )
@@ -170,9 +176,10 @@ def list_active(tx: Tx, workspace_id: str) -> list[Webhook]:
 
 def update(tx: Tx, webhook: Webhook, now: datetime) -> None:
     tx.execute(
-        "UPDATE webhooks SET url = :url, events = :events, is_active = :active, updated_at = :at"
-        " WHERE id = :id",
+        "UPDATE webhooks SET url = :url, events = :events, is_active = :active,"
+        " format = :format, updated_at = :at WHERE id = :id",
         {
+            "format": webhook.format,
             "url": webhook.url,
             "events": to_json(webhook.events),
             "active": webhook.is_active,
@@ -283,18 +290,64 @@ def replay(tx: Tx, delivery_id: str, now: datetime) -> None:
     tx.notify("webhooks")
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayFilter:
+    """Which deliveries of one webhook a bulk replay takes: by status, by when they were
+    created (`since` inclusive, `until` exclusive) and by event type (empty: any)."""
+
+    webhook_id: str
+    status: str
+    since: datetime | None
+    until: datetime | None
+    event_types: tuple[str, ...]
+
+
+def replay_matching(
+    tx: Tx, workspace_id: str, match: ReplayFilter, now: datetime, dry_run: bool
+) -> int:
+    """Queue again every delivery `match` takes, as fresh first attempts (with `dry_run`,
+    only count them); how many. One statement each, whatever their number."""
+    where = "workspace_id = :ws AND webhook_id = :hook AND status = :status"
+    params: dict[str, Any] = {
+        "ws": workspace_id,
+        "hook": match.webhook_id,
+        "status": match.status,
+        "at": timestamp(now),
+    }
+    if match.since is not None:
+        where += " AND created_at >= :since"
+        params["since"] = timestamp(match.since)
+    if match.until is not None:
+        where += " AND created_at < :until"
+        params["until"] = timestamp(match.until)
+    if match.event_types:
+        names = [f"type{i}" for i in range(len(match.event_types))]
+        where += f" AND event_type IN ({', '.join(':' + n for n in names)})"
+        params.update(zip(names, match.event_types, strict=True))
+    if dry_run:
+        return int(tx.value(f"SELECT COUNT(*) FROM webhook_deliveries WHERE {where}", params))
+    count = tx.execute(
+        "UPDATE webhook_deliveries SET status = 'pending', attempt = 0, next_retry_at = :at,"
+        f" faults = 0, last_fault = NULL, updated_at = :at WHERE {where}",
+        params,
+    )
+    if count:
+        tx.notify("webhooks")
+    return count
+
+
 # A quarantined delivery is dead, with the error where its log shows the receiver's answer.
 DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
 
 
 def _with_secret(row: Row) -> tuple[Delivery, str]:
-    return _delivery(row), str(row["webhook_secret"])
+    return replace(_delivery(row), send_format=row["webhook_format"]), str(row["webhook_secret"])
 
 
 def claim_due(
     tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int, faults: FaultPolicy
 ) -> Claimed[tuple[Delivery, str]]:
-    """Lease due deliveries, each with its webhook's secret."""
+    """Lease due deliveries, each with its webhook's secret (and format)."""
     return DELIVERIES.claim_due(
         tx,
         now,
@@ -304,7 +357,7 @@ def claim_due(
         _with_secret,
         faults,
         join=" JOIN webhooks w ON w.id = q.webhook_id",
-        also=", w.secret AS webhook_secret",
+        also=", w.secret AS webhook_secret, w.format AS webhook_format",
     )
 
 

@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 from quart import Blueprint, Response
 from quart_schema import document_response
 
@@ -14,22 +14,27 @@ from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import json_body, query_args
 from engine.webhooks import endpoints as webhooks
-from storage.webhooks import Delivery, Webhook
+from storage.webhooks import Delivery, ReplayFilter, Webhook
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/v1")
 
 DELIVERY_STATUSES = ("pending", "delivered", "retrying", "dead")
 
 
+Format = Literal["postroom", "listmonk", "sendgrid", "ses", "postmark"]  # profiles.FORMATS
+
+
 class CreateWebhook(BaseModel):
     url: str = Field(min_length=1, max_length=2000)
     events: list[str] = Field(max_length=20)
+    format: Format = "postroom"
 
 
 class UpdateWebhook(BaseModel):
     url: str | None = Field(None, min_length=1, max_length=2000)
     events: list[str] | None = Field(None, max_length=20)
     is_active: bool | None = None
+    format: Format | None = None
 
 
 class WebhookOut(Out):
@@ -38,6 +43,7 @@ class WebhookOut(Out):
     events: list[str]
     secret: str
     is_active: bool
+    format: str
     created_at: datetime
 
 
@@ -74,6 +80,20 @@ class DeliveryQuery(PageQuery):
     status: Literal[DELIVERY_STATUSES] | None = None  # type: ignore[valid-type]
 
 
+class BulkReplay(BaseModel):
+    status: Literal["dead", "delivered"] = "dead"
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+    event_types: list[str] = Field(default_factory=list, max_length=20)
+    dry_run: bool = False
+
+
+class BulkReplayOut(BaseModel):
+    matched: int
+    replayed: int
+    dry_run: bool
+
+
 def _webhook(hook: Webhook) -> dict[str, Any]:
     return WebhookOut.model_validate(hook).model_dump(mode="json")
 
@@ -99,7 +119,8 @@ async def list_webhooks() -> list[dict[str, Any]]:
 @json_body(CreateWebhook)
 @document_response(WebhookOut, 201)
 async def create(body: CreateWebhook) -> tuple[dict[str, Any], int]:
-    return _webhook(await webhooks.create(runtime(), principal(), body.url, body.events)), 201
+    hook = await webhooks.create(runtime(), principal(), body.url, body.events, body.format)
+    return _webhook(hook), 201
 
 
 @blueprint.patch("/webhooks/<id:webhook_id>")
@@ -107,7 +128,7 @@ async def create(body: CreateWebhook) -> tuple[dict[str, Any], int]:
 @document_response(WebhookOut)
 async def update(webhook_id: str, body: UpdateWebhook) -> dict[str, Any]:
     hook = await webhooks.update(
-        runtime(), principal(), webhook_id, body.url, body.events, body.is_active
+        runtime(), principal(), webhook_id, body.url, body.events, body.is_active, body.format
     )
     return _webhook(hook)
 
@@ -123,6 +144,16 @@ async def delete(webhook_id: str) -> Response:
 async def send_test(webhook_id: str) -> dict[str, Any]:
     hook = await webhooks.send_test(runtime(), principal(), webhook_id)
     return {"queued": True, "url": hook.url}
+
+
+@blueprint.post("/webhooks/<id:webhook_id>/replay")
+@json_body(BulkReplay)
+@document_response(BulkReplayOut)
+async def replay_matching(webhook_id: str, body: BulkReplay) -> dict[str, Any]:
+    match = ReplayFilter(webhook_id, body.status, body.since, body.until, tuple(body.event_types))
+    count = await webhooks.replay_matching(runtime(), principal(), match, body.dry_run)
+    out = BulkReplayOut(matched=count, replayed=0 if body.dry_run else count, dry_run=body.dry_run)
+    return out.model_dump()
 
 
 @blueprint.get("/webhooks/<id:webhook_id>/deliveries")

@@ -1,5 +1,6 @@
 """Idempotency-Key: the same key with the same body within 24 hours answers the first
-response again and sends nothing new; the same key with another body is 409.
+response again and sends nothing new; the same key with another body is 409 (on the
+API; the SMTP relay reads the key from the message's header and answers 250 or 550 5.7.0).
 
 One rule for every node: before a request runs, its key is claimed in the database (a row
 that at most one request holds, renewed by its node's heartbeat and freed if that node
@@ -40,16 +41,16 @@ def _conflict() -> Conflict:
 
 
 def _stored_or_claim(
-    tx: Tx, who: Principal, key: str, digest: str, node: str, now: datetime
+    tx: Tx, workspace_id: str, key: str, digest: str, node: str, now: datetime
 ) -> StoredResponse | bool:
     """The stored response of the key (within the window); else True when `node` claimed
     it for this request, False while another request with the same body holds it."""
-    stored = idempotency.get(tx, who.workspace_id, key)
+    stored = idempotency.get(tx, workspace_id, key)
     if stored is not None and now - stored.created_at < WINDOW:
         if stored.request_hash != digest:
             raise _conflict()
         return stored
-    held = idempotency.claim(tx, who.workspace_id, key, digest, node, now, now + LEASE)
+    held = idempotency.claim(tx, workspace_id, key, digest, node, now, now + LEASE)
     if held is None:
         return True
     if held != digest:
@@ -57,9 +58,9 @@ def _stored_or_claim(
     return False
 
 
-def _store(tx: Tx, who: Principal, key: str, stored: StoredResponse, node: str) -> None:
-    idempotency.put(tx, who.workspace_id, key, stored)
-    idempotency.unclaim(tx, who.workspace_id, key, node)
+def _store(tx: Tx, workspace_id: str, key: str, stored: StoredResponse, node: str) -> None:
+    idempotency.put(tx, workspace_id, key, stored)
+    idempotency.unclaim(tx, workspace_id, key, node)
 
 
 async def once(
@@ -70,9 +71,20 @@ async def once(
     run: Callable[[], Awaitable[tuple[Any, int]]],
 ) -> tuple[Any, int]:
     """The response of `run`, or the stored first response for this key and body."""
+    return await once_in_workspace(rt, who.workspace_id, key, digest, run)
+
+
+async def once_in_workspace(
+    rt: Runtime,
+    workspace_id: str,
+    key: str,
+    digest: str,
+    run: Callable[[], Awaitable[tuple[Any, int]]],
+) -> tuple[Any, int]:
+    """`once` for a door that acts for a workspace without a user (the SMTP relay)."""
     while True:
         now = rt.clock.now()
-        found = await rt.db.write(_stored_or_claim, who, key, digest, rt.node, now)
+        found = await rt.db.write(_stored_or_claim, workspace_id, key, digest, rt.node, now)
         if isinstance(found, StoredResponse):
             return found.response, found.status_code
         if found:
@@ -82,9 +94,9 @@ async def once(
         response, status = await run()
     except BaseException:
         with trio.CancelScope(shield=True):
-            await rt.db.write(idempotency.unclaim, who.workspace_id, key, rt.node)
+            await rt.db.write(idempotency.unclaim, workspace_id, key, rt.node)
         raise
     stored = StoredResponse(digest, response, status, now)
     with trio.CancelScope(shield=True):  # what was sent must be remembered
-        await rt.db.write(_store, who, key, stored, rt.node)
+        await rt.db.write(_store, workspace_id, key, stored, rt.node)
     return response, status

@@ -18,6 +18,10 @@ The same rules as the API, applied at the SMTP step where a client can best be t
   active sender on the credential's domain; at most one Sender field, naming one such
   address. Fields are read strictly (engine/mail/address_list.py): anything ambiguous is
   refused. The message is stored through `raw_mail.store_raw` before the relay answers 250.
+- An `Idempotency-Key:` field in the message works as the API's header (engine/sending/
+  idempotency.py, the same keys of the workspace): the same key with the same envelope and
+  message within 24 hours answers the first email's id and stores nothing; with another
+  message it is refused (`KeyConflict`). The field is taken out of the message sent on.
 Each function returns why it refuses (a sentence for the SMTP reply) or None.
 """
 
@@ -25,12 +29,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from engine import plans
 from engine.accounts import smtp_credentials as credentials
+from engine.errors import Conflict
 from engine.mail import address_list
 from engine.runtime import Runtime
-from engine.sending import intake
+from engine.sending import idempotency, intake
 from engine.sending.intake import attempt_suppressed, suppression_overrides
 from engine.sending.raw_mail import HeaderSummary, RawMail, store_raw, summarize
 from storage import domains, emails, smtp_credentials, suppressions
@@ -45,6 +51,21 @@ RECHECK_AFTER = timedelta(seconds=1)
 @dataclass(frozen=True, slots=True)
 class Accepted:
     email_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyConflict:
+    """The message's Idempotency-Key was used with another message (the relay: 5.7.0)."""
+
+    reason: str
+
+
+class _NotStored(Exception):
+    """A message under an Idempotency-Key refused at commit: nothing to remember."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +211,84 @@ def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime, shard: int) 
     return Accepted(store_raw(tx, mail, now, shard))
 
 
+_KEY_FIELD = b"idempotency-key"
+
+
+def _idempotency_key(data: bytes) -> tuple[str | None, bytes] | str:
+    """The message's Idempotency-Key (None without one) and the message without that field;
+    or why the field is refused (more than one, or not 1-256 printable ASCII characters).
+
+    Only the header counts (up to the first empty line, as `raw_mail` reads it); lines end
+    in CRLF (the SMTP server refuses bare CR and LF). A message without the field is
+    returned as it is after one search of its header.
+    """
+    end = 0 if data.startswith(b"\r\n") else data.find(b"\r\n\r\n")
+    header = data if end < 0 else data[:end]
+    if _KEY_FIELD not in header.lower():
+        return None, data
+    kept: list[bytes] = []
+    values: list[bytes] = []
+    in_key = False
+    for line in header.split(b"\r\n"):
+        if line[:1] in (b" ", b"\t") and kept + values:
+            if in_key:
+                values[-1] += b" " + line.strip()
+            else:
+                kept.append(line)
+            continue
+        name, colon, value = line.partition(b":")
+        in_key = bool(colon) and name.strip().lower() == _KEY_FIELD
+        if in_key:
+            values.append(value.strip())
+        else:
+            kept.append(line)
+    if not values:
+        return None, data
+    if len(values) > 1:
+        return f"the message has {len(values)} Idempotency-Key headers; it may have one"
+    key = values[0].decode("latin-1")
+    if not (1 <= len(key) <= 256 and all(" " <= c <= "~" for c in key)):
+        return "the Idempotency-Key header must be 1-256 printable ASCII characters"
+    return key, b"\r\n".join(kept) + (b"" if end < 0 else data[end:])
+
+
 async def submit(
     rt: Runtime, submitter: Submitter, mail_from: str, recipients: list[str], data: bytes
+) -> Accepted | KeyConflict | str:
+    """Store a submitted message (committed when this returns), or answer the first email
+    of its Idempotency-Key again; or why it is refused."""
+    found = _idempotency_key(data)
+    if isinstance(found, str):
+        return found
+    key, data = found
+    if key is None:
+        return await _submit(rt, submitter, mail_from, recipients, data)
+
+    async def run() -> tuple[Any, int]:
+        outcome = await _submit(rt, submitter, mail_from, recipients, data)
+        if isinstance(outcome, str):
+            raise _NotStored(outcome)
+        return {"id": outcome.email_id}, 250
+
+    # The envelope is part of the request: the same message to other recipients is another.
+    envelope = " ".join([mail_from.lower(), *sorted(r.lower() for r in recipients)])
+    digest = idempotency.request_hash("SMTP", envelope, data)
+    try:
+        response, _ = await idempotency.once_in_workspace(
+            rt, submitter.login.workspace_id, key, digest, run
+        )
+    except _NotStored as refused:
+        return refused.reason
+    except Conflict:
+        return KeyConflict(
+            "this Idempotency-Key was used with a different message in the last 24 hours"
+        )
+    return Accepted(str(response["id"]))
+
+
+async def _submit(
+    rt: Runtime, submitter: Submitter, mail_from: str, recipients: list[str], data: bytes
 ) -> Accepted | str:
-    """Store a submitted message (committed when this returns); or why it is refused."""
     login = submitter.login
     mail = RawMail(
         workspace_id=login.workspace_id,

@@ -32,6 +32,7 @@ from engine import faults, outbound_http
 from engine.leased_worker import LeasedWorker
 from engine.nodes import LEASE
 from engine.runtime import Runtime
+from engine.webhooks import profiles
 from storage import webhooks
 from storage.leases import Claimed
 from storage.webhooks import Attempt, Delivery
@@ -116,7 +117,7 @@ class WebhookDispatcher:
 
     async def work(self, item: Work) -> None:
         delivery, secret = item
-        body = delivery.payload.encode()
+        body = profiles.body(delivery.send_format, delivery.payload)
         headers = {
             "Content-Type": "application/json",
             "X-Webhook-Signature": signature(secret, body),

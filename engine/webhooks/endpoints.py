@@ -16,23 +16,35 @@ from engine import outbound_http
 from engine.activity import Change, record
 from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
+from engine.webhooks import profiles
 from storage import webhooks
 from storage.codec import new_id
 from storage.tx import Tx
-from storage.webhooks import EVENT_TYPES, Delivery, Webhook
+from storage.webhooks import EVENT_TYPES, Delivery, ReplayFilter, Webhook
 
 SAMPLE_EVENT = "email.delivered"
+REPLAYABLE = ("dead", "delivered")  # a pending or retrying delivery is still on its way
 
 
 def _invalid(field: str, message: str) -> Unprocessable:
     return Unprocessable(message, errors=[{"loc": ["body", field], "msg": message}])
 
 
-def _checked_events(events: list[str]) -> list[str]:
-    unknown = sorted(set(events) - set(EVENT_TYPES))
+def _checked_events(events: list[str], fmt: str = profiles.DEFAULT) -> list[str]:
+    allowed = profiles.events_of(fmt, EVENT_TYPES)
+    unknown = sorted(set(events) - set(allowed))
     if unknown or not events:
-        raise _invalid("events", f"events must be a non-empty list of: {', '.join(EVENT_TYPES)}")
+        within = "" if fmt == profiles.DEFAULT else f" (the {fmt} format carries only these)"
+        raise _invalid(
+            "events", f"events must be a non-empty list of: {', '.join(allowed)}{within}"
+        )
     return list(dict.fromkeys(events))
+
+
+def _checked_format(fmt: str) -> str:
+    if fmt not in profiles.FORMATS:
+        raise _invalid("format", f"format must be one of: {', '.join(profiles.FORMATS)}")
+    return fmt
 
 
 def _insert(tx: Tx, who: Principal, hook: Webhook) -> Webhook:
@@ -47,15 +59,19 @@ def _insert(tx: Tx, who: Principal, hook: Webhook) -> Webhook:
     return hook
 
 
-async def create(rt: Runtime, who: Principal, url: str, events: list[str]) -> Webhook:
+async def create(
+    rt: Runtime, who: Principal, url: str, events: list[str], fmt: str = profiles.DEFAULT
+) -> Webhook:
+    fmt = _checked_format(fmt)
     hook = Webhook(
         id=new_id(),
         workspace_id=who.workspace_id,
         url=await outbound_http.checked_url(rt, url),
-        events=_checked_events(events),
+        events=_checked_events(events, fmt),
         secret="whsec_" + secrets.token_urlsafe(32),
         is_active=True,
         created_at=rt.clock.now(),
+        format=fmt,
     )
     return await rt.db.write(_insert, who, hook)
 
@@ -78,6 +94,7 @@ def _update(
     url: str | None,
     events: list[str] | None,
     is_active: bool | None,
+    fmt: str | None,
     now: datetime,
 ) -> Webhook:
     hook = webhooks.get(tx, who.workspace_id, webhook_id)
@@ -88,7 +105,10 @@ def _update(
         url=hook.url if url is None else url,
         events=hook.events if events is None else events,
         is_active=hook.is_active if is_active is None else is_active,
+        format=hook.format if fmt is None else fmt,
     )
+    # The events must suit the format, whichever of the two changed.
+    _checked_events(changed.events, changed.format)
     webhooks.update(tx, changed, now)
     verb = (
         "updated"
@@ -108,12 +128,23 @@ async def update(
     url: str | None,
     events: list[str] | None,
     is_active: bool | None,
+    fmt: str | None = None,
 ) -> Webhook:
-    """Change the URL, events or active flag (None leaves a field as it is)."""
+    """Change the URL, events, active flag or format (None leaves a field as it is)."""
+    checked_fmt = None if fmt is None else _checked_format(fmt)
     checked_url = None if url is None else await outbound_http.checked_url(rt, url)
-    checked_events = None if events is None else _checked_events(events)
+    checked_events = (
+        None if events is None else _checked_events(events, checked_fmt or profiles.DEFAULT)
+    )
     return await rt.db.write(
-        _update, who, webhook_id, checked_url, checked_events, is_active, rt.clock.now()
+        _update,
+        who,
+        webhook_id,
+        checked_url,
+        checked_events,
+        is_active,
+        checked_fmt,
+        rt.clock.now(),
     )
 
 
@@ -133,8 +164,10 @@ def _queue_test(tx: Tx, who: Principal, webhook_id: str, now: datetime) -> Webho
     hook = webhooks.get(tx, who.workspace_id, webhook_id)
     if hook is None:
         raise NotFound("webhook not found")
+    # A webhook not subscribed to the sample event (a bounce-only format) gets one it takes.
+    event = SAMPLE_EVENT if SAMPLE_EVENT in hook.events else hook.events[0]
     sample = webhooks.payload(
-        SAMPLE_EVENT,
+        event,
         "00000000-0000-0000-0000-000000000000",
         "test@example.com",
         now,
@@ -145,12 +178,13 @@ def _queue_test(tx: Tx, who: Principal, webhook_id: str, now: datetime) -> Webho
             "smtp_response": "250 2.0.0 OK (test)",
         },
     )
-    webhooks.queue_one(tx, hook, SAMPLE_EVENT, sample, now)
+    webhooks.queue_one(tx, hook, event, sample, now)
     return hook
 
 
 async def send_test(rt: Runtime, who: Principal, webhook_id: str) -> Webhook:
-    """Queue a sample `email.delivered` delivery, logged like any other."""
+    """Queue a sample `email.delivered` delivery (or of the webhook's first event, if it does
+    not take that one), logged like any other."""
     return await rt.db.write(_queue_test, who, webhook_id, rt.clock.now())
 
 
@@ -176,7 +210,7 @@ def _replay(tx: Tx, who: Principal, delivery_id: str, now: datetime) -> None:
     found = webhooks.get_delivery(tx, who.workspace_id, delivery_id)
     if found is None:
         raise NotFound("delivery not found")
-    if found.status not in ("dead", "delivered"):
+    if found.status not in REPLAYABLE:
         raise Conflict(
             f"only dead or delivered deliveries can be replayed; this one is {found.status}",
             code="not_replayable",
@@ -188,3 +222,36 @@ async def replay(rt: Runtime, who: Principal, delivery_id: str) -> Delivery:
     """Queue a dead or delivered delivery again, as a fresh first attempt."""
     await rt.db.write(_replay, who, delivery_id, rt.clock.now())
     return await delivery(rt, who, delivery_id)
+
+
+def _replay_matching(
+    tx: Tx, who: Principal, match: ReplayFilter, dry_run: bool, now: datetime
+) -> int:
+    hook = webhooks.get(tx, who.workspace_id, match.webhook_id)
+    if hook is None:
+        raise NotFound("webhook not found")
+    count = webhooks.replay_matching(tx, who.workspace_id, match, now, dry_run)
+    if not dry_run:
+        meta = {
+            "replayed": count,
+            "status": match.status,
+            "since": None if match.since is None else match.since.isoformat(),
+            "until": None if match.until is None else match.until.isoformat(),
+            "event_types": list(match.event_types),
+        }
+        change = Change("webhook.replayed", hook.url, hook.id, meta)
+        record(tx, who.workspace_id, who.user_email, change, now)
+    return count
+
+
+async def replay_matching(rt: Runtime, who: Principal, match: ReplayFilter, dry_run: bool) -> int:
+    """Queue again every delivery of a webhook that `match` takes (dry run: count them);
+    how many. Logged in the activity log unless a dry run."""
+    if match.status not in REPLAYABLE:
+        raise _invalid("status", f"status must be one of: {', '.join(REPLAYABLE)}")
+    if match.since is not None and match.until is not None and match.since >= match.until:
+        raise _invalid("until", "until must be later than since")
+    if match.event_types:
+        _checked_events(list(match.event_types))
+    count: int = await rt.db.write(_replay_matching, who, match, dry_run, rt.clock.now())
+    return count
