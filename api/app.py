@@ -5,7 +5,7 @@ from __future__ import annotations
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
-from api import auth, errors, validation
+from api import auth, errors, responses, validation
 from api.converters import IdConverter
 from api.routes import (
     admin,
@@ -86,6 +86,7 @@ def create_app(
         security_schemes={"apiKey": {"type": "http", "scheme": "bearer"}},
         security=[{"apiKey": []}],
     )
+    responses.install(app)
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     for blueprint in TRANSFER_BLUEPRINTS if rt.domain_transfers else ():
