@@ -206,6 +206,13 @@ def _rows(f: dict[str, Any], engines: list[str]) -> list[Row]:
             ">= 1.0x Postfix",
         ),
         ("webhook fan-out (signed deliveries/s)", hooks, "", [], ">= 2,000"),
+        (
+            "  CPU per webhook delivery, emails' delivery included (ms)",
+            [float(f["webhooks"][e]["cpu_ms"]) for e in engines],
+            "",
+            [],
+            "",
+        ),
     ]
     if f["memory"]:
         queued = f"{f['queued']:,} queued"
