@@ -6,7 +6,7 @@ from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
 import console
-from api import auth, errors, validation
+from api import auth, errors, responses, validation
 from api.converters import IdConverter
 from api.routes import (
     admin,
@@ -93,6 +93,7 @@ def create_app(
         security_schemes={"apiKey": {"type": "http", "scheme": "bearer"}},
         security=[{"apiKey": []}],
     )
+    responses.install(app)
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     for blueprint in TRANSFER_BLUEPRINTS if rt.domain_transfers else ():

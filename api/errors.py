@@ -59,6 +59,11 @@ def status_of(exc: EngineError) -> int:
     return next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), 400)
 
 
+def http_error_code(status: int) -> str:
+    """The `code` of a refusal by the HTTP layer (unknown route, wrong method, body too large)."""
+    return _CODE_OF_HTTP_STATUS.get(status, "http_error")
+
+
 def error_response(status: int, code: str, detail: str, /, **extra: Any) -> Response:
     """A JSON error response with the standard body (`extra` may even hold a `status` key)."""
     response = jsonify({"code": code, "detail": detail, **extra})
@@ -91,8 +96,7 @@ def install(app: Quart) -> None:
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
-        code = _CODE_OF_HTTP_STATUS.get(status, "http_error")
-        return error_response(status, code, exc.description or exc.name)
+        return error_response(status, http_error_code(status), exc.description or exc.name)
 
     @app.errorhandler(Exception)
     async def unexpected(exc: Exception) -> Response:

@@ -1,20 +1,24 @@
 """Request parsing: JSON bodies and query strings into pydantic models, or a 422.
 
 Bodies are parsed straight from bytes by pydantic (one pass in Rust). The models are also
-registered with quart-schema, so `/openapi.json` documents exactly what is enforced.
+registered with quart-schema, so `/openapi.json` documents exactly what is enforced. The
+rules on every request body (size, closing a connection whose body was cut short) sit at the
+ASGI edge (`body_guard`), where they cost no per-request hook.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any, TypeVar
 
 import pydantic
-from quart import Quart, Response, current_app, g, request
+from quart import Quart, request
 from quart_schema import document_querystring, document_request
 from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
+from api.errors import http_error_code
 from engine.errors import Unprocessable
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -72,7 +76,6 @@ def json_body(model: type[M]) -> Callable[[Handler], Handler]:
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             _require_json_content_type()
             raw = await request.get_data(cache=False, as_text=False)
-            g.body_read = True
             return await handler(*args, body=parse_body(model, raw), **kwargs)
 
         return document_request(model)(wrapper)
@@ -109,29 +112,74 @@ def query_args(model: type[M]) -> Callable[[Handler], Handler]:
     return decorate
 
 
-def _declares_body() -> bool:
-    length = request.content_length
-    return bool(length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+ASGIApp = Any  # (scope, receive, send) -> Awaitable[None]
 
 
-def install(app: Quart) -> None:
-    """Refuse oversized bodies on every route; close connections whose request body went unread.
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The body length a request declares: its Content-Length, -1 when chunked (unknown),
+    None when it has no body."""
+    for name, value in headers:  # the ASGI server gives names in lower case
+        if name == b"content-length":
+            return int(value) if value.strip().isdigit() and int(value) else None
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            return -1
+    return None
+
+
+async def _refuse_too_large(send: Any) -> None:
+    body = json.dumps(
+        {"code": http_error_code(413), "detail": RequestEntityTooLarge.description}
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),  # the body is left unread
+    ]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def body_guard(app: ASGIApp, limit: int) -> ASGIApp:
+    """The ASGI app behind the two rules on request bodies: a declared length over `limit` is
+    refused at once (413), whatever the route (Quart checks only when a route reads the
+    body); an answer that starts before the body has fully arrived says `Connection: close`.
 
     A refusal (401, 403, 404, 405, 413, 415) can be sent before the body has arrived. The
     HTTP server then neither drains the rest of the body nor closes the connection, so the
     client's next request on it would never be answered; `Connection: close` makes the
-    client open a fresh connection instead.
+    client open a fresh connection instead. Both are decided here, from the ASGI messages
+    (Quart reads every body as it comes, whether the route wants it or not), rather than in
+    per-request hooks.
     """
 
-    @app.before_request
-    async def refuse_oversized_body() -> None:
-        # Quart checks the size only when a route reads the body; refuse it on every route.
-        limit = current_app.config["MAX_CONTENT_LENGTH"]
-        if request.content_length is not None and request.content_length > limit:
-            raise RequestEntityTooLarge()
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        length = _declared_length(scope["headers"]) if scope["type"] == "http" else None
+        if length is None:
+            await app(scope, receive, send)
+            return
+        if length > limit:
+            await _refuse_too_large(send)
+            return
+        arrived = False
 
-    @app.after_request
-    async def close_if_body_unread(response: Response) -> Response:
-        if _declares_body() and not g.get("body_read", False):
-            response.headers["Connection"] = "close"
-        return response
+        async def receive_noting_the_end() -> dict[str, Any]:
+            nonlocal arrived
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                arrived = True
+            return message
+
+        async def send_closing_if_cut_short(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and not arrived:
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await app(scope, receive_noting_the_end, send_closing_if_cut_short)
+
+    return guarded
+
+
+def install(app: Quart) -> None:
+    """Guard every request's body (`body_guard`) with the app's MAX_CONTENT_LENGTH."""
+    app.asgi_app = body_guard(app.asgi_app, app.config["MAX_CONTENT_LENGTH"])  # type: ignore[method-assign]

@@ -1,8 +1,9 @@
 """API throughput on SQLite and PostgreSQL: `python bench/api_throughput.py`.
 
 Starts `postroom serve` in a child process over a fresh database, creates an account with the
-CLI, then drives each scenario with `bench/load.py` (another process, so client and server
-each have a core) and prints requests/s and p50/p99 latency, the median of `--runs` runs:
+CLI, then drives each scenario with `wrk` (bench/wrk.py: a C load generator in its own
+process) and prints requests/s, p50/p99 latency and the service's CPU milliseconds per
+request, the median of `--runs` runs:
 
 - healthz:        GET /healthz (no auth, one database read)
 - list-keys:      GET /v1/api-keys/ (key auth from cache, one read)
@@ -23,8 +24,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import wrk
 
 REPO = Path(__file__).resolve().parents[1]
 # `postroom` arguments for the benchmark's account (Business: no plan limit gets in the way).
@@ -70,7 +76,7 @@ def _database(engine: str, workdir: Path) -> Iterator[str]:
 
 
 @contextmanager
-def _service(database_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
+def _service(database_url: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
     port = _free_port()
     env = {
         **os.environ,
@@ -83,7 +89,9 @@ def _service(database_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
         [*cli, *CREATE_ACCOUNT], env=env, cwd=workdir, check=True, capture_output=True, text=True
     )
     key = json.loads(created.stdout)["api_key"]
-    server = subprocess.Popen([*cli, "serve"], env=env, cwd=workdir, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*cli, "serve", "--workers", "1"], env=env, cwd=workdir, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -92,40 +100,28 @@ def _service(database_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
                     break
             except httpx.TransportError:
                 time.sleep(0.05)
-        yield url, key
+        yield url, key, server.pid
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
 def _load(
-    url: str, key: str, scenario: str, args: argparse.Namespace, start: int
-) -> dict[str, float]:
+    url: str, pid: int, scenario: str, key: str, args: argparse.Namespace, start: int
+) -> dict[str, Any]:
     method, path, body = SCENARIOS[scenario]
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "load.py"),
-            "--url",
-            url + path,
-            "--method",
-            method,
-            "--body",
-            body,
-            "--key",
-            key,
-            "--concurrency",
-            str(args.concurrency),
-            "--seconds",
-            str(args.seconds),
-            "--start",
-            str(start),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    cpu = wrk.cpu_seconds(pid)
+    result = wrk.load(
+        url,
+        path=path,
+        method=method,
+        body=body,
+        key=key,
+        connections=args.concurrency,
+        seconds=args.seconds,
+        start=start,
     )
-    result: dict[str, float] = json.loads(out.stdout)
+    result["cpu_ms"] = (wrk.cpu_seconds(pid) - cpu) * 1000 / max(result["requests"], 1)
     return result
 
 
@@ -139,23 +135,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=50)
     args = parser.parse_args()
-    print(f"{'engine':<11}{'scenario':<17}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}  statuses")
+    print(
+        f"{'engine':<11}{'scenario':<17}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms':>9}  non-2xx"
+    )
     for engine in args.engines.split(","):
         with (
             tempfile.TemporaryDirectory() as tmp,
             _database(engine, Path(tmp)) as db_url,
-            _service(db_url, Path(tmp)) as (url, key),
+            _service(db_url, Path(tmp)) as (url, key, pid),
         ):
             for scenario in args.scenarios.split(","):
                 runs = [
-                    _load(url, key, scenario, args, start=run * 10_000_000)
+                    _load(url, pid, scenario, key, args, start=run * 10_000_000)
                     for run in range(args.runs)
                 ]
                 median = sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]
                 rates = ", ".join(f"{run['rate']:.0f}" for run in runs)
                 print(
                     f"{engine:<11}{scenario:<17}{median['rate']:>9.0f}{median['p50_ms']:>9.1f}"
-                    f"{median['p99_ms']:>9.1f}  {median['statuses']}  (runs: {rates})",
+                    f"{median['p99_ms']:>9.1f}{median['cpu_ms']:>9.2f}  {median['non_2xx']}"
+                    f"  (runs: {rates})",
                     flush=True,
                 )
 

@@ -156,7 +156,6 @@ async def _frame(principal: Principal) -> Frame:
 async def form() -> dict[str, str]:
     """The posted form, each field's last value (checkboxes: present means on)."""
     data = await request.form
-    g.body_read = True
     return {key: data.getlist(key)[-1] for key in data}
 
 

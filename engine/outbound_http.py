@@ -10,7 +10,7 @@ the private-network rule refuses (engine/private_networks.py), checked when save
 at every connect (`client`): the client resolves the host itself and connects to the address
 it checked, so a name re-pointed at an internal address later (DNS rebinding) reaches nothing.
 The TLS context trusts the system store plus POSTROOM_EXTRA_CA_FILE and verifies the URL's
-host name, not the address.
+host name, not the address. The client is engine/http1_client.py's pooled keep-alive one.
 
 `post` is the one way a POST goes out. Whatever goes wrong with one request — building it
 from a URL stored by an older release, connecting, TLS, the receiver's answer — comes back as
@@ -23,20 +23,19 @@ from __future__ import annotations
 import ipaddress
 import re
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
-import httpcore
 import httpx
 import idna
 import trio
 
 from engine import dns
 from engine.errors import Unprocessable
+from engine.http1_client import PER_ORIGIN, Client, Connect, HttpError
 from engine.private_networks import is_public
 from engine.runtime import Runtime
 
@@ -185,7 +184,7 @@ class Answer:
 
 
 async def post(
-    client: httpx.AsyncClient,
+    client: Client,
     url: str,
     body: bytes,
     headers: Mapping[str, str],
@@ -195,16 +194,16 @@ async def post(
     an `Answer` saying why."""
     try:
         with trio.fail_after(within):
-            response = await client.post(url, content=body, headers=dict(headers))
-            return Answer(response.status_code, response.text[:ANSWER_KEEP])
-    except (trio.TooSlowError, httpx.TimeoutException):
+            reply = await client.post(url, body, headers)
+            return Answer(reply.status, reply.text[:ANSWER_KEEP])
+    except trio.TooSlowError:
         return Answer(None, f"no answer within {within:.0f} s")
     except Exception as exc:  # a bad stored URL, DNS, TLS, a broken answer: the item's fault
         return Answer(None, _reason(exc)[:ANSWER_KEEP])
 
 
 def _reason(exc: BaseException) -> str:
-    """An error with the causes it wraps (httpx's ConnectError hides a TLS failure in them)."""
+    """An error with the causes it wraps (a TLS verification failure hides in them)."""
     reasons: list[str] = []
     seen: BaseException | None = exc
     while seen is not None and len(reasons) < 4:
@@ -215,51 +214,27 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {'; '.join(reasons) or 'no detail'}"
 
 
-class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's Trio backend, connecting only to an address that passed the rule."""
+def _public_only(rt: Runtime) -> Connect:
+    """A connect that reaches only an address the private-network rule lets through."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
-        self._trio = httpcore.TrioBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    async def connect(host: str, port: int) -> trio.SocketStream:
         try:
-            address = (await _public_addresses(self._rt, host))[0]
+            address = (await _public_addresses(rt, host))[0]
         except NotPublic as exc:
-            raise httpcore.ConnectError(f"refused to connect: {exc}") from None
-        return await self._trio.connect_tcp(address, port, timeout, local_address, socket_options)
+            raise HttpError(f"refused to connect: {exc}") from None
+        return await trio.open_tcp_stream(address, port)
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not outbound targets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._trio.sleep(seconds)
+    return connect
 
 
-def client(
-    rt: Runtime, tls: ssl.SSLContext, timeout: float, limits: httpx.Limits | None = None
-) -> httpx.AsyncClient:
+async def _any_address(host: str, port: int) -> trio.SocketStream:
+    return await trio.open_tcp_stream(host, port)
+
+
+def client(rt: Runtime, tls: ssl.SSLContext, per_origin: int = PER_ORIGIN) -> Client:
     """An HTTPS client for user-chosen URLs that applies the rule again at every connect."""
-    transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits or httpx.Limits())
-    if not rt.allow_private_targets:
-        # httpx takes no network backend of its own; its pool (pinned httpx 0.28) keeps one.
-        pool = transport._pool
-        if not hasattr(pool, "_network_backend"):
-            raise RuntimeError("httpx's connection pool changed: the SSRF guard cannot attach")
-        pool._network_backend = _PublicOnlyBackend(rt)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False)
+    connect = _any_address if rt.allow_private_targets else _public_only(rt)
+    return Client(tls, connect, per_origin)
 
 
 def tls_context(extra_ca_file: Path | None) -> ssl.SSLContext:

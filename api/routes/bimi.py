@@ -8,7 +8,7 @@ should a browser open it as a document.
 from __future__ import annotations
 
 from pydantic import BaseModel
-from quart import Blueprint, Response, g, request
+from quart import Blueprint, Response, request
 from quart_schema import document_response
 
 from api.auth import principal, public, runtime
@@ -59,7 +59,6 @@ async def status(domain_id: str) -> dict[str, object]:
 @document_response(LogoUploaded)
 async def upload(domain_id: str) -> dict[str, object]:
     files = await request.files
-    g.body_read = True
     upload = files.get("file")
     if upload is None:
         raise InvalidRequest("send the SVG as multipart/form-data field `file`", code="no_file")

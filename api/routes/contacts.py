@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
-from quart import Blueprint, Response, g, request
+from quart import Blueprint, Response, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
@@ -167,7 +167,6 @@ async def remove_contact(list_id: str, contact_id: str) -> Response:
 @document_response(ImportOut)
 async def upload(list_id: str) -> dict[str, Any]:
     files = await request.files
-    g.body_read = True
     upload = files.get("file")
     if upload is None:
         raise InvalidRequest("send the CSV as multipart/form-data field `file`", code="no_file")

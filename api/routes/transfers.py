@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import BaseModel, Field
-from quart import Blueprint, g, request
+from quart import Blueprint, request
 from quart_schema import document_request, document_response
 
 from api.auth import credential_optional, optional_principal, principal, public, runtime
@@ -68,7 +68,6 @@ def render(transfer: Transfer) -> dict[str, object]:
 async def _accept_body() -> AcceptTransfer:
     # Both fields are optional, so an empty body (or none) means the defaults.
     raw = await request.get_data(cache=False, as_text=False)
-    g.body_read = True
     return AcceptTransfer.model_validate({}) if not raw.strip() else parse_body(AcceptTransfer, raw)
 
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import httpx
 import trio
 
 from engine import faults, outbound_http
 from engine.errors import EngineError
+from engine.http1_client import Client
 from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
 from engine.nodes import LEASE
@@ -140,14 +140,14 @@ class Forwarder:
     def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
         self._rt = rt
         self._tls = outbound_http.tls_context(extra_ca_file)
-        self._client: httpx.AsyncClient | None = None
+        self._client: Client | None = None
         self._worker = LeasedWorker(
             rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL, wakeups=rt.wakeups.forwards
         )
         self._counts: dict[str, int] = defaultdict(int)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self._client = outbound_http.client(self._rt, self._tls, TIMEOUT)
+        self._client = outbound_http.client(self._rt, self._tls)
         try:
             await self._worker.run(task_status)
         finally:

@@ -2,9 +2,10 @@
 
 Deliveries are claimed from the database with a lease (they survive restarts) through the
 shared leased-work loop (engine/leased_worker.py), and each is POSTed by a task of its own,
-through one pooled HTTP/1.1 client per endpoint origin, at most `PER_ENDPOINT` at a time per
-origin, so one slow receiver cannot hold back the others. The body is sent exactly as stored,
-with `X-Webhook-Signature`: the hex HMAC-SHA256 of that body keyed with the webhook's secret.
+through one pooled keep-alive HTTP/1.1 client (engine/http1_client.py) holding at most
+`PER_ENDPOINT` connections per endpoint origin, so one slow receiver cannot hold back the
+others. The body is sent exactly as stored, with `X-Webhook-Signature`: the hex HMAC-SHA256
+of that body keyed with the webhook's secret.
 A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
 cannot be sent to — is a failed attempt, retried on the schedule of engine/outbound_http.py;
 the 8th failure makes the delivery `dead` (replayable). Each outcome is one unit of work
@@ -23,9 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
 import trio
 
 from engine import faults, outbound_http
@@ -53,14 +52,6 @@ def signature(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _origin(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        return f"{parts.scheme}://{parts.netloc}"
-    except ValueError:  # a URL stored by an older release; the POST will say what is wrong
-        return url
-
-
 @dataclass(frozen=True, slots=True)
 class DispatcherStatistics:
     in_flight: int
@@ -75,11 +66,8 @@ class WebhookDispatcher:
 
     def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
         self._rt = rt
-        self._tls = outbound_http.tls_context(extra_ca_file)
-        self._clients: dict[str, httpx.AsyncClient] = {}
-        self._endpoint_limits: dict[str, trio.CapacityLimiter] = defaultdict(
-            lambda: trio.CapacityLimiter(PER_ENDPOINT)
-        )
+        tls = outbound_http.tls_context(extra_ca_file)
+        self._client = outbound_http.client(rt, tls, PER_ENDPOINT)
         self._worker = LeasedWorker(
             rt, self, in_flight=MAX_IN_FLIGHT, batch=BATCH, poll=POLL, wakeups=rt.wakeups.webhooks
         )
@@ -89,10 +77,7 @@ class WebhookDispatcher:
         try:
             await self._worker.run(task_status)
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                for client in self._clients.values():
-                    await client.aclose()
-            self._clients.clear()  # a restart by the supervisor opens fresh ones
+            await self._client.aclose()  # a restart by the supervisor opens new connections
 
     def key(self, item: Work) -> str:
         return item[0].id
@@ -103,18 +88,6 @@ class WebhookDispatcher:
             webhooks.claim_due, now, now + LEASE, rt.node, limit, faults.policy(now)
         )
 
-    def _client(self, origin: str) -> httpx.AsyncClient:
-        client = self._clients.get(origin)
-        if client is None:
-            client = outbound_http.client(
-                self._rt,
-                self._tls,
-                TIMEOUT,
-                httpx.Limits(max_connections=PER_ENDPOINT, max_keepalive_connections=PER_ENDPOINT),
-            )
-            self._clients[origin] = client
-        return client
-
     async def work(self, item: Work) -> None:
         delivery, secret = item
         body = profiles.body(delivery.send_format, delivery.payload)
@@ -123,11 +96,9 @@ class WebhookDispatcher:
             "X-Webhook-Signature": signature(secret, body),
             "User-Agent": "Postroom-Webhooks/1",
         }
-        origin = _origin(delivery.endpoint_url)
-        async with self._endpoint_limits[origin]:
-            answer = await outbound_http.post(
-                self._client(origin), delivery.endpoint_url, body, headers, TIMEOUT
-            )
+        answer = await outbound_http.post(
+            self._client, delivery.endpoint_url, body, headers, TIMEOUT
+        )
         attempt = self._outcome(delivery, answer)
         await self._rt.db.write(webhooks.record_attempts, [attempt], self._rt.clock.now())
 
