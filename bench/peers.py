@@ -86,6 +86,7 @@ async def postroom_process(
             "POSTROOM_API_LISTEN": f"127.0.0.1:{port}",
             "POSTROOM_SUBMISSION_LISTEN": f"127.0.0.1:{_free_port()}",
             "POSTROOM_INBOUND_LISTEN": f"127.0.0.1:{_free_port()}",
+            "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",  # the sink and peers are on loopback
             "PYTHONPATH": str(REPO),
             "PATH": "/usr/bin:/bin",
         }
