@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ import console as console_package
 from api.converters import IdConverter
 from engine.accounts import users
 from postroom.service import RunningService
+from storage import activity, agents
 from tests.harness.browser import PASSWORD, Browsing, new_email
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import REPO
@@ -156,36 +158,52 @@ async def test_a_dead_webhook_delivery_is_replayed_from_its_page(
         page.get_by_role("link", name="Webhooks", exact=True).click()
         page.get_by_label("HTTPS URL").fill(https_receiver.url)
         page.get_by_role("button", name="Add the webhook").click()
-        page.get_by_role("button", name="Send a test event").click()
-        expect(page.get_by_role("status")).to_contain_text("sample email.delivered")
+        for _ in range(2):
+            page.get_by_role("button", name="Send a test event").click()
+            expect(page.get_by_role("status")).to_contain_text("sample email.delivered")
 
     https_receiver.respond(500)
     await tab.do(create_hook)
     # The 8th failure is final: 1 m, 5 m, 30 m, 2 h, 6 h, 24 h and 48 h after each failure.
     for attempt, delay in enumerate((60, 300, 1800, 7200, 21600, 86400, 172800), start=1):
-        await https_receiver.wait_for_requests(attempt)
-        await trio.sleep(0.05)
+        await https_receiver.wait_for_requests(2 * attempt)
+        # Both failures are recorded (with their next retry) before time moves on.
+        with trio.fail_after(10):
+            while True:
+                behind = await console.runtime.db.read(
+                    lambda tx, n=attempt: tx.value(
+                        "SELECT COUNT(*) FROM webhook_deliveries WHERE attempt < :n", {"n": n}
+                    )
+                )
+                if not behind:
+                    break
+                await trio.sleep(0.05)
         clock.jump(delay + 1)
-    await https_receiver.wait_for_requests(8)
+    await https_receiver.wait_for_requests(16)
     https_receiver.respond(200)
 
     def replay(page: Page) -> None:
         page.reload()
-        dead = page.get_by_role("link", name="dead (1)")
+        dead = page.get_by_role("link", name="dead (2)")
         dead.click()
-        row = page.get_by_role("row", name=re.compile("email.delivered"))
+        row = page.get_by_role("row", name=re.compile("email.delivered")).first
         expect(row).to_contain_text("dead")
         row.get_by_role("button", name="Replay").click()
         expect(page.get_by_role("status")).to_contain_text("queued again")
 
     await tab.do(replay)
-    await https_receiver.wait_for_requests(9)
+    await https_receiver.wait_for_requests(17)
+
+    def replay_the_rest(page: Page) -> None:
+        page.once("dialog", lambda dialog: dialog.accept())  # "Queue every dead delivery…?"
+        page.get_by_role("button", name="Replay all 1 dead deliveries").click()
+
+    await tab.do(replay_the_rest)
+    await https_receiver.wait_for_requests(18)
 
     def delivered(page: Page) -> None:
         page.get_by_role("link", name="delivered", exact=True).click()
-        expect(page.get_by_role("row", name=re.compile("email.delivered"))).to_contain_text(
-            "delivered"
-        )
+        expect(page.get_by_role("row", name=re.compile("email.delivered"))).to_have_count(2)
 
     with trio.fail_after(10):
         while True:
@@ -289,6 +307,36 @@ async def test_changing_the_password_signs_in_with_the_new_one(
 
     await tab.do(change)
     await tab.close()
+
+
+async def test_the_mcp_policy_is_set_from_the_account_page_and_logged(
+    console: RunningService, browsing: Browsing
+) -> None:
+    email = new_email()
+    created = await users.create_account(console.runtime, email, PASSWORD, "business", True)
+    tab = await browsing.open(console.api_url)
+
+    def set_policy(page: Page) -> None:
+        sign_in(page, email)
+        page.get_by_role("link", name="Account", exact=True).click()
+        expect(page.get_by_label("Policy")).to_have_value("read")  # the default
+        page.get_by_label("Most recipients of one agent action").fill("0")
+        page.get_by_role("button", name="Save the MCP policy").click()
+        expect(page.locator("#f-max_recipients-error")).to_contain_text("between 1 and")
+        page.get_by_label("Policy").select_option("send")
+        page.get_by_label("Most recipients of one agent action").fill("25")
+        page.get_by_role("button", name="Save the MCP policy").click()
+        expect(page.get_by_role("status")).to_contain_text("MCP policy saved")
+        expect(page.get_by_label("Policy")).to_have_value("send")
+
+    await tab.do(set_policy)
+    await tab.close()
+    saved = await console.runtime.db.read(agents.get_policy, created.workspace_id)
+    assert saved is not None and (saved.policy, saved.max_recipients) == ("send", 25)
+    log, _ = await console.runtime.db.read(
+        activity.newest, created.workspace_id, datetime(2000, 1, 1, tzinfo=UTC), None, 100
+    )
+    assert [e.action for e in log].count("mcp_policy.updated") == 1  # the refused one is not
 
 
 def console_routes(ids: dict[str, str]) -> list[tuple[str, str]]:

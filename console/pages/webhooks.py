@@ -12,12 +12,11 @@ from api.routes.webhooks import DELIVERY_STATUSES, CreateWebhook
 from console.web import go, page, parse, problems_of, rt, who
 from engine.errors import EngineError
 from engine.webhooks import endpoints as webhooks
-from storage.webhooks import EVENT_TYPES
+from storage.webhooks import EVENT_TYPES, ReplayFilter
 
 blueprint = Blueprint("webhooks", __name__)
 
 PAGE_SIZE = 25
-REPLAY_ALL_PAGE = 100  # dead deliveries read per pass when replaying them all
 DONE = {
     "created": "Webhook created.",
     "deleted": "Webhook deleted.",
@@ -120,15 +119,8 @@ async def replay(webhook_id: str, delivery_id: str) -> Response:
 
 @blueprint.post("/webhooks/<id:webhook_id>/replay-dead")
 async def replay_dead(webhook_id: str) -> Response:
-    """Queue every dead delivery of the endpoint again, each through the one replay rule."""
-    runtime, principal = rt(), who()
-    while True:
-        # Each replayed delivery leaves the dead ones, so the first page is always the next.
-        dead, _ = await webhooks.deliveries(
-            runtime, principal, webhook_id, "dead", 0, REPLAY_ALL_PAGE
-        )
-        if not dead:
-            break
-        for delivery in dead:
-            await webhooks.replay(runtime, principal, delivery.id)
+    """Queue every dead delivery of the endpoint again: the API's bulk replay, one unit of
+    work, logged in the activity log."""
+    match = ReplayFilter(webhook_id, "dead", None, None, ())
+    await webhooks.replay_matching(rt(), who(), match, dry_run=False)
     return go("console.webhooks.detail", webhook_id=webhook_id, done="replayed_all")
