@@ -27,10 +27,12 @@ from engine.errors import (
     Unauthorized,
     Unprocessable,
 )
+from storage.errors import is_outage
 
 log = logging.getLogger("postroom.api")
 
 STORAGE_FULL_RETRY_AFTER = 60  # seconds: an operator has to free space, this is no blip
+DATABASE_RETRY_AFTER = 5  # seconds: a dropped connection or a restarting server
 
 _STATUS_OF = (
     (Unauthorized, 401),
@@ -100,5 +102,12 @@ def install(app: Quart) -> None:
 
     @app.errorhandler(Exception)
     async def unexpected(exc: Exception) -> Response:
+        if is_outage(exc):  # not a bug of ours: the client may try again shortly
+            log.error("database unavailable: %s", exc)
+            response = error_response(
+                503, "database_unavailable", "the database is unavailable; try again shortly"
+            )
+            response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER)
+            return response
         log.exception("unhandled error")
         return error_response(500, "internal_error", "internal error; it has been logged")

@@ -22,6 +22,7 @@ import trio
 from engine import faults
 from engine.runtime import Runtime
 from engine.wakeups import Wakeups
+from storage import nodes
 from storage.leases import Claimed, Fault, LeasedTable
 
 T = TypeVar("T")
@@ -74,6 +75,9 @@ class LeasedWorker(Generic[T]):
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Claim and work until cancelled (the actor's `run` calls this once started)."""
         rt = self._rt
+        # Started again after a fault: the rows this node held died with their tasks, and its
+        # heartbeat would renew those leases for as long as it lives.
+        await rt.db.write(nodes.release, rt.node, (self._work.table.name,))
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:

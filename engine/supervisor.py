@@ -89,7 +89,9 @@ class Supervisor:
     async def _restart_after(self, actor: Actor, exc: Exception, backoff: float) -> None:
         self._faults.restarted(actor.name)
         if is_outage(exc):
-            log.error("%s lost the database (%s); restarting in %.0f s", actor.name, exc, backoff)
+            log.error(
+                "%s lost the database (%s); restarting in %.0f s", actor.name, _leaves(exc), backoff
+            )
             await self._check_database()
         else:
             log.error("%s raised; restarting in %.0f s", actor.name, backoff, exc_info=exc)
@@ -134,6 +136,13 @@ async def _started_actor(
     actor: Actor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     await actor.run(task_status=task_status)
+
+
+def _leaves(exc: BaseException) -> str:
+    """What went wrong, without the task groups it travelled through."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_leaves(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}".strip()
 
 
 def _ping(tx: Any) -> Any:

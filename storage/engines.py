@@ -432,12 +432,27 @@ class PostgresEngine:
         return heard
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
+        results = self._read_batch(jobs)
+        if results is None:  # the connection was lost (the server restarted, or dropped it)
+            self._pool.check()  # and so, likely, were the others: the pool replaces them
+            results = self._read_batch(jobs)  # reads are safe to run again, once
+        if results is None:
+            import psycopg
+
+            raise psycopg.OperationalError("the connection to PostgreSQL was lost twice")
+        return results
+
+    def _read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]] | None:
+        """The batch's results, or None when the connection broke under it (the pool then
+        discards it)."""
         with self._pool.connection() as conn:
             tx = Tx(conn, "postgresql", self.sealer)
             results: list[outcome.Outcome[Any]] = []
             for unit, args in jobs:
                 result = _capture(unit, tx, args)
                 if isinstance(result, outcome.Error):
+                    if conn.broken:
+                        return None
                     conn.rollback()  # an error aborts the transaction; the next read opens anew
                 results.append(result)
             conn.commit()

@@ -104,16 +104,21 @@ def beat(tx: Tx, node_id: str, now: datetime, leases_until: datetime) -> bool:
     return True
 
 
-def release(tx: Tx, node_id: str) -> int:
-    """Give back everything `node_id` holds; how many leases that was."""
+def release(tx: Tx, node_id: str, tables: tuple[str, ...] | None = None) -> int:
+    """Give back everything `node_id` holds, or only its leases in `tables` (an actor starting
+    again after a fault: nothing of the node works those rows any more, while its heartbeat
+    would renew their leases for as long as it lives); how many leases that was."""
     released = 0
     for held in HELD:
+        if tables is not None and held.table not in tables:
+            continue
         released += tx.execute(
             f"UPDATE {held.table} SET {held.holder} = NULL, {held.until} = NULL"
             f" WHERE {held.holder} = :node",
             {"node": node_id},
         )
-    tx.execute(f"DELETE FROM {CLAIMS.table} WHERE {CLAIMS.holder} = :node", {"node": node_id})
+    if tables is None:
+        tx.execute(f"DELETE FROM {CLAIMS.table} WHERE {CLAIMS.holder} = :node", {"node": node_id})
     return released
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+import pytest
 import trio
 from trio.testing import MockClock
 
@@ -285,3 +287,44 @@ async def test_an_actor_that_raises_is_restarted_and_counted_while_the_rest_goes
     route_mail(dns_server, "still.example")
     sent = (await account.client.post("/v1/emails/", json=message("ok@still.example"))).json()
     assert (await wait_for_status(account, sent["id"]))["status"] == "delivered"
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_mail_in_flight_when_the_database_drops_the_connections_is_delivered(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, database_url: str
+) -> None:
+    """The delivery actor loses its connections mid-round and is restarted; the recipients its
+    node held then (whose leases the node's heartbeat goes on renewing) are worked again."""
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "slow.example")
+    smtp_sink.data_delay = 1.0  # the round is still on the wire when the connections go
+    sent = [
+        (await account.client.post("/v1/emails/", json=message(f"r{i}@slow.example"))).json()
+        for i in range(3)
+    ]
+
+    async def on_the_wire() -> bool:
+        return smtp_sink.open_transactions > 0
+
+    await _until(on_the_wire)
+
+    def drop_connections() -> int:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            return len(
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchall()
+            )
+
+    assert await trio.to_thread.run_sync(drop_connections) > 0
+    faults = service.running.runtime.faults
+
+    async def delivery_restarted() -> bool:  # its round's outcomes met a dropped connection
+        return faults.statistics().restarts.get("delivery", 0) > 0
+
+    await _until(delivery_restarted)  # (no API read before: a read replaces dropped connections)
+    for email in sent:
+        assert (await wait_for_status(account, email["id"]))["status"] == "delivered"
+    delivered = {m.rcpt_to[0] for m in smtp_sink.messages}
+    assert delivered == {f"r{i}@slow.example" for i in range(3)}

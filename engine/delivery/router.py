@@ -18,7 +18,7 @@ from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, opp
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
 from engine.runtime import Runtime
 from engine.wakeups import RESCAN
-from storage import emails
+from storage import emails, nodes
 
 log = logging.getLogger("postroom.delivery")
 
@@ -27,6 +27,7 @@ log = logging.getLogger("postroom.delivery")
 # over thousands of domains is worked through a bounded number at a time instead of building
 # every domain's batch at once, which held 800 MiB and starved the API for 18 s at start-up.
 ROUNDS_IN_FLIGHT = 64
+OWN_LEASES = ("email_recipients", "destination_slots")  # what the router's queues hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,9 @@ class DeliveryRouter:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         db = self._rt.db
+        # Started again after a fault: the recipients and connection slots this node held died
+        # with their queues, and its heartbeat would renew those leases for as long as it lives.
+        await db.write(nodes.release, self._rt.node, OWN_LEASES)
         async with trio.open_nursery() as nursery:
             for domain in await db.read(emails.domains_with_work):
                 self._wake(nursery, domain)
