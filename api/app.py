@@ -33,6 +33,7 @@ from api.routes import (
     verify,
     webhooks,
 )
+from api.url_rules import SharedBuilderRule
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
 
@@ -75,6 +76,7 @@ def create_app(
 ) -> QuartTrio:
     """The `/v1` API over one engine runtime; `/metrics` needs `metrics_token` when set."""
     app = QuartTrio(__name__)
+    app.url_rule_class = SharedBuilderRule
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.strict_slashes = False

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import random
 import sqlite3
 import threading
 import time
@@ -106,6 +107,8 @@ class Notes:
 
 
 NOTIFY_CHANNEL = "postroom"
+_CONFLICTS = ("40001", "40P01")  # serialization failure, deadlock detected
+CONFLICT_ATTEMPTS = 5  # runs of a write transaction PostgreSQL undid to resolve a deadlock
 # SQLite's announcements between the processes sharing a file: rows polled by each (`hear`).
 _SIGNALS_TABLE = (
     "CREATE TABLE IF NOT EXISTS _signals"
@@ -174,6 +177,10 @@ def _run_isolated(
         tx.notes = set()
         result = _capture(unit, tx, args)
         if isinstance(result, outcome.Error):
+            if _conflicted(result.error):
+                # A deadlock victim: the locks the batch's earlier units hold may be what the
+                # other transaction waits for, so the whole batch is undone and run again.
+                raise result.error
             if not in_transaction():
                 # SQLite undid the whole transaction itself (SQLITE_FULL does): the units
                 # before this one are gone too, so the batch fails as a whole.
@@ -184,6 +191,14 @@ def _run_isolated(
         execute("RELEASE SAVEPOINT unit")
         results.append(result)
     return results, notes
+
+
+def _conflicted(exc: BaseException) -> bool:
+    """Whether PostgreSQL undid the work to resolve a conflict with another transaction (a
+    deadlock, a serialization failure): the same work, run again, succeeds."""
+    import psycopg
+
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
 
 
 _HAS_WRITTEN = "SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS written"
@@ -396,13 +411,23 @@ class PostgresEngine:
     def _in_write_transaction(self, body: Callable[[Any], T]) -> tuple[T, bool]:
         """`body` in one transaction: its result, and whether it stored anything (asked only
         while the database is full, when the answer matters: one more round trip)."""
-        with self.space.refusals(), self._pool.connection() as conn, conn.transaction():
-            result = body(conn)
-            # A transaction is given an id when it first writes.
-            stored = self.space.full is not None and bool(
-                conn.execute(_HAS_WRITTEN).fetchone()["written"]
-            )
-            return result, stored
+        attempt = 1
+        while True:
+            try:
+                with self.space.refusals(), self._pool.connection() as conn, conn.transaction():
+                    result = body(conn)
+                    # A transaction is given an id when it first writes.
+                    stored = self.space.full is not None and bool(
+                        conn.execute(_HAS_WRITTEN).fetchone()["written"]
+                    )
+                    return result, stored
+            except Exception as exc:
+                if not _conflicted(exc) or attempt == CONFLICT_ATTEMPTS:
+                    raise
+                # Nodes claiming slots and rows of several destinations in one batch can
+                # deadlock; a short, random pause keeps the next attempts from meeting again.
+                time.sleep(random.uniform(0, 0.01 * attempt))
+                attempt += 1
 
     def hear(self, timeout: float) -> set[str] | None:
         import psycopg

@@ -142,6 +142,7 @@ def test_set_plan_of_an_unknown_email_fails_with_one_line(
     assert_one_line_error(result.stderr, "ghost@example.org")
 
 
+@pytest.mark.empty_database
 def test_migrate_is_idempotent(service_process: ServiceProcess) -> None:
     first = service_process.cli("migrate")
     second = service_process.cli("migrate")

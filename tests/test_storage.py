@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import trio
 
 from storage import migrations
-from storage.database import open_database
+from storage.database import Database, open_database
 from storage.tx import Tx, to_pyformat
 
 
@@ -85,6 +87,7 @@ async def test_committed_writes_survive_reopening(database_url: str) -> None:
         assert await db.read(_bodies) == {7: "durable"}
 
 
+@pytest.mark.empty_database
 async def test_migrations_apply_once(database_url: str) -> None:
     async with open_database(database_url) as db:
         first = await db.transaction(migrations.apply_pending)
@@ -112,3 +115,36 @@ def test_named_parameters_become_pyformat() -> None:
     assert to_pyformat(sql) == (
         "SELECT %(a)s FROM t WHERE x LIKE '%%a' AND y = %(long_name_2)s AND z = 'x'::text"
     )
+
+
+async def test_a_deadlock_between_two_nodes_is_resolved_by_running_the_loser_again(
+    postgres_url: str,
+) -> None:
+    """Two nodes lock the same rows in opposite orders; PostgreSQL undoes one transaction, which
+    is run again once the other has committed, and both succeed."""
+    barrier = threading.Barrier(2, timeout=10)
+    waited: set[int] = set()
+
+    def cross(tx: Tx, first: int, second: int) -> str:
+        tx.execute("UPDATE notes SET body = 'locked' WHERE id = :id", {"id": first})
+        if first not in waited:  # the first run meets the other node halfway; a rerun does not
+            waited.add(first)
+            barrier.wait()
+        tx.execute("UPDATE notes SET body = 'crossed' WHERE id = :id", {"id": second})
+        return "done"
+
+    async with open_database(postgres_url) as one, open_database(postgres_url) as other:
+        await one.transaction(_create_table)
+        await one.write(_insert, 1, "one")
+        await one.write(_insert, 2, "two")
+        results: list[str] = []
+
+        async def run(db: Database, first: int, second: int) -> None:
+            results.append(await db.write(cross, first, second))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, one, 1, 2)
+            nursery.start_soon(run, other, 2, 1)
+        assert results == ["done", "done"]
+        # One after the other: the second to commit wrote 'locked' to its first row last.
+        assert sorted((await one.read(_bodies)).values()) == ["crossed", "locked"]
