@@ -141,7 +141,7 @@ _UNAUTHENTICATED = re.compile(
 )
 _SENDER_SIDE = re.compile(
     r"reputation|block ?list|black ?list|spamhaus|\bbanned\b|\bblocked\b|\bblock\b|spam"
-    r"|unsolicited|complaints|sending ip|\bpolicy\b|your ip|this ip|from your|\[(tss|cs)\d+\]",
+    r"|unsolicited|complaints|\bpolicy\b|\bip\b|from your|\[(tss|cs)\d+\]",
     re.IGNORECASE,
 )
 _RATE = re.compile(
