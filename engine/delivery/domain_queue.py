@@ -552,9 +552,11 @@ class DomainQueue:
                             return
                         continue
                     # The connection broke: this transfer waits for the next attempt; the
-                    # other connections go on with the rest.
+                    # other connections go on with the rest. A 421 that closed it is kept, for
+                    # classify to read (a rate limit is a destination incident).
+                    broke = Unreachable(str(exc), getattr(exc, "reply", None))
                     for recipient in transfer.recipients:
-                        outcome.settle(transfer.email, recipient, Unreachable(str(exc)))
+                        outcome.settle(transfer.email, recipient, broke)
                     return
                 reused = False
                 for recipient in transfer.recipients:
