@@ -28,7 +28,6 @@ PAUSES: dict[IncidentKind, tuple[timedelta, timedelta]] = {
     IncidentKind.RATE_LIMITED: (timedelta(minutes=1), timedelta(hours=1)),
     IncidentKind.DNS: (timedelta(minutes=1), timedelta(minutes=30)),
 }
-STATES = ("open", "resolved", "all")
 
 
 def pause_for(kind: str, strikes: int) -> timedelta:
