@@ -545,17 +545,16 @@ def claim(
             for r in claimed
         ),
     )
-    following = tx.value(
-        "SELECT MIN(next_attempt_at) FROM email_recipients WHERE domain = :domain"
+    # The next due recipient, or the end of a pause holding some back, whichever is first.
+    following = tx.one(
+        f"SELECT MIN(next_attempt_at) AS due, ({incidents.PAUSE_ENDS}) AS pause_ends"
+        " FROM email_recipients WHERE domain = :domain"
         " AND status IN ('queued', 'deferred') AND (lease_until IS NULL OR lease_until < :now)"
         f" AND NOT {incidents.PAUSED}",
         {"domain": domain, "now": timestamp(now)},
     )
-    due = [
-        t
-        for t in (parse_optional_timestamp(following), incidents.next_unpaused(tx, domain, now))
-        if t is not None
-    ]
+    assert following is not None
+    due = [parse_timestamp(t) for t in (following["due"], following["pause_ends"]) if t]
     return claimed, min(due, default=None)
 
 

@@ -25,6 +25,13 @@ PAUSED = (
     " AND pi.resolved_at IS NULL AND pi.paused_until > :now)"
 )
 
+# When the earliest pause at the destination `:domain` ends (a queue with work held back
+# wakes then).
+PAUSE_ENDS = (
+    "SELECT MIN(paused_until) FROM delivery_incidents WHERE destination = :domain"
+    " AND resolved_at IS NULL AND paused_until > :now"
+)
+
 Pair = tuple[str, str]  # (workspace id, sending domain id)
 
 
@@ -68,16 +75,6 @@ def _incident(row: Row) -> Incident:
         paused_until=parse_timestamp(row["paused_until"]),
         resolved_at=parse_optional_timestamp(row["resolved_at"]),
     )
-
-
-def next_unpaused(tx: Tx, destination: str, now: datetime) -> datetime | None:
-    """When the earliest pause at `destination` ends (a queue with held-back work wakes then)."""
-    value = tx.value(
-        "SELECT MIN(paused_until) FROM delivery_incidents WHERE destination = :destination"
-        " AND resolved_at IS NULL AND paused_until > :now",
-        {"destination": destination, "now": timestamp(now)},
-    )
-    return parse_optional_timestamp(value)
 
 
 def record_round(
