@@ -100,6 +100,15 @@ async def test_incidents_are_the_workspaces_own_and_the_query_is_checked(
     await wait_for_status(account, sent["id"], ("deferred",))
     [incident] = await incidents(account)
     assert incident["kind"] == "rate_limited"
+    # The console's overview shows it to the workspace's people.
+    browser = service.client()
+    signed_in = await browser.post(
+        "/v1/auth/login", json={"email": account.email, "password": account.password}
+    )
+    assert signed_in.status_code == 200
+    page = (await browser.get("/")).text
+    assert "Destination incidents" in page
+    assert "slow.example" in page and "rate_limited" in page and "4.7.0 Try again later" in page
     stranger = await service.account("starter")
     assert await incidents(stranger, "all") == []
     for params in ({"status": "closed"}, {"limit": "0"}, {"limit": "201"}):
