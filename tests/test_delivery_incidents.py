@@ -17,7 +17,14 @@ from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_metrics import scrape
-from tests.test_sending import SENDING_DOMAIN, message, ready_account, route_mail, wait_for_status
+from tests.test_sending import (
+    SENDING_DOMAIN,
+    message,
+    ready_account,
+    route_mail,
+    wait_for_email,
+    wait_for_status,
+)
 
 REPUTATION_BLOCK = (
     "5.7.1 Service unavailable; Client host [127.0.0.1] blocked due to low reputation of"
@@ -75,6 +82,37 @@ async def test_a_reputation_block_defers_without_suppressing_and_pauses_the_dest
     assert resolved["status"] == "resolved"
     assert resolved["resolved_at"] is not None
     assert (await scrape(service)).get(open_metric) is None
+
+
+async def test_a_block_that_repeats_widens_the_pause_until_a_delivery_ends_it(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "strict.example")
+    smtp_sink.fail_first("ann@strict.example", 2, code=550, text=REPUTATION_BLOCK)
+    sent = (await account.client.post("/v1/emails/", json=message("ann@strict.example"))).json()
+    await wait_for_status(account, sent["id"], ("deferred",))
+    [incident] = await incidents(account)
+    assert incident["strikes"] == 1
+
+    clock.jump(15 * 60 + 1)  # tried again when the pause ends: blocked again
+    await wait_for_email(
+        account,
+        sent["id"],
+        lambda email: [e["event_type"] for e in email["events"]].count("deferred") == 2,
+    )
+    [incident] = await incidents(account)  # recorded in the same unit as the deferral
+    assert incident["strikes"] == 2
+    widened = datetime.fromisoformat(incident["paused_until"])
+    assert widened - datetime.fromisoformat(incident["last_seen_at"]) == timedelta(minutes=30)
+    clock.jump(15 * 60)  # half way through the wider pause: still waiting
+    await trio.sleep(1)
+    assert smtp_sink.messages == []
+
+    clock.jump(15 * 60 + 1)
+    assert (await wait_for_status(account, sent["id"]))["status"] == "delivered"
+    assert await incidents(account) == []
+    assert (await account.client.get("/v1/suppressions/")).json()["items"] == []
 
 
 async def test_a_mailbox_that_does_not_exist_still_bounces_and_is_suppressed(
