@@ -19,9 +19,11 @@ from api.routes import (
     emails,
     forwards,
     health,
+    incidents,
     mcp_policy,
     nodes,
     privacy,
+    queue,
     sandbox,
     senders,
     sessions,
@@ -62,6 +64,8 @@ BLUEPRINTS = (
     nodes.blueprint,
     sandbox.blueprint,
     mcp_policy.blueprint,
+    queue.blueprint,
+    incidents.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

@@ -41,6 +41,7 @@ _CATEGORY_OF_RESOURCE = {
     "workspace": "Billing",
     "sandbox": "Security",  # mail captured or sent for real
     "mcp_policy": "Security",  # what agents may do through the MCP door
+    "queue": "Send",  # queue actions by search: hold, release, cancel, retry now
 }
 
 _TARGET_TYPE = {
@@ -63,6 +64,7 @@ _TARGET_TYPE = {
     "workspace": "Workspace",
     "sandbox": "Sandbox mode",
     "mcp_policy": "MCP policy",
+    "queue": "Delivery queue",
 }
 
 

@@ -135,6 +135,14 @@ class ServiceCollector(Collector):
         for status in backlog.WAITING_WEBHOOK:
             hooks.add_metric([status], self.backlog.webhook_deliveries.get(status, 0))
         yield hooks
+        incidents = GaugeMetricFamily(
+            "postroom_delivery_incidents_open",
+            "Open destination incidents (sender-side blocks, rate limits), by destination and kind",
+            labels=["destination", "kind"],
+        )
+        for (destination, kind), count in sorted(self.backlog.incidents.items()):
+            incidents.add_metric([destination, kind], count)
+        yield incidents
 
     def _faults(self) -> Iterator[Metric]:
         stats = self._supervisor.fault_statistics()

@@ -7,12 +7,13 @@ index alone and never the rows (a million queued recipients count in a fraction 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from storage import incidents
 from storage.tx import Tx
 
-WAITING_EMAIL = ("scheduled", "queued", "deferred")
-WAITING_RECIPIENT = ("queued", "deferred")
+WAITING_EMAIL = ("scheduled", "queued", "deferred", "held")
+WAITING_RECIPIENT = ("queued", "deferred", "held")
 WAITING_WEBHOOK = ("pending", "retrying")
 
 
@@ -24,6 +25,8 @@ class Backlog:
     emails: dict[str, int]
     # status -> webhook deliveries in that state (pending, retrying)
     webhook_deliveries: dict[str, int]
+    # (destination, kind) -> open destination incidents (storage/incidents.py)
+    incidents: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -53,4 +56,4 @@ def read(tx: Tx) -> Backlog:
             f" WHERE status IN ({_in(WAITING_WEBHOOK)}) GROUP BY status"
         )
     }
-    return Backlog(recipients, emails, webhook_deliveries)
+    return Backlog(recipients, emails, webhook_deliveries, incidents.open_counts(tx))

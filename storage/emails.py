@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from storage import webhooks
+from storage import incidents, webhooks
 from storage.codec import (
     contains,
     from_json,
@@ -447,12 +447,15 @@ class Search:
     domain: list[str]
     tags: list[str]
     words: list[str]
+    destinations: list[str]  # recipient domains, exactly: an email with a recipient there
 
 
-def search(tx: Tx, workspace_id: str, query: Search, offset: int, limit: int) -> list[Email]:
-    """Emails matching every part of the search, newest first."""
+def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> str:
+    """The WHERE condition (over `emails`) matching every part of the search in the
+    workspace, its values added to `params`: the one rule the email log and queue actions
+    share."""
     clauses = ["workspace_id = :ws"]
-    params: dict[str, Any] = {"ws": workspace_id, "limit": limit, "offset": offset}
+    params["ws"] = workspace_id
 
     def add(sql: str, value: str) -> None:
         name = f"p{len(params)}"
@@ -469,14 +472,27 @@ def search(tx: Tx, workspace_id: str, query: Search, offset: int, limit: int) ->
         add("LOWER(from_address) LIKE :p ESCAPE '!'", "%@" + contains(text.lower()))
     for tag in query.tags:
         add("tags LIKE :p ESCAPE '!'", contains(to_json(tag)))  # the tag as a whole JSON string
+    for destination in query.destinations:
+        add(
+            "EXISTS (SELECT 1 FROM email_recipients sr WHERE sr.email_id = emails.id"
+            " AND sr.domain = :p)",
+            destination.lower(),
+        )
     for word in query.words:
         add(
             "LOWER(from_address || ' ' || subject || ' ' || to_addresses || cc_addresses)"
             " LIKE :p ESCAPE '!'",
             contains(word.lower()),
         )
+    return " AND ".join(clauses)
+
+
+def search(tx: Tx, workspace_id: str, query: Search, offset: int, limit: int) -> list[Email]:
+    """Emails matching every part of the search, newest first."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    where = search_clauses(workspace_id, query, params)
     rows = tx.all(
-        f"SELECT * FROM emails WHERE {' AND '.join(clauses)}"
+        f"SELECT * FROM emails WHERE {where}"
         " ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset",
         params,
     )
@@ -504,13 +520,14 @@ def domains_with_work(tx: Tx) -> list[str]:
 def claim(
     tx: Tx, domain: str, now: datetime, lease_until: datetime, node: str, limit: int
 ) -> tuple[list[Recipient], datetime | None]:
-    """Lease up to `limit` due recipients of a domain; and when the next one falls due."""
+    """Lease up to `limit` due recipients of a domain; and when the next one falls due.
+    Recipients whose sending domain has a paused incident here wait for its end."""
     params: dict[str, Any] = {"domain": domain, "now": timestamp(now), "limit": limit}
     lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
     rows = tx.all(
         "SELECT * FROM email_recipients WHERE domain = :domain"
         " AND status IN ('queued', 'deferred') AND next_attempt_at <= :now"
-        " AND (lease_until IS NULL OR lease_until < :now)"
+        f" AND (lease_until IS NULL OR lease_until < :now) AND NOT {incidents.PAUSED}"
         f" ORDER BY next_attempt_at, email_id LIMIT :limit{lock}",
         params,
     )
@@ -528,12 +545,17 @@ def claim(
             for r in claimed
         ),
     )
-    following = tx.value(
-        "SELECT MIN(next_attempt_at) FROM email_recipients WHERE domain = :domain"
-        " AND status IN ('queued', 'deferred') AND (lease_until IS NULL OR lease_until < :now)",
+    # The next due recipient, or the end of a pause holding some back, whichever is first.
+    following = tx.one(
+        f"SELECT MIN(next_attempt_at) AS due, ({incidents.PAUSE_ENDS}) AS pause_ends"
+        " FROM email_recipients WHERE domain = :domain"
+        " AND status IN ('queued', 'deferred') AND (lease_until IS NULL OR lease_until < :now)"
+        f" AND NOT {incidents.PAUSED}",
         {"domain": domain, "now": timestamp(now)},
     )
-    return claimed, parse_optional_timestamp(following)
+    assert following is not None
+    due = [parse_timestamp(t) for t in (following["due"], following["pause_ends"]) if t]
+    return claimed, min(due, default=None)
 
 
 Summary = Callable[[Sequence[str]], str]  # an email's status from its recipients'

@@ -35,7 +35,7 @@ def backlog(tx: Tx, workspace_id: str) -> list[tuple[str, str, int]]:
     rows = tx.all(
         "SELECT r.domain, r.status, COUNT(*) AS n FROM email_recipients r"
         " JOIN emails m ON m.id = r.email_id WHERE m.workspace_id = :ws"
-        " AND r.status IN ('queued', 'deferred') GROUP BY r.domain, r.status"
+        " AND r.status IN ('queued', 'deferred', 'held') GROUP BY r.domain, r.status"
         " ORDER BY 3 DESC, 1, 2",
         {"ws": workspace_id},
     )

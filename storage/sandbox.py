@@ -126,11 +126,12 @@ def unverify_domain(tx: Tx, domain_id: str) -> None:
 
 
 def mail_waiting(tx: Tx, workspace_id: str) -> int:
-    """The workspace's emails that could still go out: scheduled, queued or deferred."""
+    """The workspace's emails that could still go out: scheduled, queued, deferred or held
+    (a release would send it)."""
     return int(
         tx.value(
             "SELECT COUNT(*) FROM emails WHERE workspace_id = :ws"
-            " AND status IN ('scheduled', 'queued', 'deferred')",
+            " AND status IN ('scheduled', 'queued', 'deferred', 'held')",
             {"ws": workspace_id},
         )
     )

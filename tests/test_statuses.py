@@ -49,11 +49,29 @@ def test_recipients_move_only_from_waiting_except_a_late_bounce() -> None:
         (["bounced", "delivered"], "delivered"),
         (["failed", "bounced"], "bounced"),
         (["failed"], "failed"),
-        (["cancelled"], "failed"),
+        (["cancelled", "failed"], "failed"),
+        (["cancelled"], "cancelled"),  # every recipient cancelled by a queue action
+        (["held", "deferred"], "deferred"),
+        (["held", "delivered"], "held"),  # not done while a recipient waits for a release
     ],
 )
 def test_an_email_summarises_its_recipients(recipients: list[str], email: str) -> None:
     assert statuses.summary(recipients) == email
+
+
+def test_held_recipients_are_released_to_queued_or_cancelled_and_nothing_else() -> None:
+    for waiting in ("queued", "deferred"):
+        assert statuses.recipient_next(waiting, Trigger.HOLD) == "held"
+        assert statuses.recipient_next(waiting, Trigger.RETRY_NOW) == waiting
+        with pytest.raises(ValueError):
+            statuses.recipient_next(waiting, Trigger.RELEASE)
+    allowed = {Trigger.RELEASE: "queued", Trigger.CANCEL: "cancelled"}
+    for trigger in Trigger:
+        if trigger in allowed:
+            assert statuses.recipient_next("held", trigger) == allowed[trigger]
+        else:
+            with pytest.raises(ValueError):
+                statuses.recipient_next("held", trigger)
 
 
 def test_retry_is_allowed_from_the_documented_statuses_only() -> None:

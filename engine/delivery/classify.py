@@ -14,15 +14,21 @@ from a table (DESIGN.md section 3, docs/decisions.md):
 | every MX host refused the session for good (5xx greeting, EHLO and HELO refused) | refused: bounced, never suppressed |
 | MX hosts only on private addresses (our rule) | deferred, never suppressed |
 | a message that cannot be built, a recipient suppressed since | failed, never sent |
+| a sender-side block, rate limit or DNS failure (`incident_kind`) | incident: deferred, never suppressed |
 
 `REFUSED` is the kind for "the destination refused us, not the recipient": what a
-`PermanentFailure` of the session says. Classifying policy blocks (5.7.x) and rate limits
-(4.7.x) as such destination incidents can be added here without touching the queue.
+`PermanentFailure` of the session says. `INCIDENT` is a fact about the sending side and the
+destination (KumoMTA's distinction): a 5.7.x policy or reputation block, a 4.7.x (or 421)
+rate limit, our authentication (SPF, DKIM, DMARC, PTR) refused, or DNS not answering. The
+recipient is deferred on the retry schedule and never suppressed, and the destination is
+paused for the sending domain (engine/delivery/incidents.py). X.2.x replies are about the
+mailbox (Gmail's "450 4.2.1 ... receiving mail at a rate" is one hot mailbox): per recipient.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from engine.smtp.replies import SmtpReply
@@ -34,6 +40,16 @@ class Verdict(enum.Enum):
     BOUNCED = "bounced"  # the recipient cannot receive mail: bounced and suppressed
     REFUSED = "refused"  # the destination refused us, not the recipient: bounced, not suppressed
     FAILED = "failed"  # never sent and never will be: our data, or a suppression since
+    INCIDENT = "incident"  # the sending side is blocked or slowed: deferred, not suppressed
+
+
+class IncidentKind(enum.Enum):
+    """Why a destination refuses or slows a sending domain's mail."""
+
+    BLOCKED = "blocked"  # policy or reputation block of our IP or domain (5.7.x)
+    UNAUTHENTICATED = "unauthenticated"  # our SPF, DKIM, DMARC or PTR did not satisfy it
+    RATE_LIMITED = "rate_limited"  # too much, too fast (4.7.x, 421)
+    DNS = "dns"  # DNS did not answer for the destination
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +128,48 @@ Outcome = (
 class Decision:
     verdict: Verdict
     response: str  # what the recipient's log and events say
+    incident: IncidentKind | None = None  # set when the verdict is INCIDENT
+
+
+# Words that put a reply's blame on the sending side. Our authentication first: Microsoft's
+# "RESOLVER.RST.AuthRequired; authentication required" is a recipient that takes internal
+# mail only, so bare "authentication" is not among them.
+_UNAUTHENTICATED = re.compile(
+    r"unauthenticated|\b(spf|dkim|dmarc)\b|\bptr\b|reverse dns|rdns|authentication level"
+    r"|starttls|encryption",
+    re.IGNORECASE,
+)
+_SENDER_SIDE = re.compile(
+    r"reputation|block ?list|black ?list|spamhaus|\bbanned\b|\bblocked\b|\bblock\b|spam"
+    r"|unsolicited|complaints|\bpolicy\b|\bip\b|from your|\[(tss|cs)\d+\]",
+    re.IGNORECASE,
+)
+_RATE = re.compile(
+    r"\brate\b|too many (connections|sessions|messages)|volume|throttl|server busy|try again later",
+    re.IGNORECASE,
+)
+
+
+def incident_kind(reply: SmtpReply) -> IncidentKind | None:
+    """The destination incident a reply reports, or None when it is about the recipient or
+    the message (X.1.x addresses, X.2.x mailboxes, X.3.x-X.6.x systems and content) or is a
+    plain temporary failure. Only X.7.x (security or policy) and replies without an enhanced
+    status code are read for the sending side's blame."""
+    status, text = reply.enhanced_status, reply.text
+    subject = None if status is None else status.split(".")[1]
+    if subject not in ("7", None):
+        return None
+    if _UNAUTHENTICATED.search(text):
+        return IncidentKind.UNAUTHENTICATED
+    if reply.is_transient:
+        if subject == "7" or reply.code == 421 or _RATE.search(text):
+            return IncidentKind.RATE_LIMITED
+        return None
+    # Microsoft answers 5.7.6xx and 5.7.7xx for banned sending IPs and tenants, text or not.
+    detail = "" if status is None else status.split(".")[2]
+    if _SENDER_SIDE.search(text) or (len(detail) == 3 and detail[0] in "67"):
+        return IncidentKind.BLOCKED
+    return None  # a recipient's own policy ("Recipient address rejected: Access denied")
 
 
 def classify(outcome: Outcome) -> Decision:
@@ -119,13 +177,20 @@ def classify(outcome: Outcome) -> Decision:
     match outcome:
         case Replied(reply) if reply.is_success:
             return Decision(Verdict.DELIVERED, str(reply))
+        case Replied(reply) | Unreachable(_, reply) if (
+            reply is not None and (kind := incident_kind(reply)) is not None
+        ):
+            detail = str(reply) if isinstance(outcome, Replied) else outcome.detail
+            return Decision(Verdict.INCIDENT, detail, kind)
         case Replied(reply) if reply.is_permanent:
             return Decision(Verdict.BOUNCED, str(reply))
         case Replied(reply):
             return Decision(Verdict.DEFERRED, str(reply))
         case NoMailService(detail):
             return Decision(Verdict.BOUNCED, detail)
-        case DnsFailure(detail) | PrivateTargets(detail) | Unreachable(detail):
+        case DnsFailure(detail):
+            return Decision(Verdict.INCIDENT, detail, IncidentKind.DNS)
+        case PrivateTargets(detail) | Unreachable(detail):
             return Decision(Verdict.DEFERRED, detail)
         case SessionRefused(detail):
             return Decision(Verdict.REFUSED, detail)

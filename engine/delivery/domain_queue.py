@@ -6,7 +6,9 @@ messages in a worker thread, then send them over up to `CONNECTIONS` parallel SM
 connections, each reused for message after message and opportunistically upgraded with
 STARTTLS (a failed handshake is retried once in plain text), and record the whole round's
 outcomes in one unit of work. Every attempt's end is a typed outcome that
-engine/delivery/classify.py alone turns into delivered, deferred, bounced, refused or failed.
+engine/delivery/classify.py alone turns into delivered, deferred, bounced, refused, failed or
+a destination incident, which the round's unit opens, widens or resolves per sending domain
+(engine/delivery/incidents.py).
 
 Rounds are pipelined: while one round is on the wire, the next one is claimed, loaded, built
 and signed (RSA runs without the GIL, so the signing really overlaps the sending). At most
@@ -37,7 +39,7 @@ import trio
 
 from engine import dns as lookups
 from engine import faults
-from engine.delivery import mx, retry
+from engine.delivery import incidents, mx, retry
 from engine.delivery.classify import (
     Decision,
     DnsFailure,
@@ -62,6 +64,7 @@ from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
 from storage import delivery, destination_slots, emails
+from storage import incidents as stored_incidents
 from storage.codec import new_id
 from storage.emails import Email, Event, Recipient, RecipientUpdate
 from storage.suppressions import Suppression
@@ -106,6 +109,9 @@ class _Round:
         self.events: list[Event] = []
         self.bounces: list[tuple[str, Suppression]] = []
         self.counts: dict[str, int] = defaultdict(int)
+        # Per (workspace, sending domain): incidents hit, and deliveries (which resolve them).
+        self.incidents: dict[stored_incidents.Pair, stored_incidents.Hit] = {}
+        self.delivered: set[stored_incidents.Pair] = set()
 
     def _event(
         self, email_id: str, workspace_id: str, kind: str, recipient: str, meta: dict[str, Any]
@@ -134,10 +140,12 @@ class _Round:
             self.counts[status] += 1
 
         verdict = decision.verdict
+        pair = (email.workspace_id, email.domain_id)
         if verdict is Verdict.DELIVERED:
             event("sent", domain=recipient.domain)
             event("delivered", domain=recipient.domain, smtp_response=response)
             update(Trigger.ACCEPTED_BY_MX)
+            self.delivered.add(pair)
         elif verdict in (Verdict.BOUNCED, Verdict.REFUSED):
             refused = verdict is Verdict.REFUSED
             # A refusal of our session says nothing about the address: no suppression.
@@ -147,7 +155,13 @@ class _Round:
             if not refused:
                 entry = Suppression(address, "hard_bounce", self.now, email.id)
                 self.bounces.append((email.workspace_id, entry))
-        elif verdict is Verdict.DEFERRED:
+        elif verdict in (Verdict.DEFERRED, Verdict.INCIDENT):
+            if decision.incident is not None:
+                # The sending side's problem: the recipient waits, the destination pauses.
+                meta["incident"] = decision.incident.value
+                sending_domain = email.from_address.rpartition("@")[2].lower()
+                hit = stored_incidents.Hit(decision.incident.value, sending_domain, response)
+                self.incidents[pair] = hit
             when = retry.next_attempt(recipient.attempts + 1, recipient.queued_at, self.now)
             if when is None:
                 event("failed", error=f"gave up after 72 hours: {response}")
@@ -232,6 +246,9 @@ def _acquire(tx: Tx, domain: str, now: datetime, node: str) -> list[int]:
 def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
     delivery.record_outcomes(
         tx, outcome.updates, outcome.events, outcome.bounces, outcome.now, statuses.summary
+    )
+    stored_incidents.record_round(
+        tx, domain, outcome.incidents, outcome.delivered, outcome.now, incidents.pause_for
     )
     destination_slots.release(tx, domain, released, node)
 
@@ -535,9 +552,11 @@ class DomainQueue:
                             return
                         continue
                     # The connection broke: this transfer waits for the next attempt; the
-                    # other connections go on with the rest.
+                    # other connections go on with the rest. A 421 that closed it is kept, for
+                    # classify to read (a rate limit is a destination incident).
+                    broke = Unreachable(str(exc), getattr(exc, "reply", None))
                     for recipient in transfer.recipients:
-                        outcome.settle(transfer.email, recipient, Unreachable(str(exc)))
+                        outcome.settle(transfer.email, recipient, broke)
                     return
                 reused = False
                 for recipient in transfer.recipients:

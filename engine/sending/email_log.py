@@ -16,12 +16,20 @@ from storage.emails import Email, Event, Recipient, Search
 from storage.tx import Tx
 
 UPDATES_LIMIT = 50
-_TOKENS = {"to": "to", "from": "sender", "status": "status", "domain": "domain", "tag": "tags"}
+_TOKENS = {
+    "to": "to",
+    "from": "sender",
+    "status": "status",
+    "domain": "domain",
+    "tag": "tags",
+    "destination": "destinations",
+}
 
 
 def parse_query(q: str, status: str | None = None, tag: str | None = None) -> Search:
-    """The search a `q` string asks for: `to:`, `from:`, `status:`, `domain:`, `tag:` tokens,
-    every other word free text across sender, subject and recipients."""
+    """The search a `q` string asks for: `to:`, `from:`, `status:`, `domain:` (the sending
+    domain), `tag:`, `destination:` (a recipient domain, exactly) tokens, every other word
+    free text across sender, subject and recipients."""
     parts: dict[str, list[str]] = {name: [] for name in (*_TOKENS.values(), "words")}
     for word in q.split():
         name, sep, value = word.partition(":")

@@ -7,6 +7,8 @@ Rules:
   cancel, reject on a new suppression check. Once delivering, its status is `summary()` of its
   recipients', except that `cancelled` and `rejected` are final.
 - Retry is allowed from `RETRYABLE` only; it makes a new email, the original stays as it is.
+- `held` is a waiting status no delivery round claims: queue actions (engine/sending/
+  queue_actions.py) hold waiting recipients, release them to `queued` or cancel them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ BOUNCED = "bounced"
 FAILED = "failed"
 REJECTED = "rejected"
 CANCELLED = "cancelled"
+HELD = "held"
 EMAIL_STATUSES = (
     SCHEDULED,
     QUEUED,
@@ -33,6 +36,7 @@ EMAIL_STATUSES = (
     FAILED,
     REJECTED,
     CANCELLED,
+    HELD,
 )
 WAITING = (QUEUED, DEFERRED)  # a recipient still to be tried
 FINAL_EMAIL = (CANCELLED, REJECTED)  # never summarised again
@@ -53,6 +57,10 @@ class Trigger(Enum):
     TEMPORARY = "temporary"  # 4xx or unreachable, time left
     PERMANENT = "permanent"  # 5xx: a hard bounce
     GAVE_UP = "gave_up"  # 72 hours of temporary failures, or unreadable, or quarantined
+    # Queue actions by search, on waiting and held recipients.
+    HOLD = "hold"
+    RELEASE = "release"
+    RETRY_NOW = "retry_now"
 
 
 EMAIL_TRANSITIONS: dict[tuple[str | None, Trigger], str] = {
@@ -70,6 +78,10 @@ RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
     **{(waiting, Trigger.PERMANENT): BOUNCED for waiting in WAITING},
     **{(waiting, Trigger.GAVE_UP): FAILED for waiting in WAITING},
     **{(waiting, Trigger.CANCEL): CANCELLED for waiting in WAITING},
+    **{(waiting, Trigger.HOLD): HELD for waiting in WAITING},
+    **{(waiting, Trigger.RETRY_NOW): waiting for waiting in WAITING},  # due now, same status
+    (HELD, Trigger.RELEASE): QUEUED,
+    (HELD, Trigger.CANCEL): CANCELLED,
     # A DSN that arrives after the MX took the message turns a delivery into a bounce.
     (DELIVERED, Trigger.PERMANENT): BOUNCED,
 }
@@ -78,10 +90,14 @@ RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
 SUMMARY: tuple[tuple[tuple[str, ...], str], ...] = (
     ((QUEUED, SENDING), QUEUED),
     ((DEFERRED,), DEFERRED),
+    # Still waiting, for a release: the email is not done while any recipient is held.
+    ((HELD,), HELD),
     ((DELIVERED,), DELIVERED),
     ((BOUNCED,), BOUNCED),
+    ((FAILED,), FAILED),
 )
-SUMMARY_OTHERWISE = FAILED
+# Every recipient cancelled (a queue action's cancel): the email is cancelled.
+SUMMARY_OTHERWISE = CANCELLED
 
 
 def email_next(current: str | None, trigger: Trigger) -> str:
