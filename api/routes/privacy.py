@@ -28,6 +28,8 @@ class ErasedOut(BaseModel):
     events: int
     webhook_deliveries: int
     activity_entries: int
+    forward_logs: int
+    inbound_messages: int
     suppression_hash: str  # what the suppression list keeps, so the address stays suppressed
 
 
@@ -37,12 +39,7 @@ class ErasedOut(BaseModel):
 async def erase(body: EraseBody) -> dict[str, Any]:
     erased = await privacy.erase(runtime(), principal(), body.email)
     return ErasedOut(
-        contacts=erased.contacts,
-        emails=erased.emails,
-        events=erased.events,
-        webhook_deliveries=erased.webhook_deliveries,
-        activity_entries=erased.activity_entries,
-        suppression_hash=erased.suppression_hash,
+        contacts=erased.contacts, suppression_hash=erased.suppression_hash, **erased.touched
     ).model_dump()
 
 
