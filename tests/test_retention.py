@@ -11,6 +11,7 @@ import trio
 from trio.testing import MockClock
 
 from engine import retention
+from engine.accounts import users as accounts
 from storage.retention import EXPIRED_JOB_ERROR
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
@@ -86,6 +87,14 @@ async def test_a_workspace_sets_a_shorter_period_within_its_plans(service: Servi
     [entry] = [e for e in log["items"] if e["action"] == "privacy.retention_changed"]
     assert entry["meta"] == {"days": 7, "previous_days": None}
 
+    rt = service.running.runtime
+    assert (await client.put("/v1/privacy/retention", json={"days": 40})).json()["days"] == 40
+    await accounts.set_plan(rt, account.email, "free")  # a downgrade caps it at once
+    capped = (await client.get("/v1/privacy/retention")).json()
+    assert capped == {"days": 30, "custom_days": 40, "plan_days": 30}
+    assert (await client.put("/v1/privacy/retention", json={"days": 40})).status_code == 422
+    await accounts.set_plan(rt, account.email, "starter")
+    assert (await client.get("/v1/privacy/retention")).json()["days"] == 40
     other = await service.account("starter")  # another workspace keeps its plan's period
     assert (await other.client.get("/v1/privacy/retention")).json()["days"] == 45
     back = await client.put("/v1/privacy/retention", json={"days": None})
