@@ -30,6 +30,7 @@ from storage.tx import Tx
 PLACEHOLDER_DOMAIN = "erased.invalid"
 HASH_PREFIX = "sha256:"
 _EMAIL_TEXT_COLUMNS = (
+    "from_address",  # a forwarded copy keeps its original author
     "to_addresses",
     "cc_addresses",
     "bcc_addresses",
@@ -119,14 +120,15 @@ def _rewrite_attachments(stored: str, rewrite: Rewrite) -> str:
 def emails_batch(
     tx: Tx, workspace_id: str, address: str, rewrite: Rewrite, after: str, limit: int
 ) -> Batch:
-    """Rewrite the next emails sent to the address: fields, recipients, attachments, the raw
-    message; the sandbox's captured copies (test mail) are deleted whole."""
+    """Rewrite the next emails sent to the address or from it (a forwarded copy of its
+    mail): fields, recipients, attachments, the raw message; the sandbox's captured copies
+    (test mail) are deleted whole."""
     ids = [
-        str(row["email_id"])
+        str(row["id"])
         for row in tx.all(
-            "SELECT DISTINCT r.email_id FROM email_recipients r JOIN emails e"
-            " ON e.id = r.email_id WHERE e.workspace_id = :ws AND r.address = :e"
-            " AND r.email_id > :after ORDER BY r.email_id LIMIT :limit",
+            "SELECT e.id FROM emails e WHERE e.workspace_id = :ws AND e.id > :after"
+            " AND (LOWER(e.from_address) = :e OR EXISTS (SELECT 1 FROM email_recipients r"
+            " WHERE r.email_id = e.id AND r.address = :e)) ORDER BY e.id LIMIT :limit",
             {"ws": workspace_id, "e": address, "after": after, "limit": limit},
         )
     ]

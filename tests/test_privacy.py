@@ -94,6 +94,10 @@ def _inbound(tx: Tx) -> list[tuple[str, bytes]]:
     ]
 
 
+def _raw(tx: Tx, email_id: str) -> bytes:
+    return bytes(tx.value("SELECT data FROM raw_messages WHERE email_id = :id", {"id": email_id}))
+
+
 def _attachments(tx: Tx, email_id: str) -> list[dict[str, str]]:
     stored = tx.value(
         "SELECT attachments FROM email_attachments WHERE email_id = :id", {"id": email_id}
@@ -125,22 +129,32 @@ async def test_erasure_in_batches_reaches_attachments_forward_logs_and_inbound_c
 
     domain = await verified_domain(account, dns_server)
     urls = [https_receiver.url + "/ok", https_receiver.url + "/down"]
-    forward = {"source_email": SOURCE, "domain_id": domain["id"], "destination_urls": urls}
+    route_mail(dns_server, "elsewhere.example")
+    forward = {
+        "source_email": SOURCE,
+        "domain_id": domain["id"],
+        "destination_urls": urls,
+        "destination_emails": ["me@elsewhere.example"],  # a copy whose author is Ann
+    }
     assert (await client.post("/v1/forwards/", json=forward)).status_code == 201
     https_receiver.respond(500)  # one URL keeps failing, so the message is kept for it
     https_receiver.respond_sequence([200])
     from_ann = letter().replace(b"alice@sender.example", ANN.encode())
     assert await send_inbound(service, [SOURCE], from_ann, sender=ANN) == set()
     await https_receiver.wait_for_requests(2)
-    await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
+    arrived = await smtp_sink.wait_for_messages(4)  # three sent to Ann, and her forwarded mail
+    [copy] = [m for m in arrived if m.rcpt_to == ("me@elsewhere.example",)]
+    assert ANN.encode() in copy.data
+    await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 2)
+    [copy_id] = [e["id"] for e in (await client.get("/v1/emails/")).json() if e["id"] not in sent]
     [(sender, data)] = await db.read(_inbound)
     assert sender == ANN
 
     erased = await client.post("/v1/privacy/erase", json={"email": ANN})
     assert erased.status_code == 200, erased.text
     touched = erased.json()
-    assert touched["emails"] == 3 and touched["events"] >= 6
-    assert touched["forward_logs"] == 1 and touched["inbound_messages"] == 1
+    assert touched["emails"] == 4 and touched["events"] >= 6
+    assert touched["forward_logs"] == 2 and touched["inbound_messages"] == 1
 
     for email_id in sent:
         detail = (await client.get(f"/v1/emails/{email_id}")).json()
@@ -150,13 +164,16 @@ async def test_erasure_in_batches_reaches_attachments_forward_logs_and_inbound_c
         [kept] = await db.read(_attachments, email_id)  # the detail shows no content
         content = base64.b64decode(kept["content_base64"]).decode()
         assert content.startswith("Invoice for erased-") and ANN not in content
+    forwarded = (await client.get(f"/v1/emails/{copy_id}")).json()
+    assert forwarded["from_address"].endswith("@erased.invalid")
+    assert ANN.encode() not in (await db.read(_raw, copy_id)).lower()
     logs = await client.get("/v1/forwards/logs")
     assert ANN not in logs.text and "erased.invalid" in logs.text
     [(sender, data)] = await db.read(_inbound)
     assert sender.endswith("@erased.invalid") and ANN.encode() not in data.lower()
     log = (await client.get("/v1/audit-log")).json()["items"]
     [entry] = [e for e in log if e["action"] == "privacy.erased"]
-    assert entry["meta"]["emails"] == 3 and entry["meta"]["inbound_messages"] == 1
+    assert entry["meta"]["emails"] == 4 and entry["meta"]["inbound_messages"] == 1
     assert ANN not in str(log)
 
     again = (await client.post("/v1/privacy/erase", json={"email": ANN})).json()
