@@ -8,6 +8,7 @@ from quart_trio import QuartTrio
 import console
 from api import auth, errors, responses, validation
 from api.converters import IdConverter
+from api.openapi import ErrorDocumentingProvider
 from api.routes import (
     admin,
     api_keys,
@@ -98,6 +99,7 @@ def create_app(
         info={"title": "Postroom", "version": "1"},
         security_schemes={"apiKey": {"type": "http", "scheme": "bearer"}},
         security=[{"apiKey": []}],
+        openapi_provider_class=ErrorDocumentingProvider,  # adds each operation's errors
     )
     responses.install(app)
     for blueprint in BLUEPRINTS:

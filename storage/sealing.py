@@ -43,7 +43,8 @@ class SealedColumn:
 
 DKIM_PRIVATE_KEY = SealedColumn("domains", "dkim_private_key", "id")
 SERVICE_SECRET = SealedColumn("service_secrets", "value", "name")
-SEALED_COLUMNS = (DKIM_PRIVATE_KEY, SERVICE_SECRET)
+WEBHOOK_BASIC_AUTH = SealedColumn("webhooks", "basic_auth", "id")  # `user:password`
+SEALED_COLUMNS = (DKIM_PRIVATE_KEY, SERVICE_SECRET, WEBHOOK_BASIC_AUTH)
 
 
 def _bound(column: SealedColumn, row: str) -> bytes:

@@ -6,13 +6,16 @@ its deliveries, nor the other way round. The dispatcher claims due deliveries wi
 
 Email events are stored under their own names (`delivered`), as the events endpoint lists
 them; webhooks name them `email.delivered`. `webhook_event` is the one place that maps them.
+A webhook's basic-auth credentials are sealed at rest (storage/sealing.py) and opened only
+in this module's reads.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +28,21 @@ from storage.codec import (
     to_json,
 )
 from storage.leases import Claimed, FaultPolicy, LeasedTable
+from storage.sealing import WEBHOOK_BASIC_AUTH
 from storage.tx import Row, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class BasicAuth:
+    """Credentials a webhook's receiver expects (`Authorization: Basic`), sealed at rest."""
+
+    username: str  # RFC 7617: no colon
+    password: str = field(repr=False)
+
+    def header(self) -> str:
+        """The `Authorization` header value."""
+        pair = f"{self.username}:{self.password}".encode()
+        return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +55,7 @@ class Webhook:
     is_active: bool
     created_at: datetime
     format: str = "postroom"  # the payload profile (engine/webhooks/profiles.py)
+    basic_auth: BasicAuth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +72,10 @@ class Delivery:
     response_status: int | None
     response_body: str | None
     created_at: datetime
-    # The webhook's format, read with the delivery only when it is claimed for sending.
+    # The webhook's format and credentials, read with the delivery only when it is claimed
+    # for sending.
     send_format: str = "postroom"
+    send_basic_auth: BasicAuth | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +129,20 @@ def payload(
     return json.dumps(body, separators=(",", ":"))
 
 
-def _webhook(row: Row) -> Webhook:
+def _sealed_auth(tx: Tx, webhook_id: str, auth: BasicAuth | None) -> str | None:
+    if auth is None:
+        return None
+    return tx.sealer.seal(WEBHOOK_BASIC_AUTH, webhook_id, f"{auth.username}:{auth.password}")
+
+
+def _opened_auth(tx: Tx, webhook_id: str, stored: str | None) -> BasicAuth | None:
+    if stored is None:
+        return None
+    username, _, password = tx.sealer.unseal(WEBHOOK_BASIC_AUTH, webhook_id, stored).partition(":")
+    return BasicAuth(username, password)
+
+
+def _webhook(tx: Tx, row: Row) -> Webhook:
     return Webhook(
         id=row["id"],
         workspace_id=row["workspace_id"],
@@ -119,6 +152,7 @@ def _webhook(row: Row) -> Webhook:
         is_active=bool(row["is_active"]),
         created_at=parse_timestamp(row["created_at"]),
         format=row["format"],
+        basic_auth=_opened_auth(tx, row["id"], row["basic_auth"]),
     )
 
 
@@ -142,8 +176,8 @@ def _delivery(row: Row) -> Delivery:
 def insert(tx: Tx, webhook: Webhook) -> None:
     tx.execute(
         "INSERT INTO webhooks (id, workspace_id, url, events, secret, is_active, format,"
-        " created_at, updated_at) VALUES (:id, :ws, :url, :events, :secret, :active, :format,"
-        " :at, :at)",
+        " basic_auth, created_at, updated_at) VALUES (:id, :ws, :url, :events, :secret, :active,"
+        " :format, :auth, :at, :at)",
         {
             "id": webhook.id,
             "ws": webhook.workspace_id,
@@ -152,6 +186,7 @@ def insert(tx: Tx, webhook: Webhook) -> None:
             "secret": webhook.secret,
             "active": webhook.is_active,
             "format": webhook.format,
+            "auth": _sealed_auth(tx, webhook.id, webhook.basic_auth),
             "at": timestamp(webhook.created_at),
         },
     )
@@ -162,7 +197,7 @@ def get(tx: Tx, workspace_id: str, webhook_id: str) -> Webhook | None:
         "SELECT * FROM webhooks WHERE workspace_id = :ws AND id = :id AND deleted_at IS NULL",
         {"ws": workspace_id, "id": webhook_id},
     )
-    return None if row is None else _webhook(row)
+    return None if row is None else _webhook(tx, row)
 
 
 def list_active(tx: Tx, workspace_id: str) -> list[Webhook]:
@@ -171,15 +206,16 @@ def list_active(tx: Tx, workspace_id: str) -> list[Webhook]:
         " ORDER BY created_at, id",
         {"ws": workspace_id},
     )
-    return [_webhook(row) for row in rows]
+    return [_webhook(tx, row) for row in rows]
 
 
 def update(tx: Tx, webhook: Webhook, now: datetime) -> None:
     tx.execute(
         "UPDATE webhooks SET url = :url, events = :events, is_active = :active,"
-        " format = :format, updated_at = :at WHERE id = :id",
+        " format = :format, basic_auth = :auth, updated_at = :at WHERE id = :id",
         {
             "format": webhook.format,
+            "auth": _sealed_auth(tx, webhook.id, webhook.basic_auth),
             "url": webhook.url,
             "events": to_json(webhook.events),
             "active": webhook.is_active,
@@ -340,24 +376,27 @@ def replay_matching(
 DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
 
 
-def _with_secret(row: Row) -> tuple[Delivery, str]:
-    return replace(_delivery(row), send_format=row["webhook_format"]), str(row["webhook_secret"])
+def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
+    auth = _opened_auth(tx, row["webhook_id"], row["webhook_basic_auth"])
+    delivery = replace(_delivery(row), send_format=row["webhook_format"], send_basic_auth=auth)
+    return delivery, str(row["webhook_secret"])
 
 
 def claim_due(
     tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int, faults: FaultPolicy
 ) -> Claimed[tuple[Delivery, str]]:
-    """Lease due deliveries, each with its webhook's secret (and format)."""
+    """Lease due deliveries, each with its webhook's secret (and format and credentials)."""
     return DELIVERIES.claim_due(
         tx,
         now,
         lease_until,
         node,
         limit,
-        _with_secret,
+        lambda row: _with_secret(tx, row),
         faults,
         join=" JOIN webhooks w ON w.id = q.webhook_id",
-        also=", w.secret AS webhook_secret, w.format AS webhook_format",
+        also=", w.secret AS webhook_secret, w.format AS webhook_format,"
+        " w.basic_auth AS webhook_basic_auth",
     )
 
 

@@ -1,14 +1,23 @@
-"""`POST /v1/privacy/erase`: one address leaves a workspace's contacts, emails, events,
-webhook deliveries and activity log, and stays suppressed by its hash; on both engines."""
+"""`POST /v1/privacy/erase`: one address leaves a workspace's contacts, emails (attachments
+too), events, webhook deliveries, activity log, forward logs and inbound copies, in bounded
+batches, and stays suppressed by its hash; on both engines."""
 
 from __future__ import annotations
 
+import base64
+import json
+
+import pytest
 import trio
 
+from engine import privacy
+from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
+from tests.test_forwards import SOURCE, verified_domain
+from tests.test_inbound import letter, poll, send_inbound
 from tests.test_sending import message, ready_account, route_mail, wait_for_status
 from tests.test_webhooks import _webhook
 
@@ -76,3 +85,96 @@ async def test_erasure_is_scoped_to_the_workspace(service: Service, dns_server: 
     assert ANN not in (await theirs.client.get("/v1/suppressions/")).text
     refused = await mine.client.post("/v1/privacy/erase", json={"email": "not an address"})
     assert refused.status_code == 422 and refused.json()["code"] == "validation_error"
+
+
+def _inbound(tx: Tx) -> list[tuple[str, bytes]]:
+    return [
+        (str(r["envelope_from"]), base64.b64decode(r["data"]))
+        for r in tx.all("SELECT envelope_from, data FROM inbound_messages")
+    ]
+
+
+def _raw(tx: Tx, email_id: str) -> bytes:
+    return bytes(tx.value("SELECT data FROM raw_messages WHERE email_id = :id", {"id": email_id}))
+
+
+def _attachments(tx: Tx, email_id: str) -> list[dict[str, str]]:
+    stored = tx.value(
+        "SELECT attachments FROM email_attachments WHERE email_id = :id", {"id": email_id}
+    )
+    found: list[dict[str, str]] = json.loads(stored)
+    return found
+
+
+async def test_erasure_in_batches_reaches_attachments_forward_logs_and_inbound_copies(
+    service: Service,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    https_receiver: HttpsReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(privacy, "BATCH", 2)  # three emails and more events: several batches
+    db = service.running.runtime.db
+    account = await ready_account(service, dns_server)
+    client = account.client
+    route_mail(dns_server, "erase.example")
+    note = base64.b64encode(f"Invoice for {ANN}".encode()).decode()
+    attachment = {"filename": f"{ANN}.txt", "content_base64": note, "content_type": "text/plain"}
+    sent = []
+    for _ in range(3):
+        body = message(ANN, attachments=[attachment])
+        sent.append((await client.post("/v1/emails/", json=body)).json()["id"])
+    for email_id in sent:
+        await wait_for_status(account, email_id)
+
+    domain = await verified_domain(account, dns_server)
+    urls = [https_receiver.url + "/ok", https_receiver.url + "/down"]
+    route_mail(dns_server, "elsewhere.example")
+    forward = {
+        "source_email": SOURCE,
+        "domain_id": domain["id"],
+        "destination_urls": urls,
+        "destination_emails": ["me@elsewhere.example"],  # a copy whose author is Ann
+    }
+    assert (await client.post("/v1/forwards/", json=forward)).status_code == 201
+    https_receiver.respond(500)  # one URL keeps failing, so the message is kept for it
+    https_receiver.respond_sequence([200])
+    from_ann = letter().replace(b"alice@sender.example", ANN.encode())
+    assert await send_inbound(service, [SOURCE], from_ann, sender=ANN) == set()
+    await https_receiver.wait_for_requests(2)
+    arrived = await smtp_sink.wait_for_messages(4)  # three sent to Ann, and her forwarded mail
+    [copy] = [m for m in arrived if m.rcpt_to == ("me@elsewhere.example",)]
+    assert ANN.encode() in copy.data
+    await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 2)
+    [copy_id] = [e["id"] for e in (await client.get("/v1/emails/")).json() if e["id"] not in sent]
+    [(sender, data)] = await db.read(_inbound)
+    assert sender == ANN
+
+    erased = await client.post("/v1/privacy/erase", json={"email": ANN})
+    assert erased.status_code == 200, erased.text
+    touched = erased.json()
+    assert touched["emails"] == 4 and touched["events"] >= 6
+    assert touched["forward_logs"] == 2 and touched["inbound_messages"] == 1
+
+    for email_id in sent:
+        detail = (await client.get(f"/v1/emails/{email_id}")).json()
+        assert ANN not in str(detail) and "erased.invalid" in str(detail)
+        [shown] = detail["attachments"]
+        assert shown["filename"].endswith("@erased.invalid.txt")
+        [kept] = await db.read(_attachments, email_id)  # the detail shows no content
+        content = base64.b64decode(kept["content_base64"]).decode()
+        assert content.startswith("Invoice for erased-") and ANN not in content
+    forwarded = (await client.get(f"/v1/emails/{copy_id}")).json()
+    assert forwarded["from_address"].endswith("@erased.invalid")
+    assert ANN.encode() not in (await db.read(_raw, copy_id)).lower()
+    logs = await client.get("/v1/forwards/logs")
+    assert ANN not in logs.text and "erased.invalid" in logs.text
+    [(sender, data)] = await db.read(_inbound)
+    assert sender.endswith("@erased.invalid") and ANN.encode() not in data.lower()
+    log = (await client.get("/v1/audit-log")).json()["items"]
+    [entry] = [e for e in log if e["action"] == "privacy.erased"]
+    assert entry["meta"]["emails"] == 4 and entry["meta"]["inbound_messages"] == 1
+    assert ANN not in str(log)
+
+    again = (await client.post("/v1/privacy/erase", json={"email": ANN})).json()
+    assert again["emails"] == 0 and again["inbound_messages"] == 0  # nothing left to touch

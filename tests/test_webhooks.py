@@ -1,16 +1,21 @@
-"""Webhooks: signed deliveries of email events to a real HTTPS receiver, retries, replay."""
+"""Webhooks: signed deliveries of email events to a real HTTPS receiver, retries, replay,
+basic auth for receivers that expect it."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
+import logging
 from typing import Any
 
+import pytest
 import trio
 from trio.testing import MockClock
 
 from postroom.service import RunningService, serve
+from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
@@ -288,3 +293,63 @@ async def test_a_host_repointed_at_a_private_address_after_saving_is_not_called(
     finally:
         await service.aclose()
         running.stop()
+
+
+def _stored_auth(tx: Tx, webhook_id: str) -> str | None:
+    value: str | None = tx.value(
+        "SELECT basic_auth FROM webhooks WHERE id = :id", {"id": webhook_id}
+    )
+    return value
+
+
+async def test_basic_auth_is_sent_sealed_at_rest_and_never_shown(
+    service: Service, https_receiver: HttpsReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    account = await service.account()
+    client = account.client
+    password = "s3cret-pass word"
+    body = {
+        "url": https_receiver.url + "/listmonk",
+        "events": EVENTS,
+        "basic_auth": {"username": "listmonk", "password": password},
+    }
+    created = await client.post("/v1/webhooks/", json=body)
+    assert created.status_code == 201, created.text
+    hook = created.json()
+    assert hook["basic_auth"] == {"username": "listmonk"}
+    listed = await client.get("/v1/webhooks/")
+    assert listed.json()[0]["basic_auth"] == {"username": "listmonk"}
+    stored = await service.running.runtime.db.read(_stored_auth, hook["id"])
+    assert stored is not None and stored.startswith("enc:v1:") and password not in stored
+
+    await client.post(f"/v1/webhooks/{hook['id']}/test")
+    [first] = await https_receiver.wait_for_requests(1)
+    expected = "Basic " + base64.b64encode(f"listmonk:{password}".encode()).decode()
+    assert first.headers["authorization"] == expected
+    assert "x-webhook-signature" in first.headers  # signing stays ours
+
+    # A change that does not name the credentials keeps them; null removes them.
+    kept = await client.patch(f"/v1/webhooks/{hook['id']}", json={"events": ["email.bounced"]})
+    assert kept.json()["basic_auth"] == {"username": "listmonk"}
+    await client.post(f"/v1/webhooks/{hook['id']}/test")
+    [_, second] = await https_receiver.wait_for_requests(2)
+    assert second.headers["authorization"] == expected
+    removed = await client.patch(f"/v1/webhooks/{hook['id']}", json={"basic_auth": None})
+    assert removed.json()["basic_auth"] is None
+    assert await service.running.runtime.db.read(_stored_auth, hook["id"]) is None
+    await client.post(f"/v1/webhooks/{hook['id']}/test")
+    [*_, third] = await https_receiver.wait_for_requests(3)
+    assert "authorization" not in third.headers
+
+    for shown in (created, listed, kept, await client.get("/v1/audit-log")):
+        assert password not in shown.text
+    deliveries = (await client.get(f"/v1/webhooks/{hook['id']}/deliveries")).json()["items"]
+    for item in deliveries:
+        assert password not in (await client.get(f"/v1/webhook-deliveries/{item['id']}")).text
+    assert password not in caplog.text and expected not in caplog.text
+
+    for bad in ({"username": "a:b", "password": "x"}, {"username": "a", "password": "x\r\ny"}):
+        refused = await client.post("/v1/webhooks/", json={**body, "basic_auth": bad})
+        assert refused.status_code == 422, bad
+        assert refused.json()["errors"][0]["loc"][:2] == ["body", "basic_auth"]

@@ -1,17 +1,19 @@
-"""`/v1/privacy/`: erase one person's address from the workspace's data."""
+"""`/v1/privacy/`: erase one person's address from the workspace's data; set how long the
+workspace keeps content (`retention`, at most its plan's period)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import EmailText
 from api.validation import json_body
-from engine import privacy
+from engine import privacy, retention
+from engine.retention import Retention
 
 blueprint = Blueprint("privacy", __name__, url_prefix="/v1/privacy")
 
@@ -26,6 +28,8 @@ class ErasedOut(BaseModel):
     events: int
     webhook_deliveries: int
     activity_entries: int
+    forward_logs: int
+    inbound_messages: int
     suppression_hash: str  # what the suppression list keeps, so the address stays suppressed
 
 
@@ -35,10 +39,34 @@ class ErasedOut(BaseModel):
 async def erase(body: EraseBody) -> dict[str, Any]:
     erased = await privacy.erase(runtime(), principal(), body.email)
     return ErasedOut(
-        contacts=erased.contacts,
-        emails=erased.emails,
-        events=erased.events,
-        webhook_deliveries=erased.webhook_deliveries,
-        activity_entries=erased.activity_entries,
-        suppression_hash=erased.suppression_hash,
+        contacts=erased.contacts, suppression_hash=erased.suppression_hash, **erased.touched
     ).model_dump()
+
+
+class RetentionOut(BaseModel):
+    days: int = Field(description="the period that applies: content older than this is deleted")
+    custom_days: int | None = Field(description="the workspace's own period; null: the plan's")
+    plan_days: int = Field(description="the plan's period: the default and the longest")
+
+
+class RetentionChange(BaseModel):
+    days: int | None = Field(description="1 to the plan's period; null: back to the plan's period")
+
+
+def _retention_out(current: Retention) -> dict[str, Any]:
+    return RetentionOut(
+        days=current.days, custom_days=current.custom_days, plan_days=current.plan_days
+    ).model_dump()
+
+
+@blueprint.get("/retention")
+@document_response(RetentionOut)
+async def get_retention() -> dict[str, Any]:
+    return _retention_out(await retention.current(runtime(), principal()))
+
+
+@blueprint.put("/retention")
+@json_body(RetentionChange)
+@document_response(RetentionOut)
+async def put_retention(body: RetentionChange) -> dict[str, Any]:
+    return _retention_out(await retention.change(runtime(), principal(), body.days))

@@ -14,7 +14,7 @@ from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import json_body, query_args
 from engine.webhooks import endpoints as webhooks
-from storage.webhooks import Delivery, ReplayFilter, Webhook
+from storage.webhooks import BasicAuth, Delivery, ReplayFilter, Webhook
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/v1")
 
@@ -24,10 +24,23 @@ DELIVERY_STATUSES = ("pending", "delivered", "retrying", "dead")
 Format = Literal["postroom", "listmonk", "sendgrid", "ses", "postmark"]  # profiles.FORMATS
 
 
+class BasicAuthIn(BaseModel):
+    """Credentials the receiver expects, sent as `Authorization: Basic`; stored sealed and
+    never shown again (responses carry the username only)."""
+
+    # RFC 7617: the user-id holds no colon; neither holds a control character (header text).
+    username: str = Field(min_length=1, max_length=200, pattern=r"^[^:\x00-\x1f\x7f]+$")
+    password: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+
+    def credentials(self) -> BasicAuth:
+        return BasicAuth(self.username, self.password)
+
+
 class CreateWebhook(BaseModel):
     url: str = Field(min_length=1, max_length=2000)
     events: list[str] = Field(max_length=20)
     format: Format = "postroom"
+    basic_auth: BasicAuthIn | None = None
 
 
 class UpdateWebhook(BaseModel):
@@ -35,6 +48,11 @@ class UpdateWebhook(BaseModel):
     events: list[str] | None = Field(None, max_length=20)
     is_active: bool | None = None
     format: Format | None = None
+    basic_auth: BasicAuthIn | None = Field(None, description="null removes them; omitted: kept")
+
+
+class BasicAuthOut(Out):
+    username: str
 
 
 class WebhookOut(Out):
@@ -44,6 +62,7 @@ class WebhookOut(Out):
     secret: str
     is_active: bool
     format: str
+    basic_auth: BasicAuthOut | None
     created_at: datetime
 
 
@@ -119,7 +138,8 @@ async def list_webhooks() -> list[dict[str, Any]]:
 @json_body(CreateWebhook)
 @document_response(WebhookOut, 201)
 async def create(body: CreateWebhook) -> tuple[dict[str, Any], int]:
-    hook = await webhooks.create(runtime(), principal(), body.url, body.events, body.format)
+    auth = None if body.basic_auth is None else body.basic_auth.credentials()
+    hook = await webhooks.create(runtime(), principal(), body.url, body.events, body.format, auth)
     return _webhook(hook), 201
 
 
@@ -127,8 +147,11 @@ async def create(body: CreateWebhook) -> tuple[dict[str, Any], int]:
 @json_body(UpdateWebhook)
 @document_response(WebhookOut)
 async def update(webhook_id: str, body: UpdateWebhook) -> dict[str, Any]:
+    auth: BasicAuth | Literal["keep"] | None = webhooks.KEEP
+    if "basic_auth" in body.model_fields_set:
+        auth = None if body.basic_auth is None else body.basic_auth.credentials()
     hook = await webhooks.update(
-        runtime(), principal(), webhook_id, body.url, body.events, body.is_active, body.format
+        runtime(), principal(), webhook_id, body.url, body.events, body.is_active, body.format, auth
     )
     return _webhook(hook)
 

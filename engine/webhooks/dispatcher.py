@@ -96,6 +96,8 @@ class WebhookDispatcher:
             "X-Webhook-Signature": signature(secret, body),
             "User-Agent": "Postroom-Webhooks/1",
         }
+        if delivery.send_basic_auth is not None:  # for receivers that expect it (issue 20)
+            headers["Authorization"] = delivery.send_basic_auth.header()
         answer = await outbound_http.post(
             self._client, delivery.endpoint_url, body, headers, TIMEOUT
         )

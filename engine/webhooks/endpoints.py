@@ -3,7 +3,8 @@
 A webhook's URL must be HTTPS; unless POSTROOM_ALLOW_PRIVATE_TARGETS is on, it must not name
 or resolve to a loopback, private, link-local or reserved address (no SSRF into the
 operator's network). The signing secret (`whsec_…`) is generated here and shown in responses,
-as the spec's Webhook resource has it.
+as the spec's Webhook resource has it. Basic-auth credentials for receivers that expect them
+are stored sealed and never shown again: responses carry the username only.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import replace
 from datetime import datetime
+from typing import Literal
 
 from engine import outbound_http
 from engine.activity import Change, record
@@ -20,10 +22,11 @@ from engine.webhooks import profiles
 from storage import webhooks
 from storage.codec import new_id
 from storage.tx import Tx
-from storage.webhooks import EVENT_TYPES, Delivery, ReplayFilter, Webhook
+from storage.webhooks import EVENT_TYPES, BasicAuth, Delivery, ReplayFilter, Webhook
 
 SAMPLE_EVENT = "email.delivered"
 REPLAYABLE = ("dead", "delivered")  # a pending or retrying delivery is still on its way
+KEEP: Literal["keep"] = "keep"  # an update that leaves the basic-auth credentials as they are
 
 
 def _invalid(field: str, message: str) -> Unprocessable:
@@ -60,7 +63,12 @@ def _insert(tx: Tx, who: Principal, hook: Webhook) -> Webhook:
 
 
 async def create(
-    rt: Runtime, who: Principal, url: str, events: list[str], fmt: str = profiles.DEFAULT
+    rt: Runtime,
+    who: Principal,
+    url: str,
+    events: list[str],
+    fmt: str = profiles.DEFAULT,
+    basic_auth: BasicAuth | None = None,
 ) -> Webhook:
     fmt = _checked_format(fmt)
     hook = Webhook(
@@ -72,6 +80,7 @@ async def create(
         is_active=True,
         created_at=rt.clock.now(),
         format=fmt,
+        basic_auth=basic_auth,
     )
     return await rt.db.write(_insert, who, hook)
 
@@ -95,6 +104,7 @@ def _update(
     events: list[str] | None,
     is_active: bool | None,
     fmt: str | None,
+    basic_auth: BasicAuth | Literal["keep"] | None,
     now: datetime,
 ) -> Webhook:
     hook = webhooks.get(tx, who.workspace_id, webhook_id)
@@ -106,6 +116,7 @@ def _update(
         events=hook.events if events is None else events,
         is_active=hook.is_active if is_active is None else is_active,
         format=hook.format if fmt is None else fmt,
+        basic_auth=hook.basic_auth if basic_auth == "keep" else basic_auth,
     )
     # The events must suit the format, whichever of the two changed.
     _checked_events(changed.events, changed.format)
@@ -129,8 +140,10 @@ async def update(
     events: list[str] | None,
     is_active: bool | None,
     fmt: str | None = None,
+    basic_auth: BasicAuth | Literal["keep"] | None = KEEP,
 ) -> Webhook:
-    """Change the URL, events, active flag or format (None leaves a field as it is)."""
+    """Change the URL, events, active flag or format (None leaves a field as it is) and the
+    basic-auth credentials (None removes them, `KEEP` leaves them)."""
     checked_fmt = None if fmt is None else _checked_format(fmt)
     checked_url = None if url is None else await outbound_http.checked_url(rt, url)
     checked_events = (
@@ -144,6 +157,7 @@ async def update(
         checked_events,
         is_active,
         checked_fmt,
+        basic_auth,
         rt.clock.now(),
     )
 

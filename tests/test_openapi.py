@@ -1,0 +1,116 @@
+"""`/openapi.json` is a valid OpenAPI 3.1 document whose operations document their errors.
+
+The document is checked by openapi-spec-validator (a pinned dev dependency); errors the
+service really answers are checked against what the document says of that operation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from typing import Any
+
+import httpx
+import jsonschema
+from openapi_spec_validator import validate
+
+from api.openapi import DECLARED
+from tests.harness.service import Service
+
+# No input and no credential: nothing a client can get wrong (503 when degraded is a 5xx).
+NO_CLIENT_ERROR = {("get", "/healthz")}
+
+
+async def _document(service: Service) -> dict[str, Any]:
+    response = await service.client().get("/openapi.json")
+    assert response.status_code == 200
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method, path, operation)
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+    ]
+
+
+async def test_the_document_is_valid_openapi(service: Service) -> None:
+    document = await _document(service)
+    validate(document)  # raises OpenAPIValidationError with the path of the first problem
+    assert document["openapi"].startswith("3.1")
+
+
+async def test_every_operation_documents_its_errors_with_the_error_body(service: Service) -> None:
+    document = await _document(service)
+    error_ref = {"$ref": "#/components/schemas/Error"}
+    assert document["components"]["schemas"]["Error"]["required"] == ["code", "detail"]
+    operations = _operations(document)
+    assert len(operations) > 90
+    undocumented = []
+    for method, path, operation in operations:
+        errors = {
+            status: response
+            for status, response in operation["responses"].items()
+            if status.startswith("4")
+        }
+        for status, response in errors.items():
+            assert response["content"]["application/json"]["schema"] == error_ref, (path, status)
+        if not errors and (method, path) not in NO_CLIENT_ERROR:
+            undocumented.append(f"{method.upper()} {path}")
+        assert any(status.startswith("2") for status in operation["responses"]), (method, path)
+    assert undocumented == []
+    send = document["paths"]["/v1/emails/"]["post"]["responses"]
+    assert {"401", "403", "409", "413", "422"} <= set(send)
+    assert "429" in document["paths"]["/v1/auth/login"]["post"]["responses"]
+    assert (
+        "Retry-After" in document["paths"]["/v1/auth/login"]["post"]["responses"]["429"]["headers"]
+    )
+
+
+def test_each_declared_error_names_a_route_that_exists() -> None:
+    for endpoint in DECLARED:
+        blueprint, function = endpoint.split(".")
+        module = importlib.import_module(f"api.routes.{blueprint}")
+        assert callable(getattr(module, function, None)), endpoint
+
+
+async def test_errors_the_service_answers_are_documented_for_their_operation(
+    service: Service,
+) -> None:
+    document = await _document(service)
+    account = await service.account("free")
+    anonymous = service.client()
+    answers: list[tuple[str, str, httpx.Response]] = [
+        ("get", "/v1/domains/", await anonymous.get("/v1/domains/")),
+        (
+            "get",
+            "/v1/domains/{domain_id}",
+            await account.client.get(f"/v1/domains/{uuid.uuid4()}"),
+        ),
+        ("post", "/v1/emails/", await account.client.post("/v1/emails/", json={"to": []})),
+        (
+            "post",
+            "/v1/emails/",
+            await account.client.post(
+                "/v1/emails/", content=b"to=a", headers={"Content-Type": "text/plain"}
+            ),
+        ),
+        (
+            "post",
+            "/v1/templates/",
+            await account.client.post(
+                "/v1/templates/",
+                json={"name": "t", "subject": "s", "html_body": "h", "text_body": "t"},
+            ),
+        ),
+        ("get", "/v1/audit-log", await account.client.get("/v1/audit-log?limit=0")),
+    ]
+    error_schema = document["components"]["schemas"]["Error"]
+    for method, path, answer in answers:
+        assert 400 <= answer.status_code < 500, (path, answer.status_code)
+        documented = document["paths"][path][method]["responses"]
+        assert str(answer.status_code) in documented, (method, path, answer.status_code)
+        jsonschema.validate(answer.json(), error_schema)
+    assert [a.status_code for _, _, a in answers] == [401, 404, 422, 415, 403, 422]
