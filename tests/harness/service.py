@@ -8,6 +8,7 @@ command sets it whenever PostgreSQL is installed).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -85,6 +86,14 @@ def _postgres_template(admin_url: str) -> str:
             conn.execute(f"CREATE DATABASE {building}")
             _migrate(f"{base}/{building}")
             conn.execute(f"ALTER DATABASE {building} RENAME TO {name}")
+            stale = conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'postroom\\_template\\_%%'"
+                " AND datname <> %s",
+                (name,),
+            ).fetchall()
+            for (old,) in stale:  # an older schema's, unless a run of another checkout uses it
+                with contextlib.suppress(psycopg.errors.ObjectInUse):
+                    conn.execute(f"DROP DATABASE IF EXISTS {old}")
             return name
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
