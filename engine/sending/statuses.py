@@ -53,6 +53,7 @@ class Trigger(Enum):
     TEMPORARY = "temporary"  # 4xx or unreachable, time left
     PERMANENT = "permanent"  # 5xx: a hard bounce
     GAVE_UP = "gave_up"  # 72 hours of temporary failures, or unreadable, or quarantined
+    THROTTLED = "throttled"  # waits for a policy or ramp budget: not an attempt
 
 
 EMAIL_TRANSITIONS: dict[tuple[str | None, Trigger], str] = {
@@ -67,6 +68,7 @@ EMAIL_TRANSITIONS: dict[tuple[str | None, Trigger], str] = {
 RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
     **{(waiting, Trigger.ACCEPTED_BY_MX): DELIVERED for waiting in WAITING},
     **{(waiting, Trigger.TEMPORARY): DEFERRED for waiting in WAITING},
+    **{(waiting, Trigger.THROTTLED): DEFERRED for waiting in WAITING},
     **{(waiting, Trigger.PERMANENT): BOUNCED for waiting in WAITING},
     **{(waiting, Trigger.GAVE_UP): FAILED for waiting in WAITING},
     **{(waiting, Trigger.CANCEL): CANCELLED for waiting in WAITING},
