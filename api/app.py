@@ -15,6 +15,7 @@ from api.routes import (
     bimi,
     broadcasts,
     contacts,
+    delivery,
     domains,
     emails,
     forwards,
@@ -61,6 +62,7 @@ BLUEPRINTS = (
     nodes.blueprint,
     sandbox.blueprint,
     mcp_policy.blueprint,
+    delivery.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

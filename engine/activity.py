@@ -41,6 +41,8 @@ _CATEGORY_OF_RESOURCE = {
     "workspace": "Billing",
     "sandbox": "Security",  # mail captured or sent for real
     "mcp_policy": "Security",  # what agents may do through the MCP door
+    "delivery_policy": "Send",
+    "delivery_ramp": "Send",
 }
 
 _TARGET_TYPE = {
@@ -63,6 +65,8 @@ _TARGET_TYPE = {
     "workspace": "Workspace",
     "sandbox": "Sandbox mode",
     "mcp_policy": "MCP policy",
+    "delivery_policy": "Delivery policy",
+    "delivery_ramp": "Warm-up ramp",
 }
 
 
