@@ -93,10 +93,30 @@ class Limit:
     unit: str
     amount: int
     why: str  # for the throttled event: which rule or ramp
+    # A ramp's budget grows by `growth` each window, and limits nothing from `ceiling` on.
+    growth: float = 1.0
+    ceiling: int | None = None
 
     @property
     def budget_key(self) -> str:
         return f"{self.key}/{self.unit}"
+
+    def windows_until_room(self, waiting: int) -> int:
+        """How many windows after this one until `waiting` (>= 0) messages already waiting
+        for later windows, and one more, fit: 1 when the next window has room."""
+        ahead, room = 0, 0
+        while room <= waiting:
+            ahead += 1
+            try:
+                amount = self.amount * self.growth**ahead
+            except OverflowError:
+                return ahead
+            if self.ceiling is not None and amount >= self.ceiling:
+                return ahead
+            if self.growth == 1.0:  # the same every window: no need to count them one by one
+                return ahead + (waiting - room) // self.amount
+            room += int(amount)
+        return ahead
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,4 +227,6 @@ def ramp_limit(ramp: Ramp, day: date, destination: str) -> Limit | None:
     if amount is None:
         return None
     why = f"{amount} per day (warm-up ramp {ramp.id}, day {(day - ramp.starts_on).days + 1})"
-    return Limit(f"ramp:{ramp.id}:{destination}", "day", amount, why)
+    return Limit(
+        f"ramp:{ramp.id}:{destination}", "day", amount, why, ramp.factor, ramp.target_per_day
+    )

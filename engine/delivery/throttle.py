@@ -174,7 +174,7 @@ def _spend(
         returns = [
             (
                 starts[lim.unit]
-                + policies.UNITS[lim.unit] * (1 + over[lim.budget_key] // lim.amount),
+                + policies.UNITS[lim.unit] * lim.windows_until_room(over[lim.budget_key]),
                 lim,
             )
             for lim in full
