@@ -248,11 +248,18 @@ def ramps_of(tx: Tx, workspace_ids: Iterable[str]) -> dict[tuple[str, str], Ramp
 # -- budgets -----------------------------------------------------------------------------
 
 
-def lock_budgets(tx: Tx, keys: Sequence[str]) -> dict[str, tuple[datetime, int]]:
-    """The budget rows of `keys` (window start, used), locked until the unit ends."""
-    if not keys:
+def lock_budgets(tx: Tx, windows: dict[str, datetime]) -> dict[str, tuple[datetime, int]]:
+    """The budget rows of these keys (window start, used), locked until the unit ends; a
+    key without a row gets one for its current window (`windows`), so that nodes spending
+    a new budget at once queue on its row instead of each writing its own count."""
+    if not windows:
         return {}
-    ordered = sorted(set(keys))
+    ordered = sorted(windows)
+    tx.execute_many(
+        "INSERT INTO delivery_budgets (budget_key, window_start, used) VALUES (:k, :w, 0)"
+        " ON CONFLICT (budget_key) DO NOTHING",
+        ({"k": key, "w": timestamp(windows[key])} for key in ordered),
+    )
     names, params = _in("k", ordered)
     lock = " ORDER BY budget_key FOR UPDATE" if tx.dialect == "postgresql" else ""
     rows = tx.all(

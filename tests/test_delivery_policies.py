@@ -63,7 +63,8 @@ async def _settled(account: Account, ids: list[str]) -> list[dict[str, Any]]:
 
 def _throttled(email: dict[str, Any]) -> bool:
     [recipient] = email["recipients"]
-    return email["status"] == "deferred" and recipient["last_response"].startswith("throttled")
+    response = str(recipient["last_response"] or "")
+    return email["status"] == "deferred" and response.startswith("throttled")
 
 
 async def _domain_id(account: Account) -> str:

@@ -153,7 +153,7 @@ def _spend(
     if not every:
         return list(claimed), []
     starts = {unit: policies.window_start(unit, now) for unit in policies.UNITS}
-    rows = stored.lock_budgets(tx, list(every))
+    rows = stored.lock_budgets(tx, {k: starts[lim.unit] for k, lim in every.items()})
     used: dict[str, int] = {}
     for budget_key, limit in every.items():
         start, count = rows.get(budget_key, (starts[limit.unit], 0))
