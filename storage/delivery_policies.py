@@ -323,6 +323,17 @@ def sending_of(tx: Tx, email_ids: Sequence[str]) -> dict[str, Sending]:
     }
 
 
+def slots_taken(tx: Tx, destination: str, limit: int, now: datetime) -> int:
+    """How many of the destination's first `limit` connection slots are held now."""
+    return int(
+        tx.value(
+            "SELECT COUNT(*) FROM destination_slots WHERE destination = :d AND slot < :limit"
+            " AND held_by IS NOT NULL AND lease_until >= :now",
+            {"d": destination, "limit": limit, "now": timestamp(now)},
+        )
+    )
+
+
 def unlease(tx: Tx, keys: Sequence[tuple[str, str]]) -> None:
     """Give claimed recipients back untouched (the round could not get a connection)."""
     tx.execute_many(
@@ -359,7 +370,8 @@ class Backlog:
 def backlog(
     tx: Tx, workspace_id: str, within: tuple[str, datetime, datetime] | None = None
 ) -> list[Backlog]:
-    """Recipients still to deliver, per recipient domain and sending domain; `within`:
+    """Recipients still to deliver (scheduled emails aside), per recipient domain and sending
+    domain; `within`:
     only the broadcast emails of one sending domain created in [start, end]."""
     extra, params = "", {"ws": workspace_id}
     if within is not None:
@@ -372,8 +384,8 @@ def backlog(
         "SELECT r.domain AS domain, e.domain_id AS domain_id, COUNT(*) AS n"
         " FROM email_recipients r JOIN emails e ON e.id = r.email_id"
         " WHERE e.workspace_id = :ws AND r.status IN ('queued', 'deferred')"
-        + extra
-        + " GROUP BY r.domain, e.domain_id ORDER BY n DESC",
+        # Scheduled mail is not waiting yet: it leaves at its time.
+        " AND e.status <> 'scheduled'" + extra + " GROUP BY r.domain, e.domain_id ORDER BY n DESC",
         params,
     )
     return [Backlog(row["domain"], row["domain_id"], int(row["n"])) for row in rows]

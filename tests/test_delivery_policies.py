@@ -11,10 +11,13 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpx
+import trio
 from trio.testing import MockClock
 
+from postroom.service import RunningService, serve
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Account, Service
+from tests.harness.service import Account, Service, test_settings
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
@@ -152,6 +155,42 @@ async def test_an_mx_suffix_rule_groups_two_domains_for_rate_and_connections(
     ]
     assert sum(_throttled(e) for e in emails) == 1
     assert smtp_sink.most_open_transactions == 1  # both domains' queues share one slot
+
+
+async def test_a_rate_holds_across_two_nodes_on_one_database(
+    service: Service,
+    database_url: str,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: MockClock,
+    nursery: trio.Nursery,
+) -> None:
+    # A second node on the same database, in the same virtual time. Each accepts half the
+    # mail (on SQLite each node delivers what it accepted; on PostgreSQL either may), more
+    # than one round's worth, so both claim rounds in the same minute.
+    settings = test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
+    second: RunningService = await nursery.start(serve, settings)
+    try:
+        account = await ready_account(service, dns_server, plan="business")
+        route_mail(dns_server, "busy.example")
+        await _policy(account, match="busy.example", per_minute=30)
+        send_at = (_now(service) + timedelta(hours=1)).isoformat()
+        headers = {"Authorization": f"Bearer {account.api_key}"}
+        async with httpx.AsyncClient(base_url=second.api_url, headers=headers) as other:
+            for n, client in enumerate([account.client, other] * 3):
+                batch = [message(f"r{n}-{i}@busy.example", send_at=send_at) for i in range(100)]
+                assert (await client.post("/v1/emails/batch", json=batch)).status_code == 202
+        due = _next_minute(datetime.fromisoformat(send_at))
+        _move_to(service, clock, due)
+        await smtp_sink.wait_for_messages(30, timeout=60)
+        await trio.sleep(2)  # room for any message over the budget to arrive
+        assert len(smtp_sink.messages) == 30
+        _move_to(service, clock, due.replace(second=1) + timedelta(minutes=1))
+        await smtp_sink.wait_for_messages(60, timeout=60)
+        await trio.sleep(2)
+        assert len(smtp_sink.messages) == 60
+    finally:
+        second.stop()
 
 
 async def test_a_ramp_defers_the_excess_and_releases_it_the_next_day(

@@ -297,6 +297,7 @@ class DomainQueue:
                     throttle.claim,
                     destination,
                     self._slot_key,
+                    self._connections,
                     len(self._slots),
                     self._rt.node,
                     now,

@@ -106,6 +106,7 @@ def claim(
     tx: Tx,
     dest: Destination,
     key: str | None,
+    limit: int,
     held: int,
     node: str,
     now: datetime,
@@ -114,9 +115,13 @@ def claim(
     caps: Caps,
 ) -> Claimed:
     """Claim a round for `dest`. `key`: the slot key the queue already uses (None on its
-    first round: decided here); `held`: the slots it holds from the round before."""
+    first round: decided here); `limit`: the connection limit of its round before; `held`:
+    the slots it holds from the round before."""
     if key is None:
         key = policies.destination_key(dest.domain, dest.mx_hosts, stored.suffix_patterns(tx))
+    elif not held and stored.slots_taken(tx, key, limit, now) >= limit:
+        # Every slot of the limit the last round had is taken elsewhere: claim nothing.
+        return Claimed([], [], None, True, key, limit, None)
     claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
     if not claimed:
         return Claimed([], [], next_due, False, key, policies.DEFAULT_CONNECTIONS, None)
