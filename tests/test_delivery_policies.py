@@ -16,8 +16,9 @@ import trio
 from trio.testing import MockClock
 
 from postroom.service import RunningService, serve
+from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Account, Service, test_settings
+from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
@@ -168,7 +169,7 @@ async def test_a_rate_holds_across_two_nodes_on_one_database(
     # A second node on the same database, in the same virtual time. Each accepts half the
     # mail (on SQLite each node delivers what it accepted; on PostgreSQL either may), more
     # than one round's worth, so both claim rounds in the same minute.
-    settings = test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
+    settings = harness.test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
     second: RunningService = await nursery.start(serve, settings)
     try:
         account = await ready_account(service, dns_server, plan="business")
