@@ -15,7 +15,10 @@ import httpx
 import trio
 from trio.testing import MockClock
 
+from engine.delivery import throttle
+from engine.delivery.policies import Caps
 from postroom.service import RunningService, serve
+from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
@@ -192,6 +195,46 @@ async def test_a_rate_holds_across_two_nodes_on_one_database(
         assert len(smtp_sink.messages) == 60
     finally:
         second.stop()
+
+
+async def test_claims_of_two_nodes_at_once_share_one_budget(
+    service: Service, dns_server: DnsServer
+) -> None:
+    # The claim itself, run by two nodes side by side (on PostgreSQL in two transactions at
+    # once; SQLite has one writer): each leases its own recipients, both spend one budget.
+    account = await ready_account(service, dns_server, plan="business")
+    # Room for both nodes' connections: the first keeps only one per email it may send.
+    await _policy(account, match="claimed.example", per_minute=10, max_connections=20)
+    send_at = _now(service) + timedelta(hours=1)
+    for n in range(3):
+        batch = [
+            message(f"r{n}-{i}@claimed.example", send_at=send_at.isoformat()) for i in range(100)
+        ]
+        assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    when = _next_minute(send_at)
+    destination = throttle.Destination("claimed.example", ("mx.claimed.example",))
+    claims: dict[str, throttle.Claimed] = {}
+
+    async def claim(node: str) -> None:
+        claims[node] = await service.running.runtime.db.write(
+            throttle.claim, destination, None, 4, 0, node, when, when + timedelta(seconds=30),
+            200, Caps(),
+        )  # fmt: skip
+
+    async with trio.open_nursery() as nursery:
+        for node in ("node-a", "node-b"):
+            nursery.start_soon(claim, node)
+    assert sum(len(c.recipients) for c in claims.values()) == 10
+
+    def statuses(tx: Tx) -> dict[str, int]:
+        rows = tx.all(
+            "SELECT status, COUNT(*) AS n FROM email_recipients"
+            " WHERE domain = 'claimed.example' GROUP BY status"
+        )
+        return {row["status"]: int(row["n"]) for row in rows}
+
+    # Both claimed a full round; the other 290 wait for budget.
+    assert await service.running.runtime.db.read(statuses) == {"queued": 10, "deferred": 290}
 
 
 async def test_a_ramp_defers_the_excess_and_releases_it_the_next_day(
