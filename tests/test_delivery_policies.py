@@ -12,11 +12,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from trio.testing import MockClock
 
 from engine.delivery import throttle
 from engine.delivery.policies import Caps
+from postroom import config
 from postroom.service import RunningService, serve
 from storage.tx import Tx
 from tests.harness import service as harness
@@ -311,6 +313,44 @@ async def test_mail_held_by_a_ramp_past_72_hours_is_still_retried_not_failed(
     assert waiting["recipients"][0]["attempts"] == 1
     _move_to(service, clock, start + timedelta(days=5, seconds=5))
     await wait_for_email(account, last_id, lambda e: e["status"] == "delivered")
+
+
+async def test_operator_caps_apply_where_no_policy_limits(
+    database_url: str,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: MockClock,
+    nursery: trio.Nursery,
+) -> None:
+    settings = harness.test_settings(
+        database_url, dns_server, delivery_port=str(smtp_sink.port), delivery_max_per_minute="2"
+    )
+    running: RunningService = await nursery.start(serve, settings)
+    capped = Service(running, clock)
+    try:
+        account = await ready_account(capped, dns_server)
+        route_mail(dns_server, "capped.example")
+        send_at = _now(capped) + timedelta(hours=1)
+        ids = await _schedule(account, [f"r{i}@capped.example" for i in range(3)], send_at)
+        _move_to(capped, clock, _next_minute(send_at))
+        await smtp_sink.wait_for_messages(2)
+        waiting = [e for e in await _settled(account, ids) if e["status"] == "deferred"]
+        assert len(waiting) == 1 and _throttled(waiting[0])
+        assert "(operator)" in waiting[0]["recipients"][0]["last_response"]
+        caps = (await account.client.get(POLICIES)).json()["caps"]
+        assert (caps["per_minute"], caps["max_connections"]) == (2, 20)
+    finally:
+        await capped.aclose()
+        running.stop()
+
+
+def test_a_bad_operator_cap_stops_start_up_naming_it() -> None:
+    with pytest.raises(config.SettingsError, match="POSTROOM_DELIVERY_MAX_PER_MINUTE"):
+        config.load({"POSTROOM_DELIVERY_MAX_PER_MINUTE": "ten"})
+    with pytest.raises(config.SettingsError, match="POSTROOM_DELIVERY_MAX_CONNECTIONS"):
+        config.load({"POSTROOM_DELIVERY_MAX_CONNECTIONS": ""})
+    loaded = config.load({"POSTROOM_DELIVERY_MAX_PER_DAY": "5000"}).delivery_caps
+    assert (loaded.per_day, loaded.per_minute, loaded.max_connections) == (5000, None, 20)
 
 
 async def test_the_forecast_says_when_the_last_throttled_message_leaves(
