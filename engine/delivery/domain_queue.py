@@ -238,7 +238,7 @@ class DomainQueue:
         self._rounds_in_flight = rounds
         # What policies match (MX hosts), the key its connection slots are counted under
         # (decided by its first claim, kept while it runs) and the connection limit of the
-        # round last claimed.
+        # last round that claimed recipients.
         self._destination: throttle.Destination | None = None
         self._slot_key: str | None = None
         self._connections = CONNECTIONS
@@ -389,7 +389,7 @@ class DomainQueue:
         outcome.now = self._rt.clock.now()
         self._slots += claim.slots
         if work and not self._slots:  # the round before gave its slots back meanwhile
-            await self._wait_for_slots()
+            await self._wait_for_slots(claim.connections)
         if work:
             connections = min(len(self._slots), claim.connections)
             await self._send(work, outcome, connections, claim.per_connection)
@@ -405,15 +405,13 @@ class DomainQueue:
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
 
-    async def _wait_for_slots(self) -> None:
+    async def _wait_for_slots(self, limit: int) -> None:
         """Take free connection slots, waiting for a release when all are taken elsewhere."""
         clock = self._rt.clock
         while not self._slots:
             self._woken = trio.Event()
             now = clock.now()
-            self._slots = await self._rt.db.write(
-                _acquire, self._key, self._connections, now, self._rt.node
-            )
+            self._slots = await self._rt.db.write(_acquire, self._key, limit, now, self._rt.node)
             if not self._slots:
                 with trio.move_on_at(clock.deadline_for(now + SLOTS_POLL)):
                     await self._woken.wait()

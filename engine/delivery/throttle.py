@@ -124,7 +124,7 @@ def claim(
         return Claimed([], [], None, True, key, limit, None)
     claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
     if not claimed:
-        return Claimed([], [], next_due, False, key, policies.DEFAULT_CONNECTIONS, None)
+        return Claimed([], [], next_due, False, key, limit, None)
     sending, effective = _effective(tx, claimed, dest, key, caps, now)
     default = policies.effective([], caps, key)
     applying = [effective.get(r.email_id, default) for r in claimed]
