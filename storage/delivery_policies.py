@@ -281,6 +281,23 @@ def save_budgets(tx: Tx, spent: dict[str, tuple[datetime, int]]) -> None:
     )
 
 
+# Budget rows of windows over a day old removed per round that spends a budget: enough to
+# keep up with new keys (an operator cap counts per destination), few enough to cost nothing.
+PRUNE_BATCH = 100
+
+
+def prune_budgets(tx: Tx, before: datetime) -> None:
+    """Remove up to PRUNE_BATCH budget rows whose window started before `before`."""
+    # Rows another node is spending are skipped, not waited for.
+    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    tx.execute(
+        "DELETE FROM delivery_budgets WHERE budget_key IN (SELECT budget_key FROM"
+        f" delivery_budgets WHERE window_start < :before ORDER BY window_start"
+        f" LIMIT {PRUNE_BATCH}{lock})",
+        {"before": timestamp(before)},
+    )
+
+
 def read_budgets(tx: Tx, keys: Sequence[str]) -> dict[str, tuple[datetime, int]]:
     """The budget rows of `keys`, unlocked (for the forecast)."""
     if not keys:

@@ -190,6 +190,7 @@ def _spend(
         waits.append((recipient, when, why))
     changed = {k: (starts[every[k].unit], n) for k, n in used.items() if n != before[k]}
     stored.save_budgets(tx, changed)
+    stored.prune_budgets(tx, starts["day"] - policies.UNITS["day"])
     return kept, waits
 
 

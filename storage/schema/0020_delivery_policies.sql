@@ -43,6 +43,8 @@ CREATE TABLE delivery_budgets (
     window_start TEXT NOT NULL,
     used INTEGER NOT NULL
 );
+-- Rows of windows long past are pruned a few at a time.
+CREATE INDEX delivery_budgets_window ON delivery_budgets (window_start);
 
 -- When a recipient's 72-hour retry window starts, if not at queueing: the moment a budget
 -- let it go after it waited (throttled waiting is not the destination failing).
