@@ -25,6 +25,9 @@ from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
+from tests.test_bulk_send import body as bulk_body
+from tests.test_bulk_send import sender_id
+from tests.test_contacts import add_contact, create_list
 from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
 POLICIES = "/v1/delivery/policies"
@@ -389,6 +392,40 @@ async def test_the_forecast_says_when_the_last_throttled_message_leaves(
         assert len(smtp_sink.messages) == delivered
     missing = await account.client.get(f"/v1/broadcasts/{ids[0]}/forecast")
     assert missing.status_code == 404
+
+
+async def test_a_broadcasts_forecast_counts_only_its_own_emails(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "fans.example")
+    await _policy(account, match="fans.example", per_day=1)
+    contact_list = await create_list(account)
+    for name in ("ann", "bob", "cy"):
+        await add_contact(account, contact_list["id"], f"{name}@fans.example")
+    sent = await account.client.post(
+        f"/v1/contacts/{contact_list['id']}/send",
+        json=bulk_body(contact_list["id"], await sender_id(account)),
+    )
+    assert sent.status_code == 200 and sent.json()["queued"] == 3, sent.text
+    [broadcast] = (await account.client.get("/v1/broadcasts/")).json()
+
+    async def waiting(**params: str) -> int:
+        found = await account.client.get("/v1/delivery/forecast", params=params)
+        assert found.status_code == 200
+        return int(found.json()["waiting"])
+
+    with trio.fail_after(15):  # one leaves today, two wait
+        while True:
+            if await waiting() == 2:
+                break
+            await trio.sleep(0.05)
+    single = await account.client.post("/v1/emails/", json=message("dee@fans.example"))
+    await wait_for_email(account, single.json()["id"], _throttled)
+    assert await waiting() == 3
+    assert await waiting(broadcast_id=broadcast["id"]) == 2
+    on_broadcast = (await account.client.get(f"/v1/broadcasts/{broadcast['id']}/forecast")).json()
+    assert (on_broadcast["waiting"], on_broadcast["broadcast_id"]) == (2, broadcast["id"])
 
 
 async def test_policy_and_ramp_validation(service: Service, dns_server: DnsServer) -> None:
