@@ -538,7 +538,7 @@ class DomainQueue:
                         # transfer goes on a new one.
                         queue.appendleft(transfer)
                         await self._quit(session)
-                        reused = False
+                        reused, sent = False, 0
                         session = await self._open(targets)
                         if not isinstance(session, SmtpSession):
                             problems.append(session)
