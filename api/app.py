@@ -16,6 +16,7 @@ from api.routes import (
     bimi,
     broadcasts,
     contacts,
+    delivery,
     domains,
     emails,
     forwards,
@@ -67,6 +68,7 @@ BLUEPRINTS = (
     mcp_policy.blueprint,
     queue.blueprint,
     incidents.blueprint,
+    delivery.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

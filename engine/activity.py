@@ -42,6 +42,8 @@ _CATEGORY_OF_RESOURCE = {
     "sandbox": "Security",  # mail captured or sent for real
     "mcp_policy": "Security",  # what agents may do through the MCP door
     "queue": "Send",  # queue actions by search: hold, release, cancel, retry now
+    "delivery_policy": "Send",
+    "delivery_ramp": "Send",
 }
 
 _TARGET_TYPE = {
@@ -65,6 +67,8 @@ _TARGET_TYPE = {
     "sandbox": "Sandbox mode",
     "mcp_policy": "MCP policy",
     "queue": "Delivery queue",
+    "delivery_policy": "Delivery policy",
+    "delivery_ramp": "Warm-up ramp",
 }
 
 

@@ -15,6 +15,7 @@ import dns.asyncresolver
 from engine.accounts.key_cache import KeyCache
 from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
+from engine.delivery.policies import Caps
 from engine.faults import FaultLog
 from engine.wakeups import WakeupHub
 from storage.database import Database
@@ -44,6 +45,8 @@ class Runtime:
     passwords: PasswordHashing = field(default_factory=PasswordHashing)
     # POSTROOM_SANDBOX: new workspaces start in sandbox mode (engine/sandbox).
     sandbox: bool = False
+    # POSTROOM_DELIVERY_MAX_*: operator-wide caps on every destination policy.
+    delivery_caps: Caps = field(default_factory=Caps)
 
     @property
     def usage_shard(self) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from engine.delivery.policies import Caps
 
 PREFIX = "POSTROOM_"
 
@@ -37,6 +39,12 @@ DEFAULTS: dict[str, str] = {
     "log_format": "json",
     "metrics_token": "",
     "sandbox": "off",  # on: new workspaces start in sandbox mode (engine/sandbox)
+    # Operator-wide caps on destination policies (engine/delivery/policies.py); empty: none.
+    "delivery_max_connections": "20",
+    "delivery_max_per_connection": "",
+    "delivery_max_per_minute": "",
+    "delivery_max_per_hour": "",
+    "delivery_max_per_day": "",
 }
 
 
@@ -68,6 +76,7 @@ class Settings:
     log_format: str
     metrics_token: str | None  # bearer token /metrics needs; None: open
     sandbox: bool = False  # new workspaces start in sandbox mode: mail captured, not delivered
+    delivery_caps: Caps = field(default_factory=Caps)  # operator-wide caps on policies
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -152,6 +161,30 @@ def _metrics_token(value: str) -> str | None:
     return value
 
 
+def _cap(name: str, value: str, *, required: bool = False) -> int | None:
+    if not value.strip() and not required:
+        return None
+    if not value.strip().isdigit() or not 1 <= int(value) <= 1_000_000_000:
+        raise _fail(
+            name, "a whole number from 1" + ("" if required else ", or empty for none"), value
+        )
+    return int(value)
+
+
+def _delivery_caps(raw: dict[str, str]) -> Caps:
+    connections = _cap("delivery_max_connections", raw["delivery_max_connections"], required=True)
+    assert connections is not None
+    return Caps(
+        max_connections=connections,
+        messages_per_connection=_cap(
+            "delivery_max_per_connection", raw["delivery_max_per_connection"]
+        ),
+        per_minute=_cap("delivery_max_per_minute", raw["delivery_max_per_minute"]),
+        per_hour=_cap("delivery_max_per_hour", raw["delivery_max_per_hour"]),
+        per_day=_cap("delivery_max_per_day", raw["delivery_max_per_day"]),
+    )
+
+
 def _raw_values(environ: Mapping[str, str], file: Path | None) -> dict[str, str]:
     values = dict(DEFAULTS)
     if file is not None:
@@ -201,4 +234,5 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         log_format=_log_format(raw["log_format"]),
         metrics_token=_metrics_token(raw["metrics_token"]),
         sandbox=_flag("sandbox", raw["sandbox"]),
+        delivery_caps=_delivery_caps(raw),
     )

@@ -44,6 +44,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         node=nodes.new_node_id(),
         domain_transfers=settings.domain_transfers,
         sandbox=settings.sandbox,
+        delivery_caps=settings.delivery_caps,
     )
     db.on_commit(rt.wakeups.deliver, rt.node)
     return rt

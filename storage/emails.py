@@ -71,6 +71,8 @@ class Recipient:
     next_attempt_at: datetime | None
     last_response: str | None
     queued_at: datetime
+    # When its 72-hour retry window starts if not at queued_at: when a budget let it go.
+    expiry_from: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,7 @@ def _recipient(row: Row) -> Recipient:
         next_attempt_at=parse_optional_timestamp(row["next_attempt_at"]),
         last_response=row["last_response"],
         queued_at=parse_timestamp(row["queued_at"]),
+        expiry_from=parse_optional_timestamp(row.get("expiry_from")),
     )
 
 

@@ -79,7 +79,7 @@ def move(
 ) -> Touched:
     """Move the matching recipients from each status of `moves` to its target, one UPDATE per
     target; record `event` (type, metadata) for each; summarise their emails by `summary`.
-    `new_window`: the 72 hours before giving up start again now (`queued_at`)."""
+    `new_window`: the 72 hours before giving up start again now (`expiry_from`)."""
     where, params = _matching(workspace_id, query, list(moves), now)
     rows = tx.all(f"SELECT email_id, address, domain FROM email_recipients WHERE {where}", params)
     if not rows:
@@ -92,7 +92,7 @@ def move(
         "keep": "",
         "none": ", next_attempt_at = NULL",
     }[due]
-    restart = ", queued_at = :now" if new_window else ""
+    restart = ", expiry_from = :now" if new_window else ""
     for target, sources in by_target.items():
         only_where, only_params = _matching(workspace_id, query, sources, now)
         tx.execute(

@@ -453,3 +453,47 @@ async def test_every_console_page_answers_bad_input_without_a_server_error(
         # An unsafe request from another origin is refused before any page runs.
         refused = await client.post("/domains", data={"name": "a.example"})
         assert refused.status_code == 403
+
+
+async def test_the_overview_shows_the_delivery_forecast(
+    console: RunningService, browsing: Browsing
+) -> None:
+    email = new_email()
+    created = await users.create_account(console.runtime, email, PASSWORD, "business", admin=True)
+    tab = await browsing.open(console.api_url)
+
+    def set_up(page: Page) -> None:
+        sign_in(page, email)
+        add_sandbox_domain(page, "shop.example")
+
+    await tab.do(set_up)
+    headers = {"Authorization": f"Bearer {created.api_key}"}
+    async with httpx.AsyncClient(base_url=console.api_url, headers=headers) as client:
+        policy = {"match": "customer.example", "per_hour": 1}
+        assert (await client.post("/v1/delivery/policies", json=policy)).status_code == 201
+        batch = [
+            {
+                "from_": {"email": "hello@shop.example"},
+                "to": [{"email": f"deliver+{i}@customer.example"}],
+                "subject": f"Order {i}",
+                "text": "On its way.",
+            }
+            for i in range(3)
+        ]
+        sent = await client.post("/v1/emails/batch", json=batch)
+        assert sent.status_code == 202, sent.text
+        with trio.fail_after(10):  # one goes this hour, two wait for the next ones
+            while True:
+                if (await client.get("/v1/delivery/forecast")).json()["waiting"] == 2:
+                    break
+                await trio.sleep(0.05)
+
+    def see_it(page: Page) -> None:
+        page.get_by_role("link", name="Overview", exact=True).click()
+        expect(page.get_by_role("heading", name="Forecast")).to_be_visible()
+        row = page.get_by_role("row", name=re.compile("customer.example"))
+        expect(row.last).to_contain_text("1 per hour (1 used)")
+        expect(page.get_by_text("the last waiting message should leave")).to_be_visible()
+
+    await tab.do(see_it)
+    await tab.close()

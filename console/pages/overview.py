@@ -1,5 +1,6 @@
 """The overview: sent, delivered, bounced and complained as a chart (server-rendered SVG),
-the recipients waiting per recipient domain, dead webhook deliveries, and health."""
+the recipients waiting per recipient domain with the delivery forecast, dead webhook
+deliveries, and health."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from quart import Blueprint, Response, current_app, request
 
 from console.web import page, rt, who
 from engine import overview
+from engine.delivery import forecast
 from engine.supervisor import Supervisor
 
 blueprint = Blueprint("overview", __name__)
@@ -49,6 +51,8 @@ async def index() -> Response:
     if range_name not in overview.RANGES:
         range_name = "7d"
     found = await overview.read(rt(), who(), range_name)
+    # Only with a backlog: the forecast looks up the MX hosts of the waiting domains.
+    upcoming = await forecast.forecast(rt(), who()) if found.backlog else None
     supervisor: Supervisor = current_app.extensions["postroom.supervisor"]
     storage_full = rt().db.storage_full
     return await page(
@@ -56,6 +60,7 @@ async def index() -> Response:
         title="Overview",
         overview=found,
         chart=chart(found),
+        forecast=upcoming,
         size=(WIDTH, HEIGHT, MARGIN),
         ranges=list(overview.RANGES),
         actors_running=supervisor.running,

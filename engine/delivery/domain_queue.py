@@ -15,8 +15,10 @@ and signed (RSA runs without the GIL, so the signing really overlaps the sending
 one round waits ahead of the one sending, and each holds one of the router's
 `ROUNDS_IN_FLIGHT` from its claim to its outcome.
 
-`CONNECTIONS` holds across every node: connections are opened only for connection slots of
-the destination held in the database (storage/destination_slots.py). The queue keeps the
+The destination's connection limit (`CONNECTIONS` unless a destination policy says otherwise)
+holds across every node: connections are opened only for connection slots of the destination
+held in the database (storage/destination_slots.py); the claim applies the policies' limits
+and rate budgets (engine/delivery/throttle.py). The queue keeps the
 slots, and the open connections, from one round to the next while another round is ready,
 and gives them back with the outcomes of the last one; a node finding every slot taken
 elsewhere claims nothing and waits for a release.
@@ -39,7 +41,7 @@ import trio
 
 from engine import dns as lookups
 from engine import faults
-from engine.delivery import incidents, mx, retry
+from engine.delivery import incidents, mx, policies, retry, throttle
 from engine.delivery.classify import (
     Decision,
     DnsFailure,
@@ -71,7 +73,7 @@ from storage.suppressions import Suppression
 from storage.tx import Tx
 
 BATCH = 200
-CONNECTIONS = 4  # parallel SMTP connections to one domain, across every node
+CONNECTIONS = policies.DEFAULT_CONNECTIONS  # per destination across every node, by default
 IDLE_EXIT = timedelta(minutes=5)
 SLOTS_POLL = timedelta(seconds=1)  # all slots taken elsewhere: look again at least this often
 QUIT_WAIT = 5.0  # seconds a server gets to answer QUIT
@@ -162,7 +164,9 @@ class _Round:
                 sending_domain = email.from_address.rpartition("@")[2].lower()
                 hit = stored_incidents.Hit(decision.incident.value, sending_domain, response)
                 self.incidents[pair] = hit
-            when = retry.next_attempt(recipient.attempts + 1, recipient.queued_at, self.now)
+            # Time spent held or waiting for a policy budget is not counted (expiry_from).
+            since = recipient.expiry_from or recipient.queued_at
+            when = retry.next_attempt(recipient.attempts + 1, since, self.now)
             if when is None:
                 event("failed", error=f"gave up after 72 hours: {response}")
                 update(Trigger.GAVE_UP)
@@ -194,53 +198,23 @@ class _Transfer:
     message: WireMessage
 
 
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    """What a round starts with: its recipients and the connection slots it took; when the
-    next unleased recipient falls due; and whether every slot was taken elsewhere."""
-
-    recipients: list[Recipient]
-    slots: list[int]
-    next_due: datetime | None
-    slots_busy: bool
-
-
 @dataclass(slots=True)
 class _Prepared:
     """A claimed round, built and signed, waiting to be sent: its outcomes so far (emails
     that could not be built, late suppressions) and its transfers."""
 
-    claim: _Claim
+    claim: throttle.Claimed
     outcome: _Round
     work: list[_Transfer]
     token: object  # holds one of the router's rounds in flight
-
-
-def _claim(tx: Tx, domain: str, now: datetime, node: str, held: int) -> _Claim:
-    """Claim a round. `held`: the slots this queue already holds (kept from the round before,
-    or taken by the round being sent), which the new round may use after it."""
-    until = now + LEASE
-    slots: list[int] = []
-    if held < CONNECTIONS:
-        slots = destination_slots.acquire(
-            tx, domain, CONNECTIONS, CONNECTIONS - held, node, now, until
-        )
-    if not slots and not held:
-        return _Claim([], [], None, slots_busy=True)
-    claimed, next_due = emails.claim(tx, domain, now, until, node, BATCH)
-    # One connection per email at most: give back the slots the round cannot use (no other
-    # node saw them taken, so nobody needs waking).
-    keep = max(0, len({r.email_id for r in claimed}) - held)
-    destination_slots.release(tx, domain, slots[keep:], node, announce=False)
-    return _Claim(claimed, slots[:keep], next_due, slots_busy=False)
 
 
 def _release(tx: Tx, domain: str, slots: list[int], node: str) -> None:
     destination_slots.release(tx, domain, slots, node)
 
 
-def _acquire(tx: Tx, domain: str, now: datetime, node: str) -> list[int]:
-    return destination_slots.acquire(tx, domain, CONNECTIONS, CONNECTIONS, node, now, now + LEASE)
+def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int]:
+    return destination_slots.acquire(tx, key, limit, limit, node, now, now + LEASE)
 
 
 def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
@@ -279,6 +253,13 @@ class DomainQueue:
         self.domain = domain
         self._tls = tls
         self._rounds_in_flight = rounds
+        # What policies match (MX hosts), the key its connection slots are counted under
+        # (decided by its first claim, kept while it runs) and the connection limit of the
+        # last round that claimed recipients.
+        self._destination: throttle.Destination | None = None
+        self._slot_key: str | None = None
+        self._connections = CONNECTIONS
+        self._uses: dict[int, int] = {}  # messages sent on each kept session, by id
         # Accept -> 250 per delivered recipient, shared by the router's queues (for /metrics).
         self._latency = latency or LatencyHistogram()
         self._in_flight = 0
@@ -324,14 +305,27 @@ class DomainQueue:
             # A round holds one of the router's slots from its claim to its outcome: with a
             # long backlog over many domains, only so many batches are built and held at once.
             token = await self._take_round()
-            now = clock.now()
             try:
+                if self._destination is None:
+                    self._destination = await throttle.destination(self._rt, self.domain)
+                destination = self._destination or throttle.Destination(self.domain, ())
+                now = clock.now()
                 claim = await self._rt.db.write(
-                    _claim, self.domain, now, self._rt.node, len(self._slots)
+                    throttle.claim,
+                    destination,
+                    self._slot_key,
+                    self._connections,
+                    len(self._slots),
+                    self._rt.node,
+                    now,
+                    now + LEASE,
+                    BATCH,
+                    self._rt.delivery_caps,
                 )
             except BaseException:
                 self._give_round(token)
                 raise
+            self._slot_key, self._connections = claim.key, claim.connections
             if not claim.recipients:
                 self._give_round(token)
                 if self._in_flight:
@@ -364,7 +358,7 @@ class DomainQueue:
             if claim.next_due is None and not claim.slots_busy and not self._woken.is_set():
                 return
 
-    async def _prepare(self, claim: _Claim, token: object) -> _Prepared:
+    async def _prepare(self, claim: throttle.Claimed, token: object) -> _Prepared:
         """Load the round's emails and build and sign their messages (in a worker thread)."""
         self._rounds += 1
         by_email: dict[str, list[Recipient]] = defaultdict(list)
@@ -412,14 +406,15 @@ class DomainQueue:
         outcome.now = self._rt.clock.now()
         self._slots += claim.slots
         if work and not self._slots:  # the round before gave its slots back meanwhile
-            await self._wait_for_slots()
+            await self._wait_for_slots(claim.connections)
         if work:
-            await self._send(work, outcome, connections=len(self._slots))
+            connections = min(len(self._slots), claim.connections)
+            await self._send(work, outcome, connections, claim.per_connection)
         # Keep the slots and connections for the next round if one is on its way; else
         # give them back with this round's outcomes.
         keep = next_round()
         released = [] if keep else self._slots
-        await self._rt.db.write(_record, outcome, self.domain, released, self._rt.node)
+        await self._rt.db.write(_record, outcome, self._key, released, self._rt.node)
         if not keep:
             self._slots = []
             await self._close_sessions()
@@ -427,19 +422,19 @@ class DomainQueue:
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
 
-    async def _wait_for_slots(self) -> None:
+    async def _wait_for_slots(self, limit: int) -> None:
         """Take free connection slots, waiting for a release when all are taken elsewhere."""
         clock = self._rt.clock
         while not self._slots:
             self._woken = trio.Event()
             now = clock.now()
-            self._slots = await self._rt.db.write(_acquire, self.domain, now, self._rt.node)
+            self._slots = await self._rt.db.write(_acquire, self._key, limit, now, self._rt.node)
             if not self._slots:
                 with trio.move_on_at(clock.deadline_for(now + SLOTS_POLL)):
                     await self._woken.wait()
 
     async def _guarded(
-        self, claim: _Claim, token: object, work: Awaitable[T], *, sender: bool
+        self, claim: throttle.Claimed, token: object, work: Awaitable[T], *, sender: bool
     ) -> T | None:
         """Run a round's step; if it raises, count a fault on each of its recipients (the
         items it held) and try them again later; three faults quarantine a recipient
@@ -462,7 +457,7 @@ class DomainQueue:
                 claim.recipients,
                 list(dict.fromkeys(slots)),
                 error,
-                self.domain,
+                self._key,
                 rt.node,
                 rt.clock.now(),
             )
@@ -470,7 +465,7 @@ class DomainQueue:
             self._finish(claim, token)
             return None
 
-    def _finish(self, claim: _Claim, token: object) -> None:
+    def _finish(self, claim: throttle.Claimed, token: object) -> None:
         self._in_flight -= len(claim.recipients)
         self._give_round(token)
         self._settled.set()
@@ -486,8 +481,11 @@ class DomainQueue:
         self._round_tokens.discard(token)
         self._rounds_in_flight.release_on_behalf_of(token)
 
-    async def _send(self, work: list[_Transfer], outcome: _Round, connections: int) -> None:
-        """Hand the transfers to `connections` parallel sessions with the domain's MX."""
+    async def _send(
+        self, work: list[_Transfer], outcome: _Round, connections: int, per_connection: int | None
+    ) -> None:
+        """Hand the transfers to `connections` parallel sessions with the domain's MX, each
+        carrying at most `per_connection` of them (None: no limit)."""
         rt = self._rt
         # Sandboxed workspaces' transfers never reach the network (engine/sandbox/capture.py):
         # the sandbox settles their recipients through `outcome`, before DNS and SMTP.
@@ -510,7 +508,9 @@ class DomainQueue:
             problems: list[Outcome] = []
             async with trio.open_nursery() as nursery:
                 for _ in range(min(connections, len(work))):
-                    nursery.start_soon(self._connection, targets, queue, outcome, problems)
+                    nursery.start_soon(
+                        self._connection, targets, queue, outcome, problems, per_connection
+                    )
             work = list(queue)  # whatever no connection could take
             failure = _worst(problems)
         for transfer in work:
@@ -523,16 +523,26 @@ class DomainQueue:
         queue: deque[_Transfer],
         outcome: _Round,
         problems: list[Outcome],
+        per_connection: int | None,
     ) -> None:
-        """One SMTP connection, reused for transfer after transfer until the queue is empty;
-        one kept from the round before if there is one, else a new one."""
+        """One SMTP connection, reused for transfer after transfer until the queue is empty
+        (a new one after every `per_connection` transfers); one kept from the round before if
+        there is one, else a new one."""
         reused = bool(self._sessions)
         session = self._sessions.pop() if reused else await self._open(targets)
         if not isinstance(session, SmtpSession):
             problems.append(session)
             return
+        sent = self._uses.pop(id(session), 0)
         try:
             while queue:
+                if per_connection is not None and sent >= per_connection:
+                    await self._quit(session)
+                    reused, sent = False, 0
+                    session = await self._open(targets)
+                    if not isinstance(session, SmtpSession):
+                        problems.append(session)
+                        return
                 transfer = queue.popleft()
                 addresses = [r.address for r in transfer.recipients]
                 try:
@@ -545,7 +555,7 @@ class DomainQueue:
                         # transfer goes on a new one.
                         queue.appendleft(transfer)
                         await self._quit(session)
-                        reused = False
+                        reused, sent = False, 0
                         session = await self._open(targets)
                         if not isinstance(session, SmtpSession):
                             problems.append(session)
@@ -559,6 +569,7 @@ class DomainQueue:
                         outcome.settle(transfer.email, recipient, broke)
                     return
                 reused = False
+                sent += 1
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
                     verdict = outcome.settle(transfer.email, recipient, Replied(reply))
@@ -569,6 +580,7 @@ class DomainQueue:
             if isinstance(session, SmtpSession):
                 if session.usable:
                     self._sessions.append(session)
+                    self._uses[id(session)] = sent
                 else:
                     await self._quit(session)
 
@@ -613,12 +625,18 @@ class DomainQueue:
     async def _release_kept(self) -> None:
         slots, self._slots = self._slots, []
         await self._close_sessions()
-        await self._rt.db.write(_release, self.domain, slots, self._rt.node)
+        await self._rt.db.write(_release, self._key, slots, self._rt.node)
 
     async def _close_sessions(self) -> None:
         sessions, self._sessions = self._sessions, []
+        self._uses.clear()
         for session in sessions:
             await self._quit(session)
+
+    @property
+    def _key(self) -> str:
+        """The key its connection slots are counted under."""
+        return self._slot_key or self.domain
 
     def statistics(self) -> DomainQueueStatistics:
         c = self._counts

@@ -61,6 +61,7 @@ class Trigger(Enum):
     HOLD = "hold"
     RELEASE = "release"
     RETRY_NOW = "retry_now"
+    THROTTLED = "throttled"  # waits for a policy or ramp budget: not an attempt
 
 
 EMAIL_TRANSITIONS: dict[tuple[str | None, Trigger], str] = {
@@ -75,6 +76,7 @@ EMAIL_TRANSITIONS: dict[tuple[str | None, Trigger], str] = {
 RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
     **{(waiting, Trigger.ACCEPTED_BY_MX): DELIVERED for waiting in WAITING},
     **{(waiting, Trigger.TEMPORARY): DEFERRED for waiting in WAITING},
+    **{(waiting, Trigger.THROTTLED): DEFERRED for waiting in WAITING},
     **{(waiting, Trigger.PERMANENT): BOUNCED for waiting in WAITING},
     **{(waiting, Trigger.GAVE_UP): FAILED for waiting in WAITING},
     **{(waiting, Trigger.CANCEL): CANCELLED for waiting in WAITING},

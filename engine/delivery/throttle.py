@@ -1,0 +1,235 @@
+"""A delivery round's claim under the destination policies and warm-up ramps.
+
+Runs inside the round's claim transaction (one unit of work), so the limits hold across
+every node: the round leases its due recipients, works out what applies to each sending
+domain's mail (engine/delivery/policies.py), takes connection slots for the destination up
+to the smallest connection limit among them (storage/destination_slots.py, keyed by the
+destination so every domain behind one MX group shares them), then spends the rate budgets
+(storage/delivery_policies.py rows, locked in key order) recipient by recipient.
+
+A recipient that does not fit a budget waits: it becomes `deferred` with reason `throttled`
+and a next attempt at the start of the window where its budget returns (later ones of the
+same round one window further per budget-full), with one `deferred` event the first time.
+Waiting is not an attempt: `attempts` stays, nothing bounces, and its 72-hour retry window
+starts again when the budget lets it go (`expiry_from`).
+
+A round that gets no connection slot gives its recipients back untouched and spends nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from engine import dns as lookups
+from engine.delivery import policies
+from engine.delivery.policies import Caps, Effective, Limit
+from engine.runtime import Runtime
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
+from storage import delivery_policies as stored
+from storage import destination_slots, emails
+from storage.codec import from_json, new_id
+from storage.emails import Event, Recipient
+from storage.tx import Tx
+
+THROTTLED = "throttled"  # the reason a deferred recipient's events and response carry
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A recipient domain and its MX hosts (the domain itself when it has none)."""
+
+    domain: str
+    mx_hosts: tuple[str, ...]
+
+
+async def destination(rt: Runtime, domain: str) -> Destination | None:
+    """The domain's MX hosts for matching rules; None when DNS cannot answer now (the
+    round then goes by recipient-domain rules alone, and the next one asks again)."""
+    try:
+        records = await lookups.mx(rt.resolver, domain)
+    except lookups.TemporaryDnsError:
+        return None
+    return Destination(domain, tuple(host for _, host in records) or (domain,))
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A shaped claim: the recipients to send now, the slots taken for them (under `key`),
+    the connections and messages per connection allowed, and when the next recipient
+    (a throttled one included) falls due; `slots_busy` when no connection was free."""
+
+    recipients: list[Recipient]
+    slots: list[int]
+    next_due: datetime | None
+    slots_busy: bool
+    key: str
+    connections: int
+    per_connection: int | None
+
+
+def _effective(
+    tx: Tx,
+    claimed: Sequence[Recipient],
+    dest: Destination,
+    key: str,
+    caps: Caps,
+    now: datetime,
+) -> tuple[dict[str, stored.Sending], dict[str, Effective]]:
+    """What applies to each claimed email (by id)."""
+    sending = stored.sending_of(tx, [r.email_id for r in claimed])
+    workspaces = {s.workspace_id for s in sending.values()}
+    rules, ramps = stored.rules_of(tx, workspaces), stored.ramps_of(tx, workspaces)
+    per_pair: dict[tuple[str, str], Effective] = {}
+    for s in sending.values():
+        pair = (s.workspace_id, s.domain_id)
+        if pair in per_pair:
+            continue
+        applicable = policies.ordered(
+            rules[s.workspace_id], s.domain_id, dest.domain, dest.mx_hosts
+        )
+        found = policies.effective(applicable, caps, key)
+        ramp = ramps.get(pair)
+        limit = None if ramp is None else policies.ramp_limit(ramp, now.date(), key)
+        if limit is not None:
+            found = Effective(found.connections, found.per_connection, (*found.limits, limit))
+        per_pair[pair] = found
+    return sending, {
+        email_id: per_pair[(s.workspace_id, s.domain_id)] for email_id, s in sending.items()
+    }
+
+
+def claim(
+    tx: Tx,
+    dest: Destination,
+    key: str | None,
+    limit: int,
+    held: int,
+    node: str,
+    now: datetime,
+    until: datetime,
+    batch: int,
+    caps: Caps,
+) -> Claimed:
+    """Claim a round for `dest`. `key`: the slot key the queue already uses (None on its
+    first round: decided here); `limit`: the connection limit of its round before; `held`:
+    the slots it holds from the round before."""
+    if key is None:
+        key = policies.destination_key(dest.domain, dest.mx_hosts, stored.suffix_patterns(tx))
+    elif not held and stored.slots_taken(tx, key, limit, now) >= limit:
+        # Every slot of the limit the last round had is taken elsewhere: claim nothing.
+        return Claimed([], [], None, True, key, limit, None)
+    claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
+    if not claimed:
+        return Claimed([], [], next_due, False, key, limit, None)
+    sending, effective = _effective(tx, claimed, dest, key, caps, now)
+    default = policies.effective([], caps, key)
+    applying = [effective.get(r.email_id, default) for r in claimed]
+    connections = min(e.connections for e in applying)
+    per_connection = min((e.per_connection for e in applying if e.per_connection), default=None)
+    slots: list[int] = []
+    if held < connections:
+        slots = destination_slots.acquire(
+            tx, key, connections, connections - held, node, now, until
+        )
+    if not slots and not held:
+        stored.unlease(tx, [(r.email_id, r.address) for r in claimed])
+        return Claimed([], [], next_due, True, key, connections, per_connection)
+    kept, waits = _spend(tx, claimed, applying, now)
+    if waits:
+        _record_waits(tx, waits, sending, now)
+        earliest = min(when for _, when, _ in waits)
+        next_due = earliest if next_due is None else min(next_due, earliest)
+    # One connection per email at most: give back the slots the round cannot use (no other
+    # node saw them taken, so nobody needs waking).
+    keep = max(0, len({r.email_id for r in kept}) - held)
+    destination_slots.release(tx, key, slots[keep:], node, announce=False)
+    return Claimed(kept, slots[:keep], next_due, False, key, connections, per_connection)
+
+
+def _spend(
+    tx: Tx, claimed: Sequence[Recipient], applying: Sequence[Effective], now: datetime
+) -> tuple[list[Recipient], list[tuple[Recipient, datetime, Limit]]]:
+    """Spend budgets on the recipients in claim order; those that do not fit wait."""
+    every = {limit.budget_key: limit for e in applying for limit in e.limits}
+    if not every:
+        return list(claimed), []
+    starts = {unit: policies.window_start(unit, now) for unit in policies.UNITS}
+    rows = stored.lock_budgets(tx, {k: starts[lim.unit] for k, lim in every.items()})
+    used: dict[str, int] = {}
+    for budget_key, limit in every.items():
+        start, count = rows.get(budget_key, (starts[limit.unit], 0))
+        used[budget_key] = count if start == starts[limit.unit] else 0
+    before = dict(used)
+    over: dict[str, int] = defaultdict(int)  # recipients already waiting on each budget
+    kept: list[Recipient] = []
+    waits: list[tuple[Recipient, datetime, Limit]] = []
+    for recipient, found in zip(claimed, applying, strict=True):
+        full = [lim for lim in found.limits if used[lim.budget_key] >= lim.amount]
+        if not full:
+            for lim in found.limits:
+                used[lim.budget_key] += 1
+            kept.append(recipient)
+            continue
+        # The window in which the budget returns, one further per budget-full already
+        # waiting from this round, so a long backlog is spread rather than retried at once.
+        returns = [
+            (
+                starts[lim.unit]
+                + policies.UNITS[lim.unit] * lim.windows_until_room(over[lim.budget_key]),
+                lim,
+            )
+            for lim in full
+        ]
+        when, why = max(returns, key=lambda pair: pair[0])
+        for lim in full:
+            over[lim.budget_key] += 1
+        waits.append((recipient, when, why))
+    changed = {k: (starts[every[k].unit], n) for k, n in used.items() if n != before[k]}
+    stored.save_budgets(tx, changed)
+    stored.prune_budgets(tx, starts["day"] - policies.UNITS["day"])
+    return kept, waits
+
+
+def _record_waits(
+    tx: Tx,
+    waits: Sequence[tuple[Recipient, datetime, Limit]],
+    sending: dict[str, stored.Sending],
+    now: datetime,
+) -> None:
+    """Throttled recipients: `deferred` until their budget returns, with an event the first
+    time (a recipient already waiting for budget is not announced again)."""
+    rows = []
+    events: list[Event] = []
+    for recipient, when, limit in waits:
+        status = statuses.recipient_next(recipient.status, Trigger.THROTTLED)
+        response = f"{THROTTLED}: {limit.why}"
+        rows.append((recipient.email_id, recipient.address, status, when, response))
+        s = sending.get(recipient.email_id)
+        if s is None or (recipient.last_response or "").startswith(THROTTLED):
+            continue
+        meta = {
+            "subject": s.subject,
+            "tags": from_json(s.tags),
+            "reason": THROTTLED,
+            "limit": limit.why,
+            "next_attempt_at": when.isoformat(),
+        }
+        at = now + timedelta(microseconds=len(events))
+        events.append(
+            Event(
+                new_id(),
+                recipient.email_id,
+                s.workspace_id,
+                "deferred",
+                recipient.address,
+                meta,
+                at,
+            )
+        )
+    stored.throttle(tx, rows, now)
+    emails.insert_events(tx, events)
+    emails.summarise(tx, [r.email_id for r, _, _ in waits], now, statuses.summary)

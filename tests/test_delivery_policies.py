@@ -1,0 +1,496 @@
+"""Destination policies, warm-up ramps and the forecast (issue 19), end to end on both engines:
+the API, the delivery engine against the SMTP sink and DNS server, in virtual time.
+
+Mail is scheduled and then made due all at once by moving the clock to a known second of a
+minute (or day), so which window a budget counts in never depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from trio.testing import MockClock
+
+from engine.delivery import throttle
+from engine.delivery.policies import Caps
+from postroom import config
+from postroom.service import RunningService, serve
+from storage.tx import Tx
+from tests.harness import service as harness
+from tests.harness.dns_server import DnsServer
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_bulk_send import body as bulk_body
+from tests.test_bulk_send import sender_id
+from tests.test_contacts import add_contact, create_list
+from tests.test_sending import message, ready_account, route_mail, wait_for_email
+
+POLICIES = "/v1/delivery/policies"
+RAMPS = "/v1/delivery/ramps"
+
+
+def _now(service: Service) -> datetime:
+    return service.running.runtime.clock.now()
+
+
+def _move_to(service: Service, clock: MockClock, when: datetime) -> None:
+    """Move the service's clock forward to `when`."""
+    clock.jump((when - _now(service)).total_seconds())
+
+
+def _next_minute(when: datetime, second: int = 5) -> datetime:
+    return (when + timedelta(minutes=1)).replace(second=second, microsecond=0)
+
+
+async def _schedule(account: Account, addresses: list[str], send_at: datetime) -> list[str]:
+    """One email per address, all due at `send_at`."""
+    ids = []
+    for address in addresses:
+        body = message(address, send_at=send_at.isoformat())
+        response = await account.client.post("/v1/emails/", json=body)
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["id"])
+    return ids
+
+
+async def _policy(account: Account, **fields: Any) -> dict[str, Any]:
+    response = await account.client.post(POLICIES, json=fields)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def _settled(account: Account, ids: list[str]) -> list[dict[str, Any]]:
+    """Each email once it is delivered or waiting (deferred)."""
+    return [
+        await wait_for_email(account, i, lambda e: e["status"] in ("delivered", "deferred"))
+        for i in ids
+    ]
+
+
+def _throttled(email: dict[str, Any]) -> bool:
+    [recipient] = email["recipients"]
+    response = str(recipient["last_response"] or "")
+    return email["status"] == "deferred" and response.startswith("throttled")
+
+
+async def _domain_id(account: Account) -> str:
+    [domain] = (await account.client.get("/v1/domains/")).json()
+    return str(domain["id"])
+
+
+async def test_two_per_minute_delays_the_third_message_to_the_next_minute(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "paced.example")
+    await _policy(account, match="paced.example", per_minute=2)
+    send_at = _now(service) + timedelta(hours=1)
+    ids = await _schedule(account, [f"r{i}@paced.example" for i in range(3)], send_at)
+    due = _next_minute(send_at)
+    _move_to(service, clock, due)
+    await smtp_sink.wait_for_messages(2)
+    emails = await _settled(account, ids)
+    waiting = [e for e in emails if e["status"] == "deferred"]
+    assert len(waiting) == 1 and _throttled(waiting[0])
+    [recipient] = waiting[0]["recipients"]
+    next_minute = due.replace(second=0) + timedelta(minutes=1)
+    assert recipient["attempts"] == 0  # waiting for budget is not an attempt
+    assert datetime.fromisoformat(recipient["next_attempt_at"]) == next_minute
+    deferred = [e for e in waiting[0]["events"] if e["event_type"] == "deferred"]
+    assert deferred[0]["metadata"]["reason"] == "throttled"
+    assert "2 per minute" in deferred[0]["metadata"]["limit"]
+    assert len(smtp_sink.messages) == 2
+    _move_to(service, clock, next_minute + timedelta(seconds=1))
+    await smtp_sink.wait_for_messages(3)
+    last = await wait_for_email(account, waiting[0]["id"], lambda e: e["status"] == "delivered")
+    assert [e["event_type"] for e in last["events"]].count("deferred") == 1
+
+
+async def test_a_connection_limit_of_one_holds_one_open_transaction(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server, plan="business")
+    route_mail(dns_server, "single.example")
+    await _policy(account, match="single.example", max_connections=1)
+    send_at = _now(service) + timedelta(hours=1)
+    batch = [message(f"r{i}@single.example", send_at=send_at.isoformat()) for i in range(24)]
+    assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    _move_to(service, clock, _next_minute(send_at))
+    await smtp_sink.wait_for_messages(24, timeout=60)
+    assert smtp_sink.most_open_transactions == 1
+    assert smtp_sink.connections == 1
+
+
+async def test_messages_per_connection_opens_a_new_connection_after_each_share(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server, plan="business")
+    route_mail(dns_server, "share.example")
+    await _policy(account, match="share.example", max_connections=1, messages_per_connection=5)
+    send_at = _now(service) + timedelta(hours=1)
+    batch = [message(f"r{i}@share.example", send_at=send_at.isoformat()) for i in range(20)]
+    assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    _move_to(service, clock, _next_minute(send_at))
+    await smtp_sink.wait_for_messages(20, timeout=60)
+    assert smtp_sink.connections == 4
+    assert smtp_sink.most_open_transactions == 1
+
+
+async def test_an_mx_suffix_rule_groups_two_domains_for_rate_and_connections(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    for domain, host in (("one.example", "mx1.grouped.test"), ("two.example", "mx2.grouped.test")):
+        dns_server.set(domain, "MX", [f"10 {host}."])
+        dns_server.set(host, "A", ["127.0.0.1"])
+    await _policy(account, match="*.grouped.test", per_minute=3, max_connections=1)
+    send_at = _now(service) + timedelta(hours=1)
+    addresses = ["a@one.example", "b@one.example", "c@two.example", "d@two.example"]
+    ids = await _schedule(account, addresses, send_at)
+    _move_to(service, clock, _next_minute(send_at))
+    await smtp_sink.wait_for_messages(3)
+    emails = await _settled(account, ids)
+    assert sorted(e["status"] for e in emails) == [
+        "deferred",
+        "delivered",
+        "delivered",
+        "delivered",
+    ]
+    assert sum(_throttled(e) for e in emails) == 1
+    assert smtp_sink.most_open_transactions == 1  # both domains' queues share one slot
+
+
+async def test_a_rate_holds_across_two_nodes_on_one_database(
+    service: Service,
+    database_url: str,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: MockClock,
+    nursery: trio.Nursery,
+) -> None:
+    # A second node on the same database, in the same virtual time. Each accepts half the
+    # mail (on SQLite each node delivers what it accepted; on PostgreSQL either may), more
+    # than one round's worth, so both claim rounds in the same minute.
+    settings = harness.test_settings(database_url, dns_server, delivery_port=str(smtp_sink.port))
+    second: RunningService = await nursery.start(serve, settings)
+    try:
+        account = await ready_account(service, dns_server, plan="business")
+        route_mail(dns_server, "busy.example")
+        await _policy(account, match="busy.example", per_minute=30)
+        send_at = (_now(service) + timedelta(hours=1)).isoformat()
+        headers = {"Authorization": f"Bearer {account.api_key}"}
+        async with httpx.AsyncClient(base_url=second.api_url, headers=headers) as other:
+            for n, client in enumerate([account.client, other] * 3):
+                batch = [message(f"r{n}-{i}@busy.example", send_at=send_at) for i in range(100)]
+                assert (await client.post("/v1/emails/batch", json=batch)).status_code == 202
+        due = _next_minute(datetime.fromisoformat(send_at))
+        _move_to(service, clock, due)
+        await smtp_sink.wait_for_messages(30, timeout=60)
+        await trio.sleep(2)  # room for any message over the budget to arrive
+        assert len(smtp_sink.messages) == 30
+        _move_to(service, clock, due.replace(second=1) + timedelta(minutes=1))
+        await smtp_sink.wait_for_messages(60, timeout=60)
+        await trio.sleep(2)
+        assert len(smtp_sink.messages) == 60
+    finally:
+        second.stop()
+
+
+async def test_claims_of_two_nodes_at_once_share_one_budget(
+    service: Service, dns_server: DnsServer
+) -> None:
+    # The claim itself, run by two nodes side by side (on PostgreSQL in two transactions at
+    # once; SQLite has one writer): each leases its own recipients, both spend one budget.
+    account = await ready_account(service, dns_server, plan="business")
+    # Room for both nodes' connections: the first keeps only one per email it may send.
+    await _policy(account, match="claimed.example", per_minute=10, max_connections=20)
+    send_at = _now(service) + timedelta(hours=1)
+    for n in range(3):
+        batch = [
+            message(f"r{n}-{i}@claimed.example", send_at=send_at.isoformat()) for i in range(100)
+        ]
+        assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    when = _next_minute(send_at)
+    destination = throttle.Destination("claimed.example", ("mx.claimed.example",))
+    claims: dict[str, throttle.Claimed] = {}
+
+    async def claim(node: str) -> None:
+        claims[node] = await service.running.runtime.db.write(
+            throttle.claim, destination, None, 4, 0, node, when, when + timedelta(seconds=30),
+            200, Caps(),
+        )  # fmt: skip
+
+    async with trio.open_nursery() as nursery:
+        for node in ("node-a", "node-b"):
+            nursery.start_soon(claim, node)
+    assert sum(len(c.recipients) for c in claims.values()) == 10
+
+    def statuses(tx: Tx) -> dict[str, int]:
+        rows = tx.all(
+            "SELECT status, COUNT(*) AS n FROM email_recipients"
+            " WHERE domain = 'claimed.example' GROUP BY status"
+        )
+        return {row["status"]: int(row["n"]) for row in rows}
+
+    # Both claimed a full round; the other 290 wait for budget.
+    assert await service.running.runtime.db.read(statuses) == {"queued": 10, "deferred": 290}
+
+
+async def test_a_ramp_defers_the_excess_and_releases_it_the_next_day(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "warm.example")
+    # The mail falls due in the first hour of a day that is the ramp's first: 2 that day,
+    # then 4.
+    start = (_now(service) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    created = await account.client.post(
+        RAMPS,
+        json={
+            "domain_id": await _domain_id(account),
+            "first_day": 2,
+            "factor": 2,
+            "target_per_day": 1000,
+            "starts_on": start.date().isoformat(),
+        },
+    )
+    assert created.status_code == 201, created.text
+    send_at = start + timedelta(minutes=30)
+    ids = await _schedule(account, [f"r{i}@warm.example" for i in range(5)], send_at)
+    _move_to(service, clock, send_at + timedelta(seconds=5))
+    await smtp_sink.wait_for_messages(2)
+    emails = await _settled(account, ids)
+    waiting = [e for e in emails if e["status"] == "deferred"]
+    assert len(waiting) == 3 and all(_throttled(e) for e in waiting)
+    next_day = start + timedelta(days=1)
+    for email in waiting:
+        assert datetime.fromisoformat(email["recipients"][0]["next_attempt_at"]) == next_day
+    ramp = (await account.client.get(RAMPS)).json()[0]
+    assert (ramp["day"], ramp["today_per_destination"], ramp["complete"]) == (1, 2, False)
+    _move_to(service, clock, next_day + timedelta(seconds=5))
+    await smtp_sink.wait_for_messages(5)
+    for email in waiting:
+        await wait_for_email(account, email["id"], lambda e: e["status"] == "delivered")
+
+
+async def test_mail_held_by_a_ramp_past_72_hours_is_still_retried_not_failed(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "slowramp.example")
+    start = (_now(service) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    ramp = {
+        "domain_id": await _domain_id(account),
+        "first_day": 1,
+        "factor": 1,  # one a day, for good
+        "target_per_day": 10,
+        "starts_on": start.date().isoformat(),
+    }
+    assert (await account.client.post(RAMPS, json=ramp)).status_code == 201
+    send_at = start + timedelta(minutes=30)
+    addresses = [f"r{i}@slowramp.example" for i in range(5)]
+    ids = await _schedule(account, addresses, send_at)
+    _move_to(service, clock, send_at + timedelta(seconds=5))
+    for day in range(1, 5):  # one leaves each day; the last on the fifth, 4 days in
+        await smtp_sink.wait_for_messages(day)
+        if day < 4:
+            _move_to(service, clock, start + timedelta(days=day, seconds=5))
+    [last_id] = [e["id"] for e in await _settled(account, ids) if e["status"] == "deferred"]
+    last = (await account.client.get(f"/v1/emails/{last_id}")).json()
+    smtp_sink.fail_first(last["recipients"][0]["address"], 1, code=451)
+    _move_to(service, clock, start + timedelta(days=4, seconds=5))
+    # Its first real attempt gets a 451, more than 72 hours after it was queued: it is
+    # retried (its 72 hours count from when the ramp let it go), not failed.
+    last = await wait_for_email(account, last_id, lambda e: e["recipients"][0]["attempts"] == 1)
+    assert last["status"] == "deferred"
+    assert last["recipients"][0]["last_response"].startswith("451")
+    # The 451 spent the day's one message, so its retry waits for the next day's.
+    _move_to(service, clock, _now(service) + timedelta(minutes=1, seconds=1))
+    waiting = await wait_for_email(account, last_id, _throttled)
+    assert waiting["recipients"][0]["attempts"] == 1
+    _move_to(service, clock, start + timedelta(days=5, seconds=5))
+    await wait_for_email(account, last_id, lambda e: e["status"] == "delivered")
+
+
+async def test_operator_caps_apply_where_no_policy_limits(
+    database_url: str,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    clock: MockClock,
+    nursery: trio.Nursery,
+) -> None:
+    settings = harness.test_settings(
+        database_url, dns_server, delivery_port=str(smtp_sink.port), delivery_max_per_minute="2"
+    )
+    running: RunningService = await nursery.start(serve, settings)
+    capped = Service(running, clock)
+    try:
+        account = await ready_account(capped, dns_server)
+        route_mail(dns_server, "capped.example")
+        send_at = _now(capped) + timedelta(hours=1)
+        ids = await _schedule(account, [f"r{i}@capped.example" for i in range(3)], send_at)
+        _move_to(capped, clock, _next_minute(send_at))
+        await smtp_sink.wait_for_messages(2)
+        waiting = [e for e in await _settled(account, ids) if e["status"] == "deferred"]
+        assert len(waiting) == 1 and _throttled(waiting[0])
+        assert "(operator)" in waiting[0]["recipients"][0]["last_response"]
+        caps = (await account.client.get(POLICIES)).json()["caps"]
+        assert (caps["per_minute"], caps["max_connections"]) == (2, 20)
+    finally:
+        await capped.aclose()
+        running.stop()
+
+
+def test_a_bad_operator_cap_stops_start_up_naming_it() -> None:
+    with pytest.raises(config.SettingsError, match="POSTROOM_DELIVERY_MAX_PER_MINUTE"):
+        config.load({"POSTROOM_DELIVERY_MAX_PER_MINUTE": "ten"})
+    with pytest.raises(config.SettingsError, match="POSTROOM_DELIVERY_MAX_CONNECTIONS"):
+        config.load({"POSTROOM_DELIVERY_MAX_CONNECTIONS": ""})
+    loaded = config.load({"POSTROOM_DELIVERY_MAX_PER_DAY": "5000"}).delivery_caps
+    assert (loaded.per_day, loaded.per_minute, loaded.max_connections) == (5000, None, 20)
+
+
+async def test_the_forecast_says_when_the_last_throttled_message_leaves(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    empty = (await account.client.get("/v1/delivery/forecast")).json()
+    assert (empty["waiting"], empty["last_leaves_at"], empty["destinations"]) == (0, None, [])
+    route_mail(dns_server, "backlog.example")
+    await _policy(account, match="backlog.example", per_minute=2)
+    send_at = _now(service) + timedelta(hours=1)
+    ids = await _schedule(account, [f"r{i}@backlog.example" for i in range(7)], send_at)
+    due = _next_minute(send_at)
+    _move_to(service, clock, due)
+    await smtp_sink.wait_for_messages(2)
+    await _settled(account, ids)
+    forecast = (await account.client.get("/v1/delivery/forecast")).json()
+    assert forecast["waiting"] == 5
+    [destination] = forecast["destinations"]
+    assert destination["destination"] == "backlog.example"
+    assert destination["domains"] == ["backlog.example"]
+    assert destination["limits"][0] | {"source": None} == {
+        "unit": "minute",
+        "amount": 2,
+        "used": 2,
+        "source": None,
+    }
+    # 2 more in each of the next three minutes: the fifth leaves at the third's start.
+    expected = due.replace(second=0) + timedelta(minutes=3)
+    assert datetime.fromisoformat(destination["last_leaves_at"]) == expected
+    assert datetime.fromisoformat(forecast["last_leaves_at"]) == expected
+    # And so it does, minute by minute.
+    for minute, delivered in ((1, 4), (2, 6), (3, 7)):
+        _move_to(service, clock, due.replace(second=1) + timedelta(minutes=minute))
+        await smtp_sink.wait_for_messages(delivered)
+        assert len(smtp_sink.messages) == delivered
+    missing = await account.client.get(f"/v1/broadcasts/{ids[0]}/forecast")
+    assert missing.status_code == 404
+
+
+async def test_a_broadcasts_forecast_counts_only_its_own_emails(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "fans.example")
+    await _policy(account, match="fans.example", per_day=1)
+    contact_list = await create_list(account)
+    for name in ("ann", "bob", "cy"):
+        await add_contact(account, contact_list["id"], f"{name}@fans.example")
+    sent = await account.client.post(
+        f"/v1/contacts/{contact_list['id']}/send",
+        json=bulk_body(contact_list["id"], await sender_id(account)),
+    )
+    assert sent.status_code == 200 and sent.json()["queued"] == 3, sent.text
+    [broadcast] = (await account.client.get("/v1/broadcasts/")).json()
+
+    async def waiting(**params: str) -> int:
+        found = await account.client.get("/v1/delivery/forecast", params=params)
+        assert found.status_code == 200
+        return int(found.json()["waiting"])
+
+    with trio.fail_after(15):  # one leaves today, two wait
+        while True:
+            if await waiting() == 2:
+                break
+            await trio.sleep(0.05)
+    single = await account.client.post("/v1/emails/", json=message("dee@fans.example"))
+    await wait_for_email(account, single.json()["id"], _throttled)
+    assert await waiting() == 3
+    assert await waiting(broadcast_id=broadcast["id"]) == 2
+    on_broadcast = (await account.client.get(f"/v1/broadcasts/{broadcast['id']}/forecast")).json()
+    assert (on_broadcast["waiting"], on_broadcast["broadcast_id"]) == (2, broadcast["id"])
+
+
+async def test_policy_and_ramp_validation(service: Service, dns_server: DnsServer) -> None:
+    account = await ready_account(service, dns_server)
+    client = account.client
+    for bad, field in (
+        ({"match": "not a domain", "per_minute": 1}, "match"),
+        ({"match": "*.", "per_minute": 1}, "match"),
+        ({"match": "gmail.com", "per_minute": 0}, "per_minute"),
+        ({"match": "gmail.com", "max_connections": 5000}, "max_connections"),
+        ({"match": "gmail.com"}, "max_connections"),  # no limit at all
+        ({"per_minute": 3}, "match"),
+    ):
+        response = await client.post(POLICIES, json=bad)
+        assert response.status_code == 422, (bad, response.text)
+        body = response.json()
+        assert body["code"] == "validation_error"
+        assert any(field in error["loc"] for error in body["errors"]), body
+    unknown = await client.post(
+        POLICIES, json={"match": "gmail.com", "per_minute": 1, "domain_id": str(uuid.uuid4())}
+    )
+    assert unknown.status_code == 404
+    created = await _policy(account, match="Gmail.COM", per_hour=100)
+    assert created["match"] == "gmail.com" and created["builtin"] is False
+    again = await client.post(POLICIES, json={"match": "gmail.com", "per_day": 5})
+    assert (again.status_code, again.json()["code"]) == (409, "policy_exists")
+    listed = (await client.get(POLICIES)).json()
+    builtins = [p for p in listed["items"] if p["builtin"]]
+    assert {"*.google.com", "*.outlook.com", "*.yahoodns.net", "*.icloud.com"} <= {
+        p["match"] for p in builtins
+    }
+    google = next(p for p in builtins if p["match"] == "*.google.com")
+    assert (await client.get(f"{POLICIES}/{google['id']}")).json() == google
+    refused = await client.patch(f"{POLICIES}/{google['id']}", json={"per_minute": 1})
+    assert (refused.status_code, refused.json()["code"]) == (409, "builtin_policy")
+    cleared = await client.patch(f"{POLICIES}/{created['id']}", json={"per_hour": None})
+    assert cleared.status_code == 422  # it would be left with no limit
+    changed = await client.patch(f"{POLICIES}/{created['id']}", json={"per_day": 900})
+    assert (changed.json()["per_hour"], changed.json()["per_day"]) == (100, 900)
+    other = await service.account()
+    assert (await other.client.get(f"{POLICIES}/{created['id']}")).status_code == 404
+    assert (await other.client.delete(f"{POLICIES}/{created['id']}")).status_code == 404
+    assert (await client.delete(f"{POLICIES}/{created['id']}")).status_code == 204
+    domain_id = await _domain_id(account)
+    for bad, field in (
+        (
+            {"domain_id": domain_id, "first_day": 100, "factor": 0.5, "target_per_day": 900},
+            "factor",
+        ),
+        ({"domain_id": domain_id, "first_day": 0, "target_per_day": 900}, "first_day"),
+        ({"domain_id": domain_id, "first_day": 100, "target_per_day": 100}, "target_per_day"),
+        ({"first_day": 100, "target_per_day": 900}, "domain_id"),
+    ):
+        response = await client.post(RAMPS, json=bad)
+        assert response.status_code == 422, (bad, response.text)
+        assert any(field in error["loc"] for error in response.json()["errors"])
+    ramp = {"domain_id": domain_id, "first_day": 200, "target_per_day": 5000}
+    made = await client.post(RAMPS, json=ramp)
+    assert made.status_code == 201
+    assert (made.json()["factor"], made.json()["today_per_destination"]) == (2.0, 200)
+    twice = await client.post(RAMPS, json=ramp)
+    assert (twice.status_code, twice.json()["code"]) == (409, "ramp_exists")
+    nulled = await client.patch(f"{RAMPS}/{made.json()['id']}", json={"factor": None})
+    assert nulled.status_code == 422
+    log = (await client.get("/v1/audit-log", params={"category": "send"})).json()["items"]
+    assert {"delivery_policy.created", "delivery_policy.deleted", "delivery_ramp.created"} <= {
+        entry["action"] for entry in log
+    }
