@@ -10,14 +10,18 @@ the DNS server and SMTP sink in this process):
   and takeover (seconds from the kill to the first arrival of mail the dead node held).
 
     .venv/bin/python -m bench.cluster [--emails 2000] [--nodes 1,2,3]
+
+It writes bench/cluster-results.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import trio
@@ -37,6 +41,7 @@ from tests.harness.smtp_sink import SmtpSink
 # Mail for several domains, so several nodes can deliver at once (each domain's connections
 # are limited across the cluster).
 DOMAINS = [f"d{i}.example" for i in range(12)]
+RESULTS = Path(__file__).resolve().parent / "cluster-results.md"
 
 
 async def _one(nodes: int, emails: int) -> dict[str, float]:
@@ -88,11 +93,12 @@ def main() -> None:
     parser.add_argument("--nodes", default="1,2,3")
     args = parser.parse_args()
     started = time.monotonic()
+    load_before = os.getloadavg()[:2]
     rows = [trio.run(_one, int(n), args.emails) for n in args.nodes.split(",")]
-    print(
-        "| nodes | accept/s | end to end/s | lost | duplicates (bound) | takeover s |\n"
-        "|---|---|---|---|---|---|"
-    )
+    lines = [
+        "| nodes | accept/s | end to end/s | lost | duplicates (bound) | takeover s |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         chaos = (
             f"{r['lost']:.0f} | {r['duplicates']:.0f} ({r['duplicate_bound']:.0f}) |"
@@ -100,11 +106,28 @@ def main() -> None:
             if "lost" in r
             else "- | - | -"
         )
-        print(
+        lines.append(
             f"| {r['nodes']:.0f} | {r['accept_per_s']:.0f} | {r['end_to_end_per_s']:.0f} |"
             f" {chaos} |"
         )
+    table = "\n".join(lines)
+    print(table)
     print(f"({time.monotonic() - started:.0f} s)")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    RESULTS.write_text(
+        "# Several nodes on one PostgreSQL database\n\n"
+        f"`python -m bench.cluster --emails {args.emails} --nodes {args.nodes}`, {when},"
+        f" {time.monotonic() - started:.0f} s; {os.cpu_count()} cores shared by the nodes, the"
+        " load generator, the DNS server and the sink; load average (1/5 min) before"
+        f" {load_before[0]:.1f} / {load_before[1]:.1f}.\n\n"
+        f"{table}\n\n"
+        "accept/s: the emails accepted through the nodes in turn (12 requests at a time);"
+        " end to end/s: from the first send to the last arrival. The chaos columns come from a"
+        " second batch to a sink answering each message after 20 ms, with the busiest node"
+        " killed (SIGKILL) once mail arrives: lost = accepted and never arrived; duplicates ="
+        " arrivals beyond the first, bounded by the recipients the killed node held at the kill;"
+        " takeover = seconds from the kill to the first arrival of mail the dead node held.\n"
+    )
 
 
 if __name__ == "__main__":
