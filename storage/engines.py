@@ -46,9 +46,9 @@ log = logging.getLogger("postroom.storage")
 class SpaceWatch:
     """Whether the database has room for writes, for /healthz and /metrics.
 
-    A write refused for lack of space sets `full`; the next write that stores something
-    clears it. A write that stores nothing (an actor's poll that found no work) proves
-    nothing and changes nothing. Set on the writing thread, read on Trio's: one reference.
+    A write refused for lack of space sets `full`; the next write that stores new rows
+    clears it. A write that only updates rows in place (a heartbeat, a lease renewal) or
+    stores nothing (an actor's poll that found no work) proves nothing and changes nothing. Set on the writing thread, read on Trio's: one reference.
     """
 
     def __init__(self) -> None:
@@ -69,7 +69,7 @@ class SpaceWatch:
 
     def settle(self, results: Sequence[outcome.Outcome[Any]], stored: bool) -> None:
         """After a committed write: full if one of its units found no room, else clear once
-        it stored something."""
+        it stored new rows."""
         for result in results:
             if isinstance(result, outcome.Error) and isinstance(result.error, StorageFull):
                 self._refused(result.error)
@@ -201,9 +201,6 @@ def _conflicted(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
 
 
-_HAS_WRITTEN = "SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS written"
-
-
 def _with_notes(unit: Unit, tx: Tx, args: tuple[Any, ...]) -> tuple[Any, set[str]]:
     """A unit run as a transaction of its own: its result and the topics it announced."""
     return unit(tx, *args), tx.notes
@@ -255,14 +252,8 @@ class SQLiteEngine:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
         (results, notes), stored = self._in_write_transaction(
-            lambda conn: self._signalled(
-                conn,
-                _run_isolated(
-                    Tx(conn, "sqlite", self.sealer),
-                    conn.execute,
-                    lambda: conn.in_transaction,
-                    jobs,
-                ),
+            lambda conn, tx: self._signalled(
+                conn, _run_isolated(tx, conn.execute, lambda: conn.in_transaction, jobs)
             )
         )
         self.notes.add(notes)
@@ -271,22 +262,20 @@ class SQLiteEngine:
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
         (result, notes), stored = self._in_write_transaction(
-            lambda conn: self._signalled(
-                conn, _with_notes(unit, Tx(conn, "sqlite", self.sealer), args)
-            )
+            lambda conn, tx: self._signalled(conn, _with_notes(unit, tx, args))
         )
         self.notes.add(notes)
         self.space.settle([], stored)
         return result
 
-    def _in_write_transaction(self, body: Callable[[sqlite3.Connection], T]) -> tuple[T, bool]:
-        """`body` in one transaction of the writer: its result, and whether it stored anything."""
+    def _in_write_transaction(self, body: Callable[[sqlite3.Connection, Tx], T]) -> tuple[T, bool]:
+        """`body` in one transaction of the writer: its result, and whether it stored new rows."""
         with self._write_lock, self.space.refusals():
             conn = self._writer
-            changes = conn.total_changes
+            tx = Tx(conn, "sqlite", self.sealer)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                result = body(conn)
+                result = body(conn, tx)
                 conn.execute("COMMIT")
             except BaseException:
                 # SQLite may have rolled the transaction back itself (SQLITE_FULL does): a
@@ -294,7 +283,7 @@ class SQLiteEngine:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            return result, conn.total_changes != changes
+            return result, tx.inserted
 
     def _signalled(self, conn: sqlite3.Connection, done: tuple[T, set[str]]) -> tuple[T, set[str]]:
         """Tell the other processes on this file, at commit, what the transaction made."""
@@ -378,14 +367,8 @@ class PostgresEngine:
         if len(jobs) == 1:
             return [outcome.capture(self.transaction, *jobs[0])]
         (results, notes), stored = self._in_write_transaction(
-            lambda conn: self._announced(
-                conn,
-                _run_isolated(
-                    Tx(conn, "postgresql", self.sealer),
-                    conn.execute,
-                    lambda: _postgres_in_transaction(conn),
-                    jobs,
-                ),
+            lambda conn, tx: self._announced(
+                conn, _run_isolated(tx, conn.execute, lambda: _postgres_in_transaction(conn), jobs)
             )
         )
         self.notes.add(notes)
@@ -394,9 +377,7 @@ class PostgresEngine:
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any:
         (result, notes), stored = self._in_write_transaction(
-            lambda conn: self._announced(
-                conn, _with_notes(unit, Tx(conn, "postgresql", self.sealer), args)
-            )
+            lambda conn, tx: self._announced(conn, _with_notes(unit, tx, args))
         )
         self.notes.add(notes)
         self.space.settle([], stored)
@@ -408,19 +389,14 @@ class PostgresEngine:
             conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, payload))
         return done
 
-    def _in_write_transaction(self, body: Callable[[Any], T]) -> tuple[T, bool]:
-        """`body` in one transaction: its result, and whether it stored anything (asked only
-        while the database is full, when the answer matters: one more round trip)."""
+    def _in_write_transaction(self, body: Callable[[Any, Tx], T]) -> tuple[T, bool]:
+        """`body` in one transaction: its result, and whether it stored new rows."""
         attempt = 1
         while True:
             try:
                 with self.space.refusals(), self._pool.connection() as conn, conn.transaction():
-                    result = body(conn)
-                    # A transaction is given an id when it first writes.
-                    stored = self.space.full is not None and bool(
-                        conn.execute(_HAS_WRITTEN).fetchone()["written"]
-                    )
-                    return result, stored
+                    tx = Tx(conn, "postgresql", self.sealer)
+                    return body(conn, tx), tx.inserted
             except Exception as exc:
                 if not _conflicted(exc) or attempt == CONFLICT_ATTEMPTS:
                     raise

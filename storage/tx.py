@@ -39,16 +39,23 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Any = ..., /) -> Any: ...
 
 
+def _inserts(sql: str) -> bool:
+    return sql.lstrip()[:6].upper() == "INSERT"
+
+
 class Tx:
     """Runs statements inside the current transaction of one connection."""
 
-    __slots__ = ("_conn", "dialect", "notes", "sealer")
+    __slots__ = ("_conn", "dialect", "inserted", "notes", "sealer")
 
     def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer) -> None:
         self._conn = conn
         self.dialect: Dialect = dialect
         self.sealer = sealer  # seals and unseals secrets at rest (storage.sealing)
         self.notes: set[str] = set()  # topics of new work, announced once committed
+        # Whether the unit stored new rows: what proves a full database has room again (an
+        # UPDATE, such as a heartbeat, can fit in place while every insert is refused).
+        self.inserted = False
 
     def notify(self, topic: str) -> None:
         """Announce, once this unit of work is committed, that it made work of `topic`
@@ -61,7 +68,10 @@ class Tx:
     def execute(self, sql: str, params: Params | None = None) -> int:
         """Run a statement; the number of rows it touched."""
         cursor = self._conn.execute(self._sql(sql), params or {})
-        return int(cursor.rowcount)
+        count = int(cursor.rowcount)
+        if count > 0 and _inserts(sql):
+            self.inserted = True
+        return count
 
     def execute_many(self, sql: str, rows: Iterable[Params]) -> None:
         """Run one statement for each parameter set, in one driver call."""
@@ -73,19 +83,26 @@ class Tx:
                 cursor.executemany(self._sql(sql), rows)
         else:
             self._conn.executemany(sql, rows)
+        self.inserted = self.inserted or _inserts(sql)
 
     def one(self, sql: str, params: Params | None = None) -> Row | None:
         """The first row of a query, or None."""
         row = self._conn.execute(self._sql(sql), params or {}).fetchone()
-        return None if row is None else dict(row)
+        if row is None:
+            return None
+        self.inserted = self.inserted or _inserts(sql)
+        return dict(row)
 
     def all(self, sql: str, params: Params | None = None) -> list[Row]:
         """Every row of a query."""
-        return [dict(row) for row in self._conn.execute(self._sql(sql), params or {}).fetchall()]
+        rows = [dict(row) for row in self._conn.execute(self._sql(sql), params or {}).fetchall()]
+        self.inserted = self.inserted or bool(rows and _inserts(sql))
+        return rows
 
     def value(self, sql: str, params: Params | None = None) -> Any:
         """The first column of the first row, or None."""
         row = self._conn.execute(self._sql(sql), params or {}).fetchone()
         if row is None:
             return None
+        self.inserted = self.inserted or _inserts(sql)
         return next(iter(dict(row).values()))
