@@ -219,8 +219,8 @@ async def test_api_key_reads_stay_fast_while_80_wrong_logins_are_in_flight(
             assert response.status_code == 200
 
     # Before the password threads a read took 9.8 s: every database call queued behind
-    # argon2 on the same threads.
-    assert max(read_seconds) < 1.5, read_seconds
+    # argon2 on the same threads. (The bound leaves room for a suite loading both cores.)
+    assert max(read_seconds) < 3.0, read_seconds
     assert len(read_seconds) >= 3  # the reads did overlap the logins
     # Argon2 takes 64 MiB a call: only a few run at once (it was 2 GB, 40 at a time).
     assert peak_resident - resident_before < 512
