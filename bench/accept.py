@@ -20,8 +20,9 @@ service's processes spent (all of them, read from /proc): milliseconds per email
 used (CPU seconds over wall seconds).
 
 `--profile DIR` samples every process of the service with py-spy during the first flat-out
-run of each mode and writes DIR/<engine>-<mode>.txt (collapsed stacks) and .emails (how many
-were accepted meanwhile): `python bench/profile_steps.py DIR` says where the CPU went.
+single and batch runs of each mode and writes DIR/<engine>-<mode>[-batch].txt (collapsed
+stacks; each process's own in DIR/…-<pid>.process) and .emails (how many were accepted
+meanwhile): `python bench/profile_steps.py DIR` says where the CPU went.
 """
 
 from __future__ import annotations
@@ -197,8 +198,9 @@ def _stop_spies(spies: list[subprocess.Popen[bytes]], parts: list[Path], out: Pa
         spy.wait(timeout=60)
     # Collapsed stacks of several processes simply add up.
     out.write_text("".join(part.read_text() for part in parts if part.exists()))
-    for part in parts:
-        part.unlink(missing_ok=True)
+    for part in parts:  # kept per process (.part) for a look at one process alone
+        if part.exists():
+            part.rename(part.with_suffix(".process"))
 
 
 async def _drained(sink: SmtpSink, count: int, seconds: float) -> bool:
@@ -262,6 +264,9 @@ async def mode_figures(
                     rate=single["rate"] / 2,
                 )
                 halves.append(half)
+                if profile is not None and run == 0:
+                    parts = [profile / f"{engine}-{mode}-batch-{pid}.part" for pid in pids]
+                    spies = [_py_spy(pid, part) for pid, part in zip(pids, parts, strict=True)]
                 batch = await _wrk(
                     served,
                     "/v1/emails/batch",
@@ -271,6 +276,12 @@ async def mode_figures(
                     start=5 * 10**8 + run * 10**7,
                 )
                 emails = (batch["requests"] - batch["non_2xx"]) * BATCH
+                if spies and profile is not None:
+                    stop = partial(
+                        _stop_spies, spies, parts, profile / f"{engine}-{mode}-batch.txt"
+                    )
+                    await trio.to_thread.run_sync(stop)
+                    (profile / f"{engine}-{mode}-batch.emails").write_text(str(emails))
                 batch["emails_per_s"] = emails / batch["seconds"]
                 batch["cpu_ms"] = batch["cpu_s"] * 1000 / max(emails, 1)
                 batches.append(batch)
