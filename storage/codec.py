@@ -7,16 +7,29 @@ and compare as strings identically on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import json
-import uuid
+import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_LOW_62 = (1 << 62) - 1
 
 
 def new_id() -> str:
-    """A new random UUID string."""
-    return str(uuid.uuid4())
+    """A new UUID string, version 7 (RFC 9562): the Unix time in milliseconds, then 74 random
+    bits. Ids that grow with time put new rows at the end of every index on them, instead of
+    on a random page of each: a commit of a batch writes a few pages, not one per row."""
+    random = int.from_bytes(os.urandom(10)) >> 6  # 74 bits
+    value = (
+        (time.time_ns() // 1_000_000) << 80
+        | 0x7 << 76  # version
+        | (random >> 62) << 64  # 12 random bits
+        | 0b10 << 62  # variant
+        | random & _LOW_62
+    )
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def timestamp(value: datetime) -> str:

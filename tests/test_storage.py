@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 
 import pytest
 import trio
 
 from storage import migrations
+from storage.codec import new_id
 from storage.database import Database, open_database
 from storage.tx import Tx, to_pyformat
 
@@ -148,3 +151,17 @@ async def test_a_deadlock_between_two_nodes_is_resolved_by_running_the_loser_aga
         assert results == ["done", "done"]
         # One after the other: the second to commit wrote 'locked' to its first row last.
         assert sorted((await one.read(_bodies)).values()) == ["crossed", "locked"]
+
+
+def test_new_ids_are_uuid7_in_the_order_they_were_made() -> None:
+    # Time-ordered ids keep a batch's rows on the last pages of every index (a commit of
+    # random ids wrote a page per row and index): what took batch sends from ~5,000 to
+    # ~10,000 emails/s on SQLite.
+    before = time.time_ns() // 1_000_000
+    made = [new_id() for _ in range(2000)]
+    after = time.time_ns() // 1_000_000
+    parsed = [uuid.UUID(i) for i in made]
+    assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in parsed)
+    assert all(before <= u.int >> 80 <= after for u in parsed)
+    assert [u.int >> 80 for u in parsed] == sorted(u.int >> 80 for u in parsed)
+    assert len(set(made)) == len(made)
