@@ -9,11 +9,18 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _LOW_62 = (1 << 62) - 1
+
+
+def new_random_id() -> str:
+    """A new UUID string, version 4: 122 random bits and no time. For a workspace, whose id's
+    first 8 characters name its SMTP credentials (spec: the relay username)."""
+    return str(uuid.uuid4())
 
 
 def new_id() -> str:

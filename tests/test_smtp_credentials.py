@@ -51,6 +51,15 @@ async def test_created_credential_shows_its_password_once(
     assert body["password"] not in listed.text
 
 
+async def test_workspaces_made_back_to_back_have_distinct_relay_username_prefixes(
+    service: Service,
+) -> None:
+    # The relay username is the workspace id's first 8 characters and the domain name: a
+    # time-ordered id would give every workspace of the same minute the same prefix.
+    prefixes = {(await service.account()).workspace_id[:8] for _ in range(5)}
+    assert len(prefixes) == 5
+
+
 async def test_one_active_credential_per_domain(service: Service, dns_server: DnsServer) -> None:
     account = await service.account("starter")
     domain = await add_domain(account, dns_server, "relay.example.org")

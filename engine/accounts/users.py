@@ -24,7 +24,7 @@ from engine.runtime import Principal, Runtime
 from engine.sandbox import mode as sandbox_mode
 from storage import accounts
 from storage.accounts import Session, User, Workspace
-from storage.codec import new_id
+from storage.codec import new_id, new_random_id
 from storage.tx import Tx
 
 SESSION_LIFETIME = timedelta(days=7)
@@ -89,7 +89,7 @@ async def create_account(
         raise Unprocessable(f"the password must have at least {MIN_PASSWORD_LENGTH} characters")
     now = rt.clock.now()
     user = User(new_id(), address, await rt.passwords.hash(password), admin, now)
-    workspace = Workspace(new_id(), address, plan, user.id, now)
+    workspace = Workspace(new_random_id(), address, plan, user.id, now)
     return await rt.db.write(_insert_account, user, workspace, rt.sandbox, first_user)
 
 

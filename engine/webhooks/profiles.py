@@ -188,7 +188,8 @@ def _postmark(event: dict[str, Any], meta: dict[str, Any]) -> Any:
         }[event["event"]]
         return {
             **common,
-            "ID": int(event["email_id"].replace("-", "")[:12], 16),  # Postmark's is a number
+            # Postmark's is a number: the id's last 48 bits (random; the first are its time).
+            "ID": int(event["email_id"].replace("-", "")[-12:], 16),
             "ServerID": 0,
             "Type": kind,
             "TypeCode": code,
