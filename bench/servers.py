@@ -75,7 +75,7 @@ async def api(port: int) -> None:
     from engine.wakeups import WakeupRelay
     from postroom import config
     from postroom.metrics import ServiceMetrics
-    from postroom.startup import open_runtime
+    from postroom.startup import open_runtime, settle_heap
     from storage.database import open_database
 
     settings = config.load(dict(os.environ))
@@ -89,16 +89,19 @@ async def api(port: int) -> None:
         app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
             await nursery.start(supervisor.run)
+            settle_heap()  # as `postroom serve` does once started
             await _serve(app, port)
 
 
 async def delivery() -> None:
     from postroom import config
     from postroom.service import serve
+    from postroom.startup import settle_heap
 
     settings = config.load(dict(os.environ))
     async with trio.open_nursery() as nursery:
         running = await nursery.start(serve, settings)
+        settle_heap()
         print("ready", flush=True)
         if settings.database_url.startswith("sqlite"):
             while True:

@@ -28,7 +28,7 @@ from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.supervisor import DatabaseGone
 from postroom import config, logs, workers
-from postroom.startup import open_runtime
+from postroom.startup import open_runtime, settle_heap
 from storage import migrations, nodes
 from storage.database import open_database
 
@@ -85,6 +85,7 @@ async def _serve(settings: config.Settings, reuse_port: bool) -> None:
 
     async with trio.open_nursery() as nursery:
         service = await nursery.start(partial(serve, settings, reuse_port=reuse_port))
+        settle_heap()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 name = signal.Signals(signum).name

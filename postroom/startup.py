@@ -6,6 +6,7 @@ Apart from the service (`postroom.service`), so that CLI commands which only nee
 
 from __future__ import annotations
 
+import gc
 import secrets
 
 from engine import nodes
@@ -48,3 +49,14 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
     )
     db.on_commit(rt.wakeups.deliver, rt.node)
     return rt
+
+
+def settle_heap() -> None:
+    """Once a service process has started: what starting it made (modules, the app and its
+    routes, some 135,000 objects) lives as long as the process, so take it out of the
+    collector's sight. Each full collection walked all of it, pausing every request for
+    50-80 ms: the p99 at half load went from 40-80 ms to 7 ms. Garbage is collected first,
+    so nothing dead is kept for ever. Only for a process that is a service; not in tests,
+    which start many services in one process."""
+    gc.collect()
+    gc.freeze()
