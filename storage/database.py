@@ -127,6 +127,9 @@ def _in_caller_context(unit: Callable[..., T]) -> Callable[..., T]:
     """`unit`, to run in a copy of the submitting task's context variables, as
     `trio.to_thread` runs `transaction`'s: a batch runs on the batcher's thread, and the
     unit still sees what its caller set (engine/activity.py's attribution of a change)."""
+    together = getattr(unit, "together", None)
+    if together is not None:  # it runs with its batch's other calls, in no caller's context
+        return unit
     return partial(contextvars.copy_context().run, unit)
 
 

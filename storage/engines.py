@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -37,6 +38,7 @@ from storage.sealing import NO_MASTER_KEY, Sealer
 from storage.tx import Dialect, Tx
 
 T = TypeVar("T")
+U = TypeVar("U", bound=Callable[..., Any])
 Unit = Callable[..., Any]
 Job = tuple[Unit, tuple[Any, ...]]
 
@@ -165,32 +167,83 @@ def _capture(unit: Unit, tx: Tx, args: tuple[Any, ...]) -> outcome.Outcome[Any]:
     return result
 
 
+Together = Callable[[Tx, list[tuple[Any, ...]]], list[outcome.Outcome[Any]]]
+
+
+def runs_together(together: Together) -> Callable[[U], U]:
+    """Mark a unit of work whose calls that meet in one group-commit batch may run as one
+    set-based call: `together(tx, [args, ...])` gives each call's outcome, exactly as if each
+    had run alone in turn (a refusal is an Error outcome and writes nothing). Such a unit
+    must not read its caller's context variables: the calls run together, in none of them."""
+
+    def mark(unit: U) -> U:
+        unit.together = together  # type: ignore[attr-defined]
+        return unit
+
+    return mark
+
+
+def _in_savepoint(
+    tx: Tx,
+    execute: Callable[[str], Any],
+    in_transaction: Callable[[], bool],
+    work: Callable[[], outcome.Outcome[Any]],
+) -> outcome.Outcome[Any]:
+    """`work` in a savepoint of the open transaction, undone if it fails."""
+    execute("SAVEPOINT unit")
+    tx.notes = set()
+    result = work()
+    if isinstance(result, outcome.Error):
+        if _conflicted(result.error):
+            # A deadlock victim: the locks the batch's earlier units hold may be what the
+            # other transaction waits for, so the whole batch is undone and run again.
+            raise result.error
+        if not in_transaction():
+            # SQLite undid the whole transaction itself (SQLITE_FULL does): the units
+            # before this one are gone too, so the batch fails as a whole.
+            raise result.error
+        execute("ROLLBACK TO SAVEPOINT unit")
+    execute("RELEASE SAVEPOINT unit")
+    return result
+
+
 def _run_isolated(
     tx: Tx, execute: Callable[[str], Any], in_transaction: Callable[[], bool], jobs: Sequence[Job]
 ) -> tuple[list[outcome.Outcome[Any]], set[str]]:
-    """Run jobs inside an open transaction, each in its own savepoint; their results, and the
-    topics the units that succeeded announced."""
-    results: list[outcome.Outcome[Any]] = []
+    """Run jobs inside an open transaction, each in its own savepoint, or, for a unit that
+    `runs_together`, all its calls in one; their results, and the topics the units that
+    succeeded announced. A joint call that fails as a whole (not a refusal: an error) runs
+    each of its calls alone, so the one at fault fails alone."""
+    results: list[outcome.Outcome[Any] | None] = [None] * len(jobs)
     notes: set[str] = set()
-    for unit, args in jobs:
-        execute("SAVEPOINT unit")
-        tx.notes = set()
-        result = _capture(unit, tx, args)
-        if isinstance(result, outcome.Error):
-            if _conflicted(result.error):
-                # A deadlock victim: the locks the batch's earlier units hold may be what the
-                # other transaction waits for, so the whole batch is undone and run again.
-                raise result.error
-            if not in_transaction():
-                # SQLite undid the whole transaction itself (SQLITE_FULL does): the units
-                # before this one are gone too, so the batch fails as a whole.
-                raise result.error
-            execute("ROLLBACK TO SAVEPOINT unit")
-        else:
+    alone: list[int] = []
+    groups: dict[Together, list[int]] = {}
+    for i, (unit, _) in enumerate(jobs):
+        together = getattr(unit, "together", None)
+        (alone if together is None else groups.setdefault(together, [])).append(i)
+    for together, members in groups.items():
+        if len(members) == 1:
+            alone += members
+            continue
+        calls = [jobs[i][1] for i in members]
+        joint = _in_savepoint(
+            tx, execute, in_transaction, partial(_capture, together, tx, (calls,))
+        )
+        if isinstance(joint, outcome.Error):
+            alone += members
+            continue
+        notes |= tx.notes
+        for i, result in zip(members, joint.unwrap(), strict=True):
+            results[i] = result
+    for i in sorted(alone):
+        unit, args = jobs[i]
+        result = _in_savepoint(tx, execute, in_transaction, partial(_capture, unit, tx, args))
+        if isinstance(result, outcome.Value):
             notes |= tx.notes
-        execute("RELEASE SAVEPOINT unit")
-        results.append(result)
-    return results, notes
+        results[i] = result
+    done = [result for result in results if result is not None]
+    assert len(done) == len(jobs)
+    return done, notes
 
 
 def _conflicted(exc: BaseException) -> bool:

@@ -513,6 +513,55 @@ async def test_monthly_volume_is_enforced(service: Service, dns_server: DnsServe
     assert [i["field"] for i in checked["issues"]] == ["limits"]
 
 
+async def test_single_sends_stored_together_are_each_answered_as_if_alone(
+    service: Service, dns_server: DnsServer
+) -> None:
+    from storage import emails as stored_emails
+    from tests.test_smtp_credentials import add_domain
+
+    # Concurrent sends meet in one group commit, which stores them as one batch per
+    # workspace: each must still get the answer it would get alone.
+    near_limit = await ready_account(service, dns_server, plan="free")
+    other = await service.account("starter")
+    await add_domain(other, dns_server, "other.example.org")
+    their = {"email": "hello@other.example.org"}
+    assert (await other.client.post("/v1/senders/", json=their)).status_code == 201
+    month = service.running.runtime.clock.now().strftime("%Y-%m")
+    await service.running.runtime.db.write(
+        stored_emails.count_sent, near_limit.workspace_id, month, 2998, 1
+    )
+    route_mail(dns_server, "together.example")
+    assert (
+        await other.client.post("/v1/suppressions/", json={"email": "gone@together.example"})
+    ).status_code == 201
+    sends = [
+        *[(near_limit, message(f"n{i}@together.example")) for i in range(4)],
+        *[(other, message(f"o{i}@together.example", from_=their)) for i in range(3)],
+        (other, message("gone@together.example", from_=their)),
+        (other, message("x@together.example", from_={"email": "nobody@other.example.org"})),
+    ]
+    answers: list[tuple[int, str]] = [(0, "")] * len(sends)
+
+    async def send(i: int) -> None:
+        account, body = sends[i]
+        response = await account.client.post("/v1/emails/", json=body)
+        answers[i] = (
+            response.status_code,
+            response.json().get("status") or response.json()["code"],
+        )
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(sends)):
+            nursery.start_soon(send, i)
+
+    assert sorted(answers[:4]) == [(202, "queued")] * 2 + [(403, "plan_limit")] * 2
+    assert answers[4:7] == [(202, "queued")] * 3
+    assert answers[7] == (202, "rejected")
+    assert answers[8][0] == 422
+    assert len((await near_limit.client.get("/v1/emails/")).json()) == 2
+    assert len((await other.client.get("/v1/emails/")).json()) == 4
+
+
 async def test_idempotency_key_sends_once(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
 ) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import Any
 
+import outcome
 import pytest
 import trio
 
 from storage import migrations
 from storage.codec import new_id
 from storage.database import Database, open_database
+from storage.engines import runs_together
 from storage.tx import Tx, to_pyformat
 
 
@@ -69,6 +72,55 @@ async def test_a_failing_unit_rolls_back_alone(database_url: str) -> None:
         assert all(outcomes[i] == "failed" for i in range(0, 60, 3))
         assert sorted(bodies) == [i for i in range(60) if i % 3]
         assert set(bodies.values()) == {"kept"}
+
+
+_JOINT_SIZES: list[int] = []  # how many calls each run of _insert_notes took
+
+
+def _insert_notes(tx: Tx, calls: list[tuple[Any, ...]]) -> list[outcome.Outcome[int]]:
+    """`_insert_note`'s calls run together: one multi-row statement; an odd id is refused
+    (an Error outcome, nothing written); a body "poison" fails the joint call as a whole."""
+    _JOINT_SIZES.append(len(calls))
+    if any(body == "poison" for _, body in calls):
+        raise LookupError("the joint call cannot go on")
+    kept = [(note_id, body) for note_id, body in calls if note_id % 2 == 0]
+    tx.execute_many(
+        "INSERT INTO notes (id, body) VALUES (:id, :body)",
+        [{"id": note_id, "body": body} for note_id, body in kept],
+    )
+    return [
+        outcome.Value(1) if note_id % 2 == 0 else outcome.Error(ValueError(f"odd {note_id}"))
+        for note_id, _ in calls
+    ]
+
+
+@runs_together(_insert_notes)
+def _insert_note(tx: Tx, note_id: int, body: str) -> int:
+    [result] = _insert_notes(tx, [(note_id, body)])
+    return int(result.unwrap())
+
+
+async def test_units_that_run_together_answer_each_caller_as_if_alone(database_url: str) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        answers: dict[int, str] = {}
+
+        async def attempt(note_id: int, body: str) -> None:
+            try:
+                answers[note_id] = str(await db.write(_insert_note, note_id, body))
+            except (ValueError, LookupError) as exc:
+                answers[note_id] = type(exc).__name__
+
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(attempt, i, "poison" if i == 10 else "kept")
+        assert max(_JOINT_SIZES) > 1  # calls did run together
+        # The poisoned call failed its joint call: each call then ran alone, and only the
+        # poisoned one failed (with its own error); refusals reached only their callers.
+        assert answers == {
+            i: "LookupError" if i == 10 else "1" if i % 2 == 0 else "ValueError" for i in range(40)
+        }
+        assert sorted(await db.read(_bodies)) == [i for i in range(0, 40, 2) if i != 10]
 
 
 async def test_a_constraint_violation_reaches_only_its_caller(database_url: str) -> None:

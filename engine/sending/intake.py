@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import outcome
+
 from engine import plans
 from engine.addresses import normalize_email
 from engine.errors import (
@@ -44,6 +46,7 @@ from storage import domains, emails, suppressions
 from storage.codec import new_id
 from storage.domains import Domain, Sender
 from storage.emails import Email, Event, Recipient
+from storage.engines import runs_together
 from storage.tx import Tx
 
 ATTACHMENT_LIMIT = 24 * 1024 * 1024  # per file and combined
@@ -540,17 +543,25 @@ def _raise_first(issues: list[Issue]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Checked:
-    """A request that passed the checks needing no database."""
+    """A request that passed the checks needing no database, and where it came from."""
 
     req: SendRequest
     addresses: _Addresses
+    source: str = "api"
+    retry_of_id: str | None = None
 
 
-def _checked(req: SendRequest, plan: plans.Plan, now: datetime) -> _Checked:
+def _checked(
+    req: SendRequest,
+    plan: plans.Plan,
+    now: datetime,
+    source: str = "api",
+    retry_of_id: str | None = None,
+) -> _Checked:
     issues, addresses = _request_issues(req, plan, now)
     _raise_first(issues)
     assert addresses is not None
-    return _Checked(req, addresses)
+    return _Checked(req, addresses, source, retry_of_id)
 
 
 def _accepted(
@@ -561,8 +572,6 @@ def _accepted(
     plan: plans.Plan,
     now: datetime,
     *,
-    source: str,
-    retry_of_id: str | None,
     adding: int,
 ) -> NewEmail:
     """Apply the database's rules to a checked request: the email to store, or the error."""
@@ -587,8 +596,8 @@ def _accepted(
         tags=req.tags,
         attachments=req.attachments,
         send_at=req.send_at,
-        source=source,
-        retry_of_id=retry_of_id,
+        source=checked.source,
+        retry_of_id=checked.retry_of_id,
         rejection=attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now),
     )
 
@@ -597,22 +606,33 @@ def _result(email: Email) -> SendResult:
     return SendResult(email.id, email.status, email.message_id, email.rejection_reason)
 
 
+def _store_singles(tx: Tx, calls: list[tuple[Any, ...]]) -> list[outcome.Outcome[SendResult]]:
+    """Single sends that met in one group commit, stored as one batch per workspace: a
+    handful of statements in all instead of some ten each. Their time is the latest of
+    theirs (they are stored together); each is refused or accepted as it would be alone."""
+    now = max(call[3] for call in calls)
+    workspaces: dict[tuple[str, str], list[int]] = {}
+    for i, (who, _, plan, _, _) in enumerate(calls):
+        workspaces.setdefault((who.workspace_id, plan.name), []).append(i)
+    results: dict[int, outcome.Outcome[SendResult]] = {}
+    for members in workspaces.values():
+        who, _, plan, _, shard = calls[members[0]]
+        stored = _store_many(tx, who, [calls[i][1] for i in members], plan, now, shard)
+        for i, result in zip(members, stored, strict=True):
+            results[i] = (
+                outcome.Error(result) if isinstance(result, EngineError) else outcome.Value(result)
+            )
+    return [results[i] for i in range(len(calls))]
+
+
+@runs_together(_store_singles)
 def _store_one(
-    tx: Tx,
-    who: Principal,
-    checked: _Checked,
-    plan: plans.Plan,
-    now: datetime,
-    source: str,
-    retry_of_id: str | None,
-    shard: int,
+    tx: Tx, who: Principal, checked: _Checked, plan: plans.Plan, now: datetime, shard: int
 ) -> SendResult:
-    ctx = _context(tx, who.workspace_id, checked.addresses, now)
-    new = _accepted(
-        tx, who, checked, ctx, plan, now, source=source, retry_of_id=retry_of_id, adding=1
-    )
-    [email] = store(tx, [new], now, volume_shard=shard)
-    return _result(email)
+    [result] = _store_many(tx, who, [checked], plan, now, shard)
+    if isinstance(result, EngineError):
+        raise result
+    return result
 
 
 async def send(
@@ -626,17 +646,15 @@ async def send(
     """Accept an email: stored durably before this returns; delivery is woken."""
     now = rt.clock.now()
     plan = plans.plan(who.plan)
-    checked = _checked(req, plan, now)
-    result: SendResult = await rt.db.write(
-        _store_one, who, checked, plan, now, source, retry_of_id, rt.usage_shard
-    )
+    checked = _checked(req, plan, now, source, retry_of_id)
+    result: SendResult = await rt.db.write(_store_one, who, checked, plan, now, rt.usage_shard)
     return result
 
 
 def _store_many(
     tx: Tx,
     who: Principal,
-    entries: list[_Checked | EngineError],
+    entries: Sequence[_Checked | EngineError],
     plan: plans.Plan,
     now: datetime,
     shard: int,
@@ -658,10 +676,7 @@ def _store_many(
             ctx = _context(tx, who.workspace_id, entry.addresses, now)
         try:
             # An entry counts against the volume with the batch's earlier ones.
-            new = _accepted(
-                tx, who, entry, ctx, plan, now, source="api", retry_of_id=None,
-                adding=1 + sent,
-            )  # fmt: skip
+            new = _accepted(tx, who, entry, ctx, plan, now, adding=1 + sent)
         except EngineError as exc:
             placed.append(exc)
             continue
