@@ -227,6 +227,41 @@ async def test_unregistered_sender_is_refused(
         assert refused.value.smtp_error.startswith(b"5.7.1")
 
 
+async def test_messages_stored_together_are_each_answered_as_if_alone(
+    service: Service, dns_server: DnsServer, tls_ca: TlsAuthority
+) -> None:
+    from engine import plans
+    from storage import emails as stored_emails
+
+    # Messages that meet in one group commit are checked and stored together: with room
+    # for two more emails this month, two of four are accepted; a forged From is refused.
+    account, credential = await relay_account(service, dns_server)
+    month = service.running.runtime.clock.now().strftime("%Y-%m")
+    room_for_two = plans.plan("starter").emails_per_month - 2
+    await service.running.runtime.db.write(
+        stored_emails.count_sent, account.workspace_id, month, room_for_two, 1
+    )
+    messages = [mime(f"fine {i}") for i in range(4)] + [
+        mime("forged", sender="boss@elsewhere.example")
+    ]
+    answers: list[int] = [0] * len(messages)
+
+    def send(i: int) -> None:
+        try:
+            submit(service, tls_ca, credential, ["ann@customer.example"], messages[i])
+            answers[i] = 250
+        except smtplib.SMTPDataError as refused:
+            answers[i] = refused.smtp_code
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(messages)):
+            nursery.start_soon(partial(trio.to_thread.run_sync, send, i))
+
+    assert sorted(answers[:4]) == [250, 250, 550, 550]
+    assert answers[4] == 550
+    assert len((await account.client.get("/v1/emails/")).json()) == 2
+
+
 async def test_suppressed_recipient_is_refused_then_accepted_once_within_24_hours(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, tls_ca: TlsAuthority
 ) -> None:

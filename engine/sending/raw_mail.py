@@ -129,6 +129,13 @@ def store_raw(tx: Tx, mail: RawMail, now: datetime, shard: int) -> str:
     """Store an email sent as given, queued for delivery; its id. In the caller's unit of
     work, counted in the node's volume `shard`. NotFound if the domain is gone.
     """
+    [email] = intake.store(tx, [raw_email(tx, mail)], now, volume_shard=shard)
+    return email.id
+
+
+def raw_email(tx: Tx, mail: RawMail) -> NewEmail:
+    """The email to store for a message sent as given (`intake.store` stores any number of
+    them at once). NotFound if the domain is gone."""
     if mail.source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, not {mail.source!r}")
     if not mail.recipients:
@@ -142,29 +149,21 @@ def store_raw(tx: Tx, mail: RawMail, now: datetime, shard: int) -> str:
     # A message whose header names nobody (a list, an undisclosed-recipients group) is shown
     # as sent to its envelope recipients.
     to = summary.to if named else [{"email": r, "name": None} for r in recipients]
-    [email] = intake.store(
-        tx,
-        [
-            NewEmail(
-                workspace_id=mail.workspace_id,
-                domain_id=domain.id,
-                domain_name=domain.name,
-                from_email=summary.from_address or _address(mail.from_email),
-                from_name=summary.from_name,
-                to=_mailboxes_of(to),
-                cc=_mailboxes_of(summary.cc),
-                bcc=tuple(Mailbox(r) for r in recipients if named and r not in named),
-                subject=summary.subject,
-                source=mail.source,
-                raw=mail.data,
-                message_id=summary.message_id,
-                envelope=recipients,
-            )
-        ],
-        now,
-        volume_shard=shard,
+    return NewEmail(
+        workspace_id=mail.workspace_id,
+        domain_id=domain.id,
+        domain_name=domain.name,
+        from_email=summary.from_address or _address(mail.from_email),
+        from_name=summary.from_name,
+        to=_mailboxes_of(to),
+        cc=_mailboxes_of(summary.cc),
+        bcc=tuple(Mailbox(r) for r in recipients if named and r not in named),
+        subject=summary.subject,
+        source=mail.source,
+        raw=mail.data,
+        message_id=summary.message_id,
+        envelope=recipients,
     )
-    return email.id
 
 
 def _mailboxes_of(boxes: list[dict[str, Any]]) -> tuple[Mailbox, ...]:

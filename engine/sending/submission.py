@@ -17,7 +17,8 @@ The same rules as the API, applied at the SMTP step where a client can best be t
   recipient see; `_originator_problem`): exactly one From field, every address in it an
   active sender on the credential's domain; at most one Sender field, naming one such
   address. Fields are read strictly (engine/mail/address_list.py): anything ambiguous is
-  refused. The message is stored through `raw_mail.store_raw` before the relay answers 250.
+  refused. The message is stored (`intake.store`) before the relay answers 250; messages
+  meeting in one group commit are checked and stored together (`_store_submissions`).
 - An `Idempotency-Key:` field in the message works as the API's header (engine/sending/
   idempotency.py, the same keys of the workspace): the same key with the same envelope and
   message within 24 hours answers the first email's id and stores nothing; with another
@@ -31,15 +32,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import outcome
+
 from engine import plans
 from engine.accounts import smtp_credentials as credentials
 from engine.errors import Conflict
 from engine.mail import address_list
 from engine.runtime import Runtime
 from engine.sending import idempotency, intake
-from engine.sending.intake import attempt_suppressed, suppression_overrides
-from engine.sending.raw_mail import HeaderSummary, RawMail, store_raw, summarize
+from engine.sending.intake import NewEmail, attempt_suppressed, suppression_overrides
+from engine.sending.raw_mail import HeaderSummary, RawMail, raw_email, summarize
 from storage import domains, emails, smtp_credentials, suppressions
+from storage.engines import runs_together
 from storage.smtp_credentials import RelayLogin
 from storage.tx import Tx
 
@@ -191,24 +195,58 @@ def _originator_problem(
     return None
 
 
+def _store_submissions(
+    tx: Tx, calls: list[tuple[Any, ...]]
+) -> list[outcome.Outcome[Accepted | str]]:
+    """Messages submitted to this node that met in one group commit: per credential, its
+    login, senders and month's volume read once (the connection's view may be stale), each
+    message checked against them in order (the volume counts the ones before it), and the
+    accepted ones stored in one `intake.store`. Each is answered as it would be alone; the
+    messages of one call share its time (the latest of theirs)."""
+    now = max(call[2] for call in calls)
+    answers: dict[int, Accepted | str] = {}
+    credentials_of: dict[str, list[int]] = {}
+    for i, call in enumerate(calls):
+        credentials_of.setdefault(call[0].credential_id, []).append(i)
+    accepted: list[NewEmail] = []
+    placed: list[int] = []
+    for members in credentials_of.values():
+        login: RelayLogin = calls[members[0]][0]
+        current = smtp_credentials.login(tx, login.credential_id)
+        if current is None:
+            answers.update(
+                (i, "this SMTP credential has been deleted, or its domain has") for i in members
+            )
+            continue
+        if not current.domain_verified:
+            answers.update((i, f"{login.domain_name} is not verified") for i in members)
+            continue
+        senders = _active_senders(tx, current)
+        sent = emails.sent_in_month(tx, login.workspace_id, intake.month(now))
+        for i in members:
+            mail: RawMail = calls[i][1]
+            problem = (
+                _sender_problem(current, senders, mail.from_email)
+                or _originator_problem(current, senders, summarize(mail.data))
+                or _volume_problem(current, sent)
+            )
+            if problem is not None:
+                answers[i] = problem
+                continue
+            accepted.append(raw_email(tx, mail))
+            placed.append(i)
+            sent += 1
+    stored = intake.store(tx, accepted, now, volume_shard=calls[0][3])
+    answers.update((i, Accepted(email.id)) for i, email in zip(placed, stored, strict=True))
+    return [outcome.Value(answers[i]) for i in range(len(calls))]
+
+
+@runs_together(_store_submissions)
 def _store(tx: Tx, login: RelayLogin, mail: RawMail, now: datetime, shard: int) -> Accepted | str:
     """Re-check against the database of now (the connection's view may be stale), store."""
-    current_login = smtp_credentials.login(tx, login.credential_id)
-    if current_login is None:
-        return "this SMTP credential has been deleted, or its domain has"
-    if not current_login.domain_verified:
-        return f"{login.domain_name} is not verified"
-    senders = _active_senders(tx, current_login)
-    problem = (
-        _sender_problem(current_login, senders, mail.from_email)
-        or _originator_problem(current_login, senders, summarize(mail.data))
-        or _volume_problem(
-            current_login, emails.sent_in_month(tx, login.workspace_id, intake.month(now))
-        )
-    )
-    if problem is not None:
-        return problem
-    return Accepted(store_raw(tx, mail, now, shard))
+    [answer] = _store_submissions(tx, [(login, mail, now, shard)])
+    stored: Accepted | str = answer.unwrap()
+    return stored
 
 
 _KEY_FIELD = b"idempotency-key"
@@ -265,10 +303,10 @@ async def submit(
         return await _submit(rt, submitter, mail_from, recipients, data)
 
     async def run() -> tuple[Any, int]:
-        outcome = await _submit(rt, submitter, mail_from, recipients, data)
-        if isinstance(outcome, str):
-            raise _NotStored(outcome)
-        return {"id": outcome.email_id}, 250
+        result = await _submit(rt, submitter, mail_from, recipients, data)
+        if isinstance(result, str):
+            raise _NotStored(result)
+        return {"id": result.email_id}, 250
 
     # The envelope is part of the request: the same message to other recipients is another.
     envelope = " ".join([mail_from.lower(), *sorted(r.lower() for r in recipients)])
@@ -298,5 +336,5 @@ async def _submit(
         data=data,
         source="smtp",
     )
-    outcome: Accepted | str = await rt.db.write(_store, login, mail, rt.clock.now(), rt.usage_shard)
-    return outcome
+    result: Accepted | str = await rt.db.write(_store, login, mail, rt.clock.now(), rt.usage_shard)
+    return result
