@@ -62,11 +62,12 @@ def _chunk(
     ]
 
 
-async def fill(database_url: str, account: dict[str, Any], count: int, domains_: int) -> float:
-    """Store `count` queued emails; the time it took in seconds."""
-    settings = config.load({"POSTROOM_DATABASE_URL": database_url})
+async def fill(env: dict[str, str], account: dict[str, Any], count: int, domains_: int) -> float:
+    """Store `count` queued emails, with the service's settings `env`; the time it took in
+    seconds."""
+    settings = config.load(env)
     started = time.perf_counter()
-    async with open_database(database_url) as db:
+    async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
         who = Principal(account["user_id"], account["email"], account["workspace_id"], "business")
         domain = await domains.create(rt, who, DOMAIN)
@@ -83,8 +84,8 @@ async def fill(database_url: str, account: dict[str, Any], count: int, domains_:
 async def measure(engine: str, count: int, domains_: int, work: float) -> dict[str, Any]:
     filled: list[float] = []
 
-    async def prepare(database_url: str, account: dict[str, Any]) -> None:
-        filled.append(await fill(database_url, account, count, domains_))
+    async def prepare(env: dict[str, str], account: dict[str, Any]) -> None:
+        filled.append(await fill(env, account, count, domains_))
 
     async with trio.open_nursery() as nursery, loopback_mail(nursery) as (dns_server, sink):
         for i in range(domains_):

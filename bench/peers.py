@@ -72,13 +72,13 @@ async def loopback_mail(nursery: trio.Nursery) -> AsyncIterator[tuple[DnsServer,
 @asynccontextmanager
 async def postroom_process(
     engine: str,
-    prepare: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
+    prepare: Callable[[dict[str, str], dict[str, Any]], Awaitable[None]] | None = None,
     **settings: str,
 ) -> AsyncIterator[Running]:
     """`postroom serve` over a fresh database on `engine`; `settings` are POSTROOM_* values
-    by lower-case name (e.g. dns_servers="127.0.0.1:5353"). `prepare(database_url,
-    account)` runs after the account exists (the JSON of `accounts create`) and before the
-    service starts."""
+    by lower-case name (e.g. dns_servers="127.0.0.1:5353"). `prepare(env, account)` runs
+    after the account exists (the JSON of `accounts create`) and before the service starts,
+    with the environment the service gets (its database and master key file)."""
     with tempfile.TemporaryDirectory() as tmp, _database(engine, Path(tmp)) as db_url:
         port = _free_port()
         env = {
@@ -87,6 +87,8 @@ async def postroom_process(
             "POSTROOM_SUBMISSION_LISTEN": f"127.0.0.1:{_free_port()}",
             "POSTROOM_INBOUND_LISTEN": f"127.0.0.1:{_free_port()}",
             "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",  # the sink and peers are on loopback
+            # The master key file, wherever the database is (PostgreSQL's is not a file).
+            "POSTROOM_SECRET_KEY_FILE": str(Path(tmp) / "secret.key"),
             "PYTHONPATH": str(REPO),
             "PATH": "/usr/bin:/bin",
         }
@@ -98,7 +100,7 @@ async def postroom_process(
         account = json.loads(created.stdout)
         key = account["api_key"]
         if prepare is not None:
-            await prepare(db_url, account)
+            await prepare(env, account)
         server = await trio.lowlevel.open_process(
             [*cli, "serve"], env=env, cwd=tmp, stderr=subprocess.DEVNULL
         )

@@ -107,13 +107,15 @@ async def serve(
             [
                 nodes.NodeKeeper(rt),
                 WakeupRelay(rt.wakeups, db),
-                DeliveryRouter(rt),
                 WebhookDispatcher(rt, settings.extra_ca_file),
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
                 SandboxOutcomes(rt),
                 RetentionSweeper(rt),
+                # Last: over a long queue it starts a queue per domain at once, whose claims
+                # would hold up the others' first writes (and the start) behind them.
+                DeliveryRouter(rt),
             ],
             db,
             rt.faults,

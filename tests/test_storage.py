@@ -11,7 +11,7 @@ import outcome
 import pytest
 import trio
 
-from storage import migrations
+from storage import emails, migrations
 from storage.codec import new_id
 from storage.database import Database, open_database
 from storage.engines import runs_together
@@ -217,3 +217,29 @@ def test_new_ids_are_uuid7_in_the_order_they_were_made() -> None:
     assert all(before <= u.int >> 80 <= after for u in parsed)
     assert [u.int >> 80 for u in parsed] == sorted(u.int >> 80 for u in parsed)
     assert len(set(made)) == len(made)
+
+
+def _recipients_in(tx: Tx, rows: list[tuple[str, str]]) -> None:
+    """A bare email_recipients table of (domain, status) rows, with the delivery index."""
+    tx.execute(
+        "CREATE TABLE email_recipients (email_id TEXT, address TEXT, domain TEXT, status TEXT,"
+        " next_attempt_at TEXT)"
+    )
+    tx.execute("CREATE INDEX due ON email_recipients (status, domain, next_attempt_at)")
+    tx.execute_many(
+        "INSERT INTO email_recipients VALUES (:id, 'a', :domain, :status, NULL)",
+        [{"id": str(i), "domain": d, "status": s} for i, (d, s) in enumerate(rows)],
+    )
+
+
+@pytest.mark.empty_database
+async def test_domains_with_work_are_those_with_queued_or_deferred_recipients(
+    database_url: str,
+) -> None:
+    rows = [(f"d{i % 7}.example", "delivered") for i in range(50)]
+    rows += [("q.example", "queued")] * 3 + [("d.example", "deferred"), ("both.example", "queued")]
+    rows += [("both.example", "deferred"), ("b.example", "bounced"), ("f.example", "failed")]
+    async with open_database(database_url) as db:
+        await db.transaction(_recipients_in, rows)
+        found = await db.read(emails.domains_with_work)
+    assert sorted(found) == ["both.example", "d.example", "q.example"]
