@@ -199,7 +199,7 @@ def _rows(f: dict[str, Any], engines: list[str]) -> list[Row]:
     hooks = [float(f["webhooks"][e]["rate"]) for e in engines]
     rows += [
         (
-            "SMTP relay accept (msg/s)",
+            f"SMTP relay accept, {f['cores']} workers (msg/s)",
             relay,
             f"Postfix {relay_postfix:.0f}, same client" if theirs else "",
             to(relay, relay_postfix),

@@ -1,8 +1,9 @@
 """SMTP relay accept benchmark: `python bench/relay.py [--engines sqlite,postgresql]`.
 
-Starts `postroom serve` in a child process over a fresh database (this script with
-`--serve`: the service plus one extra submission listener that allows AUTH in plaintext on
-loopback, which only this benchmark starts, so TLS handshakes are not what is measured),
+Starts the service as `postroom serve` does, `--workers` processes (default: one per core)
+sharing its ports, over a fresh database (this script with `--serve`: a worker plus one
+extra submission listener that allows AUTH in plaintext on loopback, which only this
+benchmark starts, so TLS handshakes are not what is measured),
 with this process running the test DNS server and SMTP sink (the recipients' MX). Client
 processes (this script with `--client`) then send with Python's smtplib from many threads:
 connect, EHLO, AUTH PLAIN, MAIL, RCPT, DATA, QUIT, one message per connection unless
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,13 +91,17 @@ def client(args: argparse.Namespace) -> None:
 
 
 async def _serve(plain_port: int) -> None:
+    """One worker of the service, as `postroom serve` starts each (its ports shared with the
+    other workers), with the plaintext-AUTH listener beside it."""
     from postroom import config
     from postroom.service import serve
+    from postroom.startup import settle_heap
     from relay.listener import MAX_CONNECTIONS
     from relay.submission import submission_listener
 
     async with trio.open_nursery() as nursery:
-        running = await nursery.start(serve, config.load(dict(os.environ)))
+        settings = config.load(dict(os.environ))
+        running = await nursery.start(partial(serve, settings, reuse_port=True))
         plain = submission_listener(
             running.runtime,
             ("127.0.0.1", plain_port),
@@ -103,7 +109,9 @@ async def _serve(plain_port: int) -> None:
             auth_without_tls=True,
             max_per_client=MAX_CONNECTIONS,  # every client process connects from 127.0.0.1
         )
+        plain.reuse_port = True
         await nursery.start(plain.run)
+        settle_heap()
 
 
 # -- the benchmark -----------------------------------------------------------------------
@@ -216,12 +224,21 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> float:
                 capture_stdout=True,
             )
             key = json.loads(created.stdout)["api_key"]
-            server = await trio.lowlevel.open_process(
-                [sys.executable, str(REPO / "bench" / "relay.py"), "--serve", str(plain_port)],
-                env=env,
-                cwd=tmp,
-                stderr=subprocess.DEVNULL,
-            )
+            servers = []
+            for _ in range(args.workers):
+                servers.append(
+                    await trio.lowlevel.open_process(
+                        [
+                            sys.executable,
+                            str(REPO / "bench" / "relay.py"),
+                            "--serve",
+                            str(plain_port),
+                        ],
+                        env=env,
+                        cwd=tmp,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
             try:
                 async with httpx.AsyncClient(
                     base_url=f"http://127.0.0.1:{api_port}",
@@ -234,12 +251,15 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> float:
                     f"{engine:<11} relay accept {statistics.median(rates):>7.0f} msg/s"
                     f"  (runs: {', '.join(f'{r:.0f}' for r in rates)};"
                     f" {args.clients}x{args.threads} smtplib connections,"
-                    f" {args.per_connection} message(s) each; sink got {len(sink.messages)})",
+                    f" {args.per_connection} message(s) each; {args.workers} workers;"
+                    f" sink got {len(sink.messages)})",
                     flush=True,
                 )
             finally:
-                server.terminate()
-                await server.wait()
+                for server in servers:
+                    server.terminate()
+                for server in servers:
+                    await server.wait()
         nursery.cancel_scope.cancel()
     return rate
 
@@ -254,6 +274,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--threads", type=int, default=8, help="connections per process")
     parser.add_argument("--per-connection", type=int, default=1)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="service processes sharing the ports (default: one per core, as `postroom serve`)",
+    )
     parser.add_argument("--serve", type=int, metavar="PLAIN_PORT", help=argparse.SUPPRESS)
     parser.add_argument("--client", action="store_true", help="run only the client")
     parser.add_argument("--host", default="127.0.0.1")
