@@ -38,7 +38,9 @@ def _frames(stack: str) -> list[str]:
 def _path(frames: list[str]) -> str:
     if any("engine/delivery/" in frame for frame in frames):
         return "delivery"
-    if any(part in frame for frame in frames for part in ("api/", "quart", "engine/sending/")):
+    if any(
+        part in frame for frame in frames for part in ("api/", "quart", "engine/sending/", "relay/")
+    ):
         return "accept"
     return "other"
 

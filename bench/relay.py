@@ -7,7 +7,8 @@ benchmark starts, so TLS handshakes are not what is measured),
 with this process running the test DNS server and SMTP sink (the recipients' MX). Client
 processes (this script with `--client`) then send with Python's smtplib from many threads:
 connect, EHLO, AUTH PLAIN, MAIL, RCPT, DATA, QUIT, one message per connection unless
-`--per-connection` says more. Prints, per engine, the median of `--runs` runs of accepted
+`--per-connection` says more (`--profile DIR`: py-spy samples every worker during the first
+run into DIR/relay-<engine>.txt, for `python bench/profile_steps.py DIR`). Prints, per engine, the median of `--runs` runs of accepted
 messages/s (a 250 after DATA: committed), and how many the sink received in the end.
 
 Then, when Postfix is installed (bench/postfix.py: a private instance relaying to the same
@@ -37,6 +38,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import wrk
+from bench.accept import _py_spy, _stop_spies
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
@@ -245,14 +248,32 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> float:
                     headers={"Authorization": f"Bearer {key}"},
                 ) as api:
                     credential = await _setup(api, dns_server)
-                rates = [await _clients(plain_port, credential, args) for _ in range(args.runs)]
+                rates, cpu_ms = [], []
+                for run in range(args.runs):
+                    spies, parts = [], []
+                    if args.profile is not None and run == 0:
+                        parts = [args.profile / f"relay-{engine}-{s.pid}.part" for s in servers]
+                        spies = [
+                            _py_spy(s.pid, part) for s, part in zip(servers, parts, strict=True)
+                        ]
+                    pids = [server.pid for server in servers]
+                    cpu = sum(wrk.cpu_seconds(pid) for pid in pids)
+                    rates.append(await _clients(plain_port, credential, args))
+                    spent = sum(wrk.cpu_seconds(pid) for pid in pids) - cpu
+                    cpu_ms.append(spent * 1000 / max(rates[-1] * args.seconds, 1))
+                    if spies:
+                        out = args.profile / f"relay-{engine}.txt"
+                        await trio.to_thread.run_sync(_stop_spies, spies, parts, out)
+                        out.with_suffix(".emails").write_text(f"{rates[-1] * args.seconds:.0f}")
                 rate = statistics.median(rates)
                 print(
                     f"{engine:<11} relay accept {statistics.median(rates):>7.0f} msg/s"
                     f"  (runs: {', '.join(f'{r:.0f}' for r in rates)};"
                     f" {args.clients}x{args.threads} smtplib connections,"
                     f" {args.per_connection} message(s) each; {args.workers} workers;"
-                    f" sink got {len(sink.messages)})",
+                    f" sink got {len(sink.messages)};"
+                    f" {statistics.median(cpu_ms):.2f} ms CPU of the workers per message,"
+                    " delivery included)",
                     flush=True,
                 )
             finally:
@@ -290,7 +311,10 @@ def main() -> None:
     parser.add_argument(
         "--no-postfix", dest="postfix", action="store_false", help="skip the Postfix comparison"
     )
+    parser.add_argument("--profile", type=Path, help="py-spy the workers' first run into DIR")
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     if args.serve is not None:
         trio.run(_serve, args.serve)
     elif args.client:

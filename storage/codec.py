@@ -11,9 +11,9 @@ import os
 import time
 import uuid
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
-_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _LOW_62 = (1 << 62) - 1
 
 
@@ -39,9 +39,13 @@ def new_id() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+@lru_cache(maxsize=256)
 def timestamp(value: datetime) -> str:
-    """The stored form of an aware datetime."""
-    return value.astimezone(UTC).strftime(_FORMAT)
+    """The stored form of an aware datetime: `2026-11-24T04:00:00.000000Z`."""
+    # Cached: the rows of one commit share its time (an email, its recipients and events;
+    # a batch of them), and formatting was a tenth of the writer's time on a batch.
+    # isoformat, not strftime, which is slower and pads years before 1000 differently.
+    return value.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -63,6 +67,8 @@ _JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 def to_json(value: Any) -> str:
     """Compact JSON text for a JSON column."""
+    if not value and isinstance(value, list | dict):  # most cc, bcc, headers and tags
+        return "[]" if isinstance(value, list) else "{}"
     return _JSON.encode(value)
 
 

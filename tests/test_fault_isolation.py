@@ -293,8 +293,9 @@ async def test_an_actor_that_raises_is_restarted_and_counted_while_the_rest_goes
 async def test_mail_in_flight_when_the_database_drops_the_connections_is_delivered(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, database_url: str
 ) -> None:
-    """The delivery actor loses its connections mid-round and is restarted; the recipients its
-    node held then (whose leases the node's heartbeat goes on renewing) are worked again."""
+    """The database drops every connection while a delivery round is on the wire: the mail
+    in flight is delivered all the same (if the round's record fails, its actor is restarted
+    and the recipients its node held, whose leases the heartbeat renews, are worked again)."""
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "slow.example")
     smtp_sink.data_delay = 1.0  # the round is still on the wire when the connections go
@@ -318,12 +319,15 @@ async def test_mail_in_flight_when_the_database_drops_the_connections_is_deliver
             )
 
     assert await trio.to_thread.run_sync(drop_connections) > 0
-    faults = service.running.runtime.faults
 
-    async def delivery_restarted() -> bool:  # its round's outcomes met a dropped connection
-        return faults.statistics().restarts.get("delivery", 0) > 0
+    async def round_over() -> bool:
+        return smtp_sink.open_transactions == 0
 
-    await _until(delivery_restarted)  # (no API read before: a read replaces dropped connections)
+    # Whichever unit of work next takes a dropped connection fails: mostly the round's record
+    # of its outcomes (the delivery actor is restarted, and the recipients its node holds are
+    # worked again); on a loaded machine sometimes another actor's first, and the round then
+    # records on a fresh connection. Either way, every email in flight is delivered.
+    await _until(round_over)  # (no API read before: a read replaces dropped connections)
     for email in sent:
         assert (await wait_for_status(account, email["id"]))["status"] == "delivered"
     delivered = {m.rcpt_to[0] for m in smtp_sink.messages}

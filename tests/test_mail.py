@@ -401,7 +401,7 @@ def test_message_id_is_unique_on_the_sending_domain() -> None:
     assert first != second
     local, domain = first.strip("<>").split("@")
     assert first.startswith("<") and first.endswith(">")
-    assert str(uuid.UUID(local)) == local and domain == DOMAIN
+    assert re.fullmatch("[0-9a-f]{32}", local) and domain == DOMAIN  # 128 random bits
 
 
 def test_bounce_address_round_trips_to_the_email_id() -> None:

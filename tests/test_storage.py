@@ -5,14 +5,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import outcome
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from storage import emails, migrations
-from storage.codec import new_id
+from storage.codec import new_id, parse_timestamp, timestamp
 from storage.database import Database, open_database
 from storage.engines import runs_together
 from storage.tx import Tx, to_pyformat
@@ -217,6 +220,23 @@ def test_new_ids_are_uuid7_in_the_order_they_were_made() -> None:
     assert all(before <= u.int >> 80 <= after for u in parsed)
     assert [u.int >> 80 for u in parsed] == sorted(u.int >> 80 for u in parsed)
     assert len(set(made)) == len(made)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1000, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezone.min]),
+    )
+)
+def test_stored_timestamps_are_fixed_width_utc_text_that_sorts_as_time(at: datetime) -> None:
+    # The stored form is compared as text by both engines: it must be the instant in UTC,
+    # always 27 characters, whatever zone the value came in.
+    text = timestamp(at)
+    assert text == at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") and len(text) == 27
+    assert parse_timestamp(text) == at
+    later = at + timedelta(microseconds=1)
+    assert timestamp(later) > text
 
 
 def _recipients_in(tx: Tx, rows: list[tuple[str, str]]) -> None:

@@ -26,6 +26,7 @@ from engine.runtime import Runtime
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
 from storage import domains
+from storage.domains import Domain
 from storage.tx import Tx
 
 SOURCES = ("smtp", "forward")
@@ -129,21 +130,26 @@ def store_raw(tx: Tx, mail: RawMail, now: datetime, shard: int) -> str:
     """Store an email sent as given, queued for delivery; its id. In the caller's unit of
     work, counted in the node's volume `shard`. NotFound if the domain is gone.
     """
-    [email] = intake.store(tx, [raw_email(tx, mail)], now, volume_shard=shard)
+    new = raw_email(mail, sending_domain(tx, mail), summarize(mail.data))
+    [email] = intake.store(tx, [new], now, volume_shard=shard)
     return email.id
 
 
-def raw_email(tx: Tx, mail: RawMail) -> NewEmail:
-    """The email to store for a message sent as given (`intake.store` stores any number of
-    them at once). NotFound if the domain is gone."""
+def sending_domain(tx: Tx, mail: RawMail) -> Domain:
+    """The domain a message sent as given goes out from; NotFound if it is gone."""
+    domain = domains.get(tx, mail.workspace_id, mail.domain_id)
+    if domain is None:
+        raise NotFound("the sending domain does not exist")
+    return domain
+
+
+def raw_email(mail: RawMail, domain: Domain, summary: HeaderSummary) -> NewEmail:
+    """The email to store for a message sent as given, from its `sending_domain` and the
+    `summarize` of its data (`intake.store` stores any number of them at once)."""
     if mail.source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, not {mail.source!r}")
     if not mail.recipients:
         raise ValueError("a message needs at least one recipient")
-    domain = domains.get(tx, mail.workspace_id, mail.domain_id)
-    if domain is None:
-        raise NotFound("the sending domain does not exist")
-    summary = summarize(mail.data)
     recipients = tuple(dict.fromkeys(_address(r) for r in mail.recipients))
     named = {box["email"] for box in summary.to + summary.cc}
     # A message whose header names nobody (a list, an undisclosed-recipients group) is shown

@@ -41,8 +41,9 @@ from engine.mail import address_list
 from engine.runtime import Runtime
 from engine.sending import idempotency, intake
 from engine.sending.intake import NewEmail, attempt_suppressed, suppression_overrides
-from engine.sending.raw_mail import HeaderSummary, RawMail, raw_email, summarize
+from engine.sending.raw_mail import HeaderSummary, RawMail, raw_email, sending_domain, summarize
 from storage import domains, emails, smtp_credentials, suppressions
+from storage.domains import Domain
 from storage.engines import runs_together
 from storage.smtp_credentials import RelayLogin
 from storage.tx import Tx
@@ -223,17 +224,20 @@ def _store_submissions(
             continue
         senders = _active_senders(tx, current)
         sent = emails.sent_in_month(tx, login.workspace_id, intake.month(now))
+        domain: Domain | None = None  # the credential's, read once for its messages
         for i in members:
             mail: RawMail = calls[i][1]
+            summary = summarize(mail.data)
             problem = (
                 _sender_problem(current, senders, mail.from_email)
-                or _originator_problem(current, senders, summarize(mail.data))
+                or _originator_problem(current, senders, summary)
                 or _volume_problem(current, sent)
             )
             if problem is not None:
                 answers[i] = problem
                 continue
-            accepted.append(raw_email(tx, mail))
+            domain = domain or sending_domain(tx, mail)
+            accepted.append(raw_email(mail, domain, summary))
             placed.append(i)
             sent += 1
     stored = intake.store(tx, accepted, now, volume_shard=calls[0][3])
