@@ -37,6 +37,7 @@ from api.routes import (
     verify,
     webhooks,
 )
+from api.send_edge import send_edge
 from api.url_rules import SharedBuilderRule
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
@@ -109,6 +110,9 @@ def create_app(
     for blueprint in TRANSFER_BLUEPRINTS if rt.domain_transfers else ():
         app.register_blueprint(blueprint)
     errors.install(app)
+    # The send door's common case is answered before Quart (api/send_edge.py); the body
+    # guard, installed next, wraps both.
+    app.asgi_app = send_edge(app, rt, app.asgi_app)  # type: ignore[method-assign]
     validation.install(app)
     auth.install(app, rt)
     console.install(app)  # the web console at `/` (console/)

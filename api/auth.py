@@ -84,6 +84,14 @@ def set_session_cookie(response: Response, rt: Runtime, logged_in: users.LoggedI
     )
 
 
+def bearer_credential(authorization: str) -> str:
+    """The API key of an `Authorization` header; Unauthorized for any other scheme."""
+    scheme, _, credential = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        raise Unauthorized("use 'Authorization: Bearer <API key>'")
+    return credential.strip()
+
+
 def install(app: Quart, rt: Runtime) -> None:
     """Authenticate each request before its route runs."""
 
@@ -97,10 +105,7 @@ def install(app: Quart, rt: Runtime) -> None:
             return
         authorization = request.headers.get("Authorization")
         if authorization is not None:
-            scheme, _, credential = authorization.partition(" ")
-            if scheme.lower() != "bearer" or not credential.strip():
-                raise Unauthorized("use 'Authorization: Bearer <API key>'")
-            g.principal = await authenticate_key(rt, credential.strip())
+            g.principal = await authenticate_key(rt, bearer_credential(authorization))
             return
         token = request.cookies.get(SESSION_COOKIE)
         if token is None and getattr(view, "_postroom_credential_optional", False):

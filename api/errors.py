@@ -9,6 +9,7 @@ the same request can succeed once space returns.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from quart import Quart, Response, jsonify
@@ -66,48 +67,65 @@ def http_error_code(status: int) -> str:
     return _CODE_OF_HTTP_STATUS.get(status, "http_error")
 
 
-def error_response(status: int, code: str, detail: str, /, **extra: Any) -> Response:
-    """A JSON error response with the standard body (`extra` may even hold a `status` key)."""
-    response = jsonify({"code": code, "detail": detail, **extra})
-    response.status_code = status
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="postroom"'
-    return response
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """An error response, before any framework makes it one: status, body and headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-def install(app: Quart) -> None:
-    """Register the handlers that give every error the standard body."""
+def _answer(status: int, code: str, detail: str, /, **extra: Any) -> ErrorAnswer:
+    headers = {"WWW-Authenticate": 'Bearer realm="postroom"'} if status == 401 else {}
+    return ErrorAnswer(status, {"code": code, "detail": detail, **extra}, headers)
 
-    @app.errorhandler(EngineError)
-    async def engine_error(exc: EngineError) -> Response:
-        response = error_response(status_of(exc), exc.code, exc.detail, **exc.extra)
-        if isinstance(exc, RateLimited):
-            response.headers["Retry-After"] = str(exc.retry_after)
-        return response
 
-    @app.errorhandler(StorageFull)
-    async def storage_full(exc: StorageFull) -> Response:
-        response = error_response(
+def answer_of(exc: Exception) -> ErrorAnswer:
+    """The response to a request that raised `exc`: the one rule for Quart's error handlers
+    and the send door at the ASGI edge (api/send_edge.py). An error that is no refusal is
+    logged: an outage briefly, anything else with its traceback."""
+    if isinstance(exc, StorageFull):
+        answer = _answer(
             507,
             "storage_full",
             "the service has no storage space left; nothing was stored, try again later",
         )
-        response.headers["Retry-After"] = str(STORAGE_FULL_RETRY_AFTER)
-        return response
-
-    @app.errorhandler(HTTPException)
-    async def http_error(exc: HTTPException) -> Response:
+        answer.headers["Retry-After"] = str(STORAGE_FULL_RETRY_AFTER)
+    elif isinstance(exc, EngineError):
+        answer = _answer(status_of(exc), exc.code, exc.detail, **exc.extra)
+        if isinstance(exc, RateLimited):
+            answer.headers["Retry-After"] = str(exc.retry_after)
+    elif isinstance(exc, HTTPException):
         status = exc.code or 500
-        return error_response(status, http_error_code(status), exc.description or exc.name)
+        answer = _answer(status, http_error_code(status), exc.description or exc.name)
+    elif is_outage(exc):  # not a bug of ours: the client may try again shortly
+        log.error("database unavailable: %s", exc)
+        answer = _answer(
+            503, "database_unavailable", "the database is unavailable; try again shortly"
+        )
+        answer.headers["Retry-After"] = str(DATABASE_RETRY_AFTER)
+    else:
+        log.error("unhandled error", exc_info=exc)
+        answer = _answer(500, "internal_error", "internal error; it has been logged")
+    return answer
+
+
+def _response(answer: ErrorAnswer) -> Response:
+    response = jsonify(answer.body)
+    response.status_code = answer.status
+    response.headers.update(answer.headers)
+    return response
+
+
+def error_response(status: int, code: str, detail: str, /, **extra: Any) -> Response:
+    """A JSON error response with the standard body (`extra` may even hold a `status` key)."""
+    return _response(_answer(status, code, detail, **extra))
+
+
+def install(app: Quart) -> None:
+    """Register the handler that gives every error the standard body (`answer_of`)."""
 
     @app.errorhandler(Exception)
-    async def unexpected(exc: Exception) -> Response:
-        if is_outage(exc):  # not a bug of ours: the client may try again shortly
-            log.error("database unavailable: %s", exc)
-            response = error_response(
-                503, "database_unavailable", "the database is unavailable; try again shortly"
-            )
-            response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER)
-            return response
-        log.exception("unhandled error")
-        return error_response(500, "internal_error", "internal error; it has been logged")
+    async def any_error(exc: Exception) -> Response:
+        return _response(answer_of(exc))

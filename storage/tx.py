@@ -39,8 +39,11 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Any = ..., /) -> Any: ...
 
 
+@lru_cache(maxsize=1024)  # the statements are the code's own constants
 def _inserts(sql: str) -> bool:
-    return sql.lstrip()[:6].upper() == "INSERT"
+    """Whether a statement stores new rows: an INSERT, but no upsert (`ON CONFLICT`), which
+    mostly renews a row in place (a lease, a counter) and so proves no room."""
+    return sql.lstrip()[:6].upper() == "INSERT" and "ON CONFLICT" not in sql.upper()
 
 
 class Tx:

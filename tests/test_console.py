@@ -180,6 +180,16 @@ async def test_a_dead_webhook_delivery_is_replayed_from_its_page(
                 await trio.sleep(0.05)
         clock.jump(delay + 1)
     await https_receiver.wait_for_requests(16)
+    with trio.fail_after(10):  # both final failures recorded before the page is read
+        while True:
+            alive = await console.runtime.db.read(
+                lambda tx: tx.value(
+                    "SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'dead'"
+                )
+            )
+            if not alive:
+                break
+            await trio.sleep(0.05)
     https_receiver.respond(200)
 
     def replay(page: Page) -> None:

@@ -22,7 +22,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from storage import nodes
+from storage import leaderships, nodes
 from storage.database import Database, open_database
 from storage.errors import StorageFull
 from storage.tx import Tx
@@ -35,6 +35,9 @@ sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 NO_LIMIT = 1_000_000_000  # pages: far more than any test writes
+
+
+LEASE, LEASE_TIME = "disk-full-test", timedelta(seconds=30)  # a leadership held meanwhile
 
 
 def _limit_pages(tx: Tx, room: int) -> None:
@@ -101,12 +104,16 @@ async def test_full_database_refuses_sends_with_507_keeps_accepted_mail_and_reco
     service: Service, dns_server: DnsServer
 ) -> None:
     account = await ready_account(service, dns_server)
-
-    accepted = await _fill(service, account)
-    # A heartbeat (updates in place, which still fit) is no sign of room: the state holds.
     runtime = service.running.runtime
     now = runtime.clock.now()
+    assert await runtime.db.write(leaderships.hold, LEASE, runtime.node, now, now + LEASE_TIME)
+
+    accepted = await _fill(service, account)
+    # A heartbeat or a lease renewal (updates in place, which still fit; the renewal is an
+    # upsert) is no sign of room: the state holds.
     assert await runtime.db.write(nodes.beat, runtime.node, now, now + timedelta(seconds=30))
+    renewed = await runtime.db.write(leaderships.hold, LEASE, runtime.node, now, now + LEASE_TIME)
+    assert renewed
 
     for email_id in accepted:  # every 202 was committed and is readable
         email = await account.client.get(f"/v1/emails/{email_id}")

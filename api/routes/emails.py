@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from api.auth import principal, runtime
 from api.models import EmailText, Out, PageQuery, Tag
 from api.validation import json_body, query_args
 from engine.errors import EngineError, Unprocessable
+from engine.runtime import Principal, Runtime
 from engine.sending import batch, email_log, idempotency, scheduling, statuses
 from engine.sending import intake as sending
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult
@@ -25,6 +27,15 @@ from storage.emails import Email
 blueprint = Blueprint("emails", __name__, url_prefix="/v1/emails")
 
 STATUSES = statuses.EMAIL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What of a sending request besides its body the answer depends on."""
+
+    method: str
+    path: str
+    idempotency_key: str | None  # the header as sent
 
 
 class Address(BaseModel):
@@ -177,43 +188,65 @@ def _item(email: Email) -> dict[str, Any]:
     ).model_dump(mode="json")
 
 
-def _idempotency_key() -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not (1 <= len(key) <= 256 and all(" " <= c <= "~" for c in key)):
+def idempotency_key(value: str | None) -> str | None:
+    """The request's Idempotency-Key header, None without one; 422 unless 1-256 printable
+    ASCII characters."""
+    if value is not None and not (1 <= len(value) <= 256 and all(" " <= c <= "~" for c in value)):
         raise Unprocessable(
             "Idempotency-Key must be 1-256 printable ASCII characters",
             errors=[{"loc": ["header", "Idempotency-Key"], "msg": "1-256 printable characters"}],
         )
-    return key
+    return value
 
 
-async def _request(body: SendBody) -> SendRequest:
+async def _request(rt: Runtime, who: Principal, body: SendBody) -> SendRequest:
     """The body as a send request; with template_id, completed from the template."""
     req = body.to_request()
     if body.template_id is None:
         return req
-    return await templates.fill(runtime(), principal(), req, str(body.template_id), body.variables)
+    return await templates.fill(rt, who, req, str(body.template_id), body.variables)
+
+
+async def once_per_key(
+    rt: Runtime,
+    who: Principal,
+    sent: Sent,
+    body: pydantic.BaseModel,
+    run: Callable[[], Awaitable[tuple[Any, int]]],
+) -> tuple[Any, int]:
+    """Run a sending request, or replay its first response when its Idempotency-Key (in
+    `sent`) was seen with the same method, path and body."""
+    key = idempotency_key(sent.idempotency_key)
+    if key is None:
+        return await run()
+    digest = idempotency.request_hash(sent.method, sent.path, body.model_dump_json().encode())
+    return await idempotency.once(rt, who, key, digest, run)
 
 
 async def at_most_once(
     body: pydantic.BaseModel, run: Callable[[], Awaitable[tuple[Any, int]]]
 ) -> tuple[Any, int]:
-    """Run a sending request, or replay its first response when its Idempotency-Key was seen."""
-    key = _idempotency_key()
-    if key is None:
-        return await run()
-    digest = idempotency.request_hash(request.method, request.path, body.model_dump_json().encode())
-    return await idempotency.once(runtime(), principal(), key, digest, run)
+    """`once_per_key` for the request Quart is serving."""
+    sent = Sent(request.method, request.path, request.headers.get("Idempotency-Key"))
+    return await once_per_key(runtime(), principal(), sent, body, run)
+
+
+async def accept(rt: Runtime, who: Principal, sent: Sent, body: SendBody) -> tuple[Any, int]:
+    """`POST /v1/emails/` once authenticated and its body parsed: the response and its status.
+    The route below and the ASGI edge (api/send_edge.py) both answer with this."""
+
+    async def run() -> tuple[Any, int]:
+        return _send_response(await sending.send(rt, who, await _request(rt, who, body))), 202
+
+    return await once_per_key(rt, who, sent, body, run)
 
 
 @blueprint.post("/")
 @json_body(SendBody)
 @document_response(SendResponse, 202)
 async def send(body: SendBody) -> tuple[dict[str, Any], int]:
-    async def run() -> tuple[Any, int]:
-        return _send_response(await sending.send(runtime(), principal(), await _request(body))), 202
-
-    response, status = await at_most_once(body, run)
+    sent = Sent(request.method, request.path, request.headers.get("Idempotency-Key"))
+    response, status = await accept(runtime(), principal(), sent, body)
     return response, status
 
 
@@ -221,7 +254,9 @@ async def send(body: SendBody) -> tuple[dict[str, Any], int]:
 @json_body(SendBody)
 @document_response(ValidationOut)
 async def validate(body: SendBody) -> dict[str, Any]:
-    checked = await sending.validate(runtime(), principal(), await _request(body))
+    checked = await sending.validate(
+        runtime(), principal(), await _request(runtime(), principal(), body)
+    )
     return ValidationOut(
         valid=checked.valid,
         can_send=checked.can_send,
@@ -283,7 +318,7 @@ class SavedSearches(BaseModel):
 
 async def _parse_entry(entry: dict[str, Any]) -> SendRequest | str:
     try:
-        return await _request(SendBody.model_validate(entry))
+        return await _request(runtime(), principal(), SendBody.model_validate(entry))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
