@@ -168,65 +168,66 @@ def insert(
     if announce:
         for domain in {r.domain for r in recipients}:
             tx.notify(f"mail:{domain}")
-    tx.execute_many(
-        "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
-        " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
-        " status, source, message_id, rejection_reason, retry_of_id, send_at,"
-        " created_at, updated_at) VALUES (:id, :ws, :domain_id, :from_address, :from_name, :to,"
-        " :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags, :status,"
-        " :source, :message_id, :rejection_reason, :retry_of_id, :send_at, :created_at,"
-        " :created_at)",
-        (
-            {
-                "id": e.id,
-                "ws": e.workspace_id,
-                "domain_id": e.domain_id,
-                "from_address": e.from_address,
-                "from_name": e.from_name,
-                "to": to_json(e.to),
-                "cc": to_json(e.cc),
-                "bcc": to_json(e.bcc),
-                "reply_to": None if e.reply_to is None else to_json(e.reply_to),
-                "subject": e.subject,
-                "html": e.html,
-                "text": e.text,
-                "headers": to_json(e.headers),
-                "tags": to_json(e.tags),
-                "status": e.status,
-                "source": e.source,
-                "message_id": e.message_id,
-                "rejection_reason": e.rejection_reason,
-                "retry_of_id": e.retry_of_id,
-                "send_at": None if e.send_at is None else timestamp(e.send_at),
-                "created_at": timestamp(e.created_at),
-            }
-            for e in emails
-        ),
-    )
-    tx.execute_many(
-        "INSERT INTO email_attachments (email_id, attachments) VALUES (:id, :attachments)",
-        ({"id": e.id, "attachments": to_json(e.attachments)} for e in emails if e.attachments),
-    )
-    tx.execute_many(
-        "INSERT INTO email_recipients (email_id, address, kind, domain, status, attempts,"
-        " next_attempt_at, queued_at, updated_at) VALUES (:email_id, :address, :kind, :domain,"
-        " :status, 0, :next_attempt_at, :queued_at, :queued_at)",
-        (
-            {
-                "email_id": r.email_id,
-                "address": r.address,
-                "kind": r.kind,
-                "domain": r.domain,
-                "status": r.status,
-                "next_attempt_at": None
-                if r.next_attempt_at is None
-                else timestamp(r.next_attempt_at),
-                "queued_at": timestamp(r.queued_at),
-            }
-            for r in recipients
-        ),
-    )
-    insert_events(tx, events)
+    with tx.pipeline():  # one round trip for the rows of every table
+        tx.execute_many(
+            "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
+            " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
+            " status, source, message_id, rejection_reason, retry_of_id, send_at,"
+            " created_at, updated_at) VALUES (:id, :ws, :domain_id, :from_address, :from_name, :to,"
+            " :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags, :status,"
+            " :source, :message_id, :rejection_reason, :retry_of_id, :send_at, :created_at,"
+            " :created_at)",
+            (
+                {
+                    "id": e.id,
+                    "ws": e.workspace_id,
+                    "domain_id": e.domain_id,
+                    "from_address": e.from_address,
+                    "from_name": e.from_name,
+                    "to": to_json(e.to),
+                    "cc": to_json(e.cc),
+                    "bcc": to_json(e.bcc),
+                    "reply_to": None if e.reply_to is None else to_json(e.reply_to),
+                    "subject": e.subject,
+                    "html": e.html,
+                    "text": e.text,
+                    "headers": to_json(e.headers),
+                    "tags": to_json(e.tags),
+                    "status": e.status,
+                    "source": e.source,
+                    "message_id": e.message_id,
+                    "rejection_reason": e.rejection_reason,
+                    "retry_of_id": e.retry_of_id,
+                    "send_at": None if e.send_at is None else timestamp(e.send_at),
+                    "created_at": timestamp(e.created_at),
+                }
+                for e in emails
+            ),
+        )
+        tx.execute_many(
+            "INSERT INTO email_attachments (email_id, attachments) VALUES (:id, :attachments)",
+            ({"id": e.id, "attachments": to_json(e.attachments)} for e in emails if e.attachments),
+        )
+        tx.execute_many(
+            "INSERT INTO email_recipients (email_id, address, kind, domain, status, attempts,"
+            " next_attempt_at, queued_at, updated_at) VALUES (:email_id, :address, :kind, :domain,"
+            " :status, 0, :next_attempt_at, :queued_at, :queued_at)",
+            (
+                {
+                    "email_id": r.email_id,
+                    "address": r.address,
+                    "kind": r.kind,
+                    "domain": r.domain,
+                    "status": r.status,
+                    "next_attempt_at": None
+                    if r.next_attempt_at is None
+                    else timestamp(r.next_attempt_at),
+                    "queued_at": timestamp(r.queued_at),
+                }
+                for r in recipients
+            ),
+        )
+        insert_events(tx, events)
 
 
 def insert_events(tx: Tx, events: Iterable[Event]) -> None:

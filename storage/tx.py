@@ -7,7 +7,8 @@ SQL is written once with `:name` parameters; on PostgreSQL it is rewritten to ps
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -64,6 +65,17 @@ class Tx:
         """Announce, once this unit of work is committed, that it made work of `topic`
         (`mail:<domain>`, `webhooks`, …) for the actors of every node (engine/wakeups.py)."""
         self.notes.add(topic)
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Statements whose results nobody reads meanwhile go to PostgreSQL together, one
+        round trip instead of one each (psycopg's pipeline mode; errors surface by the end of
+        the block); on SQLite, in process, each runs as it comes."""
+        if self.dialect != "postgresql":
+            yield
+            return
+        with self._conn.pipeline():
+            yield
 
     def _sql(self, sql: str) -> str:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql
