@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import trio
 from quart import Quart, Response
+from werkzeug.exceptions import RequestTimeout
 
 from api.auth import bearer_credential
 from api.errors import answer_of
@@ -91,8 +93,13 @@ def send_edge(app: Quart, rt: Runtime, inner: ASGIApp) -> ASGIApp:
             await inner(scope, receive, send)
             return
         # Read whole first, as Quart does whatever the answer (the body guard outside closes
-        # a connection answered before its body arrived).
-        raw = await _body(receive)
+        # a connection answered before its body arrived), within Quart's BODY_TIMEOUT.
+        with trio.move_on_after(app.config["BODY_TIMEOUT"]) as waiting:
+            raw = await _body(receive)
+        if waiting.cancelled_caught:
+            answer = answer_of(RequestTimeout())
+            await respond(send, answer.body, answer.status, answer.headers)
+            return
         if raw is None:
             return
         try:

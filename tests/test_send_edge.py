@@ -15,7 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+import trio
 from quart_trio import QuartTrio
+from trio.testing import MockClock
 
 from api.send_edge import send_edge
 from tests.harness.dns_server import DnsServer
@@ -207,3 +209,44 @@ async def test_the_edge_takes_the_common_shape_and_leaves_the_rest_to_quart(
         "POST /v1/emails/batch",
         "POST /v1/emails/validate",
     ]
+
+
+async def _cut_short(service: Service, api_key: str, chunked: bool) -> bytes:
+    """A send whose body stops arriving halfway: what the service answers once Quart's
+    BODY_TIMEOUT has passed."""
+    host, _, port = service.url.removeprefix("http://").rpartition(":")
+    framing = b"Transfer-Encoding: chunked\r\n" if chunked else b"Content-Length: 100\r\n"
+    start = b"64\r\n" if chunked else b""
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(
+            b"POST /v1/emails/ HTTP/1.1\r\nHost: postroom\r\n"
+            + f"Authorization: Bearer {api_key}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + framing
+            + b"\r\n"
+            + start
+            + b'{"from_": '
+        )
+        await trio.sleep(0.2)  # the request is read and waiting for the rest of its body
+        service.clock.jump(61)
+        answer = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in answer or not answer.endswith(b"}\n"):
+                received = await stream.receive_some()
+                if not received:
+                    break
+                answer += received
+    return answer
+
+
+async def test_a_body_that_stops_arriving_is_answered_408_on_both_paths(
+    service: Service, dns_server: DnsServer, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    answers = [await _cut_short(service, account.api_key, chunked) for chunked in (False, True)]
+    for answer in answers:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 "), answer
+        assert json.loads(body)["code"] == "http_error"
+    assert answers[0].partition(b"\r\n\r\n")[2] == answers[1].partition(b"\r\n\r\n")[2]
