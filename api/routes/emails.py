@@ -223,12 +223,16 @@ async def once_per_key(
     return await idempotency.once(rt, who, key, digest, run)
 
 
+def _sent() -> Sent:
+    """The request Quart is serving, as `Sent`."""
+    return Sent(request.method, request.path, request.headers.get("Idempotency-Key"))
+
+
 async def at_most_once(
     body: pydantic.BaseModel, run: Callable[[], Awaitable[tuple[Any, int]]]
 ) -> tuple[Any, int]:
     """`once_per_key` for the request Quart is serving."""
-    sent = Sent(request.method, request.path, request.headers.get("Idempotency-Key"))
-    return await once_per_key(runtime(), principal(), sent, body, run)
+    return await once_per_key(runtime(), principal(), _sent(), body, run)
 
 
 async def accept(rt: Runtime, who: Principal, sent: Sent, body: SendBody) -> tuple[Any, int]:
@@ -245,8 +249,7 @@ async def accept(rt: Runtime, who: Principal, sent: Sent, body: SendBody) -> tup
 @json_body(SendBody)
 @document_response(SendResponse, 202)
 async def send(body: SendBody) -> tuple[dict[str, Any], int]:
-    sent = Sent(request.method, request.path, request.headers.get("Idempotency-Key"))
-    response, status = await accept(runtime(), principal(), sent, body)
+    response, status = await accept(runtime(), principal(), _sent(), body)
     return response, status
 
 
