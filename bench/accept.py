@@ -5,10 +5,11 @@ the test DNS server and SMTP sink on loopback (the recipients' MX):
 
 - one:    `postroom serve --workers 1`: the API and delivery in ONE process, which accepts
           while it delivers (the service as one process runs it);
-- split:  `bench/servers.py api` (the API app with delivery off) and, in ANOTHER process,
-          `bench/servers.py delivery` delivering what it accepts;
-- cores:  `postroom serve` as shipped: one worker process per core, each accepting and
-          delivering;
+- split:  `postroom serve` as shipped: one worker process per core, half of them (rounded
+          down) delivering what the others accept (on 2 cores: the API in one process,
+          delivery in ANOTHER);
+- cores:  `postroom serve --delivery-workers 0`: one worker process per core, each
+          accepting and delivering;
 - no-op:  the no-op Quart-Trio endpoint (`bench/servers.py noop`), one process or one per
           core, served the same way: the ceiling the accept rate is compared with.
 
@@ -56,6 +57,12 @@ from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
 
 MODES = ("one", "split", "cores")
+SERVE = {
+    "one": ["--workers", "1"],
+    "split": [],
+    "cores": ["--delivery-workers", "0"],
+    "three": ["--workers", "3", "--delivery-workers", "1"],
+}
 CONNECTIONS = 50
 # Batches go on fewer connections: 50 requests of 100 emails would be 5,000 in flight.
 BATCH_CONNECTIONS = 8
@@ -116,20 +123,9 @@ async def serving(
         url = "http://" + env["POSTROOM_API_LISTEN"]
         processes: list[Any] = []
         try:
-            if mode in ("one", "cores"):
-                serve = [*cli, "serve", *(["--workers", "1"] if mode == "one" else [])]
-                popen = partial(
-                    subprocess.Popen, serve, env=env, cwd=tmp, stderr=subprocess.DEVNULL
-                )
-                processes.append(await trio.to_thread.run_sync(popen))
-            else:
-                port = int(env["POSTROOM_API_LISTEN"].rpartition(":")[2])
-                start = partial(servers.start, "api", port, env, tmp)
-                processes += await trio.to_thread.run_sync(start)
-                # The delivery process has front doors of its own, on other ports.
-                own = {**env, **_env(db_url, dns_server, sink)}
-                start = partial(servers.start, "delivery", 0, own, tmp)
-                processes += await trio.to_thread.run_sync(start)
+            serve = [*cli, "serve", *SERVE[mode]]
+            popen = partial(subprocess.Popen, serve, env=env, cwd=tmp, stderr=subprocess.DEVNULL)
+            processes.append(await trio.to_thread.run_sync(popen))
             async with httpx.AsyncClient(
                 base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60
             ) as api:
@@ -143,7 +139,7 @@ async def serving(
 async def noop_serving(workers: int) -> AsyncIterator[Served]:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = partial(servers.start, "noop", port, env, str(REPO), workers)
+    start = partial(servers.start, port, env, str(REPO), workers)
     processes = await trio.to_thread.run_sync(start)
     try:
         yield Served(f"http://127.0.0.1:{port}", "", [p.pid for p in processes])

@@ -84,6 +84,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _section(f"no-op Quart-Trio endpoint, {found['cores']} processes")
     found["noop_cores"] = trio.run(accept.noop_figures, args.runs, args.seconds, found["cores"])
     print(f"  {found['noop_cores']}", flush=True)
+    # `serve` as shipped: the intake workers (half, rounded up) serve the API.
+    found["intake"] = found["cores"] - found["cores"] // 2
+    if found["intake"] == 1:
+        found["noop_intake"] = found["noop"]
+    else:
+        _section(f"no-op Quart-Trio endpoint, {found['intake']} processes")
+        found["noop_intake"] = trio.run(
+            accept.noop_figures, args.runs, args.seconds, found["intake"]
+        )
+        print(f"  {found['noop_intake']}", flush=True)
     found["accept"] = {}
     for engine in engines:
         for mode in accept.MODES:
@@ -129,7 +139,7 @@ def _share(value: float, reference: float) -> str:
 
 def _rows(f: dict[str, Any], engines: list[str]) -> list[Row]:
     """Each figure per engine, what it is compared with, the ratio per engine and the target."""
-    noops = {"one": f["noop"]["rate"], "split": f["noop"]["rate"]}
+    noops = {"one": f["noop"]["rate"], "split": f["noop_intake"]["rate"]}
     noops["cores"] = f["noop_cores"]["rate"]
     theirs = f["postfix"]
     e2e_postfix = theirs["e2e_per_s"] if theirs else 0.0
@@ -143,8 +153,8 @@ def _rows(f: dict[str, Any], engines: list[str]) -> list[Row]:
 
     names = {
         "one": "everything in one process",
-        "split": "delivery in another process",
-        "cores": f"{f['cores']} workers (serve's default)",
+        "split": f"serve's default, {f['intake']} intake + {f['cores'] // 2} delivery workers",
+        "cores": f"{f['cores']} workers each accepting and delivering",
     }
     rows: list[Row] = [
         (
@@ -259,11 +269,13 @@ def write_markdown(f: dict[str, Any], engines: list[str], path: Path, quick: boo
         f" {accept.BATCH}; a Lua script gives every request a unique recipient; the half-rate",
         "  run paces requests on wrk's clock at half the flat-out rate.",
         "- **one**: `postroom serve --workers 1`, the API and delivery in ONE process, accepting",
-        "  while it delivers. **split**: the API app in one process with delivery off",
-        "  (bench/servers.py api) and delivery in ANOTHER (bench/servers.py delivery).",
-        f"  **cores**: `postroom serve` as shipped, {f['cores']} workers each accepting and",
-        "  delivering. one and split are compared with the no-op in one process, cores with",
-        "  the no-op in as many processes as workers.",
+        "  while it delivers. **split**: `postroom serve` as shipped, its"
+        f" {f['cores']} workers split",
+        f"  into {f['intake']} intake (API) and {f['cores'] // 2} delivery workers."
+        " **cores**: `postroom serve",
+        f"  --delivery-workers 0`, {f['cores']} workers each accepting and delivering. one is",
+        "  compared with the no-op in one process, split with the no-op in as many processes",
+        "  as intake workers, cores with the no-op in as many processes as workers.",
         "- CPU per email and cores used: user+system CPU of all the service's processes (read",
         "  from /proc) over the run, divided by the emails accepted and by the run's seconds.",
         "- End to end: emails/s from the start of the flat-out accept run to the sink's 250 for",

@@ -1,7 +1,7 @@
 """SMTP relay accept benchmark: `python bench/relay.py [--engines sqlite,postgresql]`.
 
 Starts the service as `postroom serve` does, `--workers` processes (default: one per core)
-sharing its ports, over a fresh database (this script with `--serve`: a worker plus one
+in its roles (half of them delivering what the others take, which share the ports), over a fresh database (this script with `--serve`: a worker plus one
 extra submission listener that allows AUTH in plaintext on loopback, which only this
 benchmark starts, so TLS handshakes are not what is measured),
 with this process running the test DNS server and SMTP sink (the recipients' MX). Client
@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import wrk
 from bench.accept import _py_spy, _stop_spies
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from engine.nodes import Role
+from postroom import workers
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
 
@@ -93,9 +95,10 @@ def client(args: argparse.Namespace) -> None:
 # -- the service (its own process) -------------------------------------------------------
 
 
-async def _serve(plain_port: int) -> None:
-    """One worker of the service, as `postroom serve` starts each (its ports shared with the
-    other workers), with the plaintext-AUTH listener beside it."""
+async def _serve(plain_port: int, role: Role) -> None:
+    """One worker of the service in its `role`, as `postroom serve` starts each (its ports
+    shared with the other workers); one that takes mail has the plaintext-AUTH listener beside
+    it."""
     from postroom import config
     from postroom.service import serve
     from postroom.startup import settle_heap
@@ -104,7 +107,10 @@ async def _serve(plain_port: int) -> None:
 
     async with trio.open_nursery() as nursery:
         settings = config.load(dict(os.environ))
-        running = await nursery.start(partial(serve, settings, reuse_port=True))
+        running = await nursery.start(partial(serve, settings, reuse_port=True, role=role))
+        if role == "delivery":
+            settle_heap()
+            return
         plain = submission_listener(
             running.runtime,
             ("127.0.0.1", plain_port),
@@ -228,7 +234,7 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> float:
             )
             key = json.loads(created.stdout)["api_key"]
             servers = []
-            for _ in range(args.workers):
+            for role in workers.roles(args.workers, None):
                 servers.append(
                     await trio.lowlevel.open_process(
                         [
@@ -236,6 +242,8 @@ async def _run_engine(engine: str, args: argparse.Namespace) -> float:
                             str(REPO / "bench" / "relay.py"),
                             "--serve",
                             str(plain_port),
+                            "--role",
+                            role,
                         ],
                         env=env,
                         cwd=tmp,
@@ -302,6 +310,7 @@ def main() -> None:
         help="service processes sharing the ports (default: one per core, as `postroom serve`)",
     )
     parser.add_argument("--serve", type=int, metavar="PLAIN_PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--role", default="all", help=argparse.SUPPRESS)
     parser.add_argument("--client", action="store_true", help="run only the client")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=2587)
@@ -316,7 +325,7 @@ def main() -> None:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     if args.serve is not None:
-        trio.run(_serve, args.serve)
+        trio.run(_serve, args.serve, args.role)
     elif args.client:
         client(args)
     else:

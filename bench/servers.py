@@ -1,23 +1,13 @@
-"""The HTTP servers the benchmarks start besides `postroom serve`, all served the same way.
+"""The no-op Quart-Trio endpoint the benchmarks compare the API with, served as the service is.
 
-`python bench/servers.py noop PORT` serves the no-op Quart-Trio endpoint (the API's ceiling:
-`POST /v1/emails/` reads the JSON body and answers 202, nothing else). `python
-bench/servers.py api PORT` serves Postroom's own API app (api/app.py, with the metrics
-wrapper, as `postroom serve` builds it) with delivery off: no actor but the node's heartbeat
-and the wake-up relay, no SMTP listener, so the process does nothing but accept. `python bench/servers.py delivery`
-runs the whole service beside such API processes (its own front doors on other ports) to
-deliver what they accept; on SQLite, whose workers keep news of new mail to themselves (each
-delivers what it accepted), it looks for new mail every `RESCAN_EVERY` seconds (PostgreSQL
-wakes it by NOTIFY).
-
-Both HTTP servers listen through `hypercorn.trio.worker_serve` on a socket made here with
-SO_REUSEPORT, so `start(..., workers=N)` runs N processes on one port, as `postroom serve
---workers N` does; settings come from POSTROOM_* variables, as for the service.
+`python bench/servers.py noop PORT` serves `POST /v1/emails/` that reads the JSON body and
+answers 202, nothing else: the API's ceiling. It listens through `hypercorn.trio.worker_serve`
+on a socket made here with SO_REUSEPORT, so `start("noop", port, env, cwd, workers=N)` runs N
+processes on one port, as `postroom serve --workers N` does.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -27,8 +17,6 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-RESCAN_EVERY = 0.1  # seconds
 
 
 def _socket(port: int) -> socket.socket:
@@ -68,61 +56,19 @@ async def noop(port: int) -> None:
     await _serve(app, port)
 
 
-async def api(port: int) -> None:
-    from api.app import create_app
-    from engine import nodes
-    from engine.supervisor import Supervisor
-    from engine.wakeups import WakeupRelay
-    from postroom import config
-    from postroom.metrics import ServiceMetrics
-    from postroom.startup import open_runtime, settle_heap
-    from storage.database import open_database
-
-    settings = config.load(dict(os.environ))
-    async with open_database(settings.database_url) as db:
-        rt = await open_runtime(db, settings)
-        await nodes.register(rt)
-        # The relay tells the delivery process of new work (NOTIFY, or SQLite's _signals).
-        supervisor = Supervisor([nodes.NodeKeeper(rt), WakeupRelay(rt.wakeups, db)], db, rt.faults)
-        metrics = ServiceMetrics(db, supervisor)
-        app = create_app(rt, supervisor, metrics, None)
-        app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
-        async with trio.open_nursery() as nursery:
-            await nursery.start(supervisor.run)
-            settle_heap()  # as `postroom serve` does once started
-            await _serve(app, port)
-
-
-async def delivery() -> None:
-    from postroom import config
-    from postroom.service import serve
-    from postroom.startup import settle_heap
-
-    settings = config.load(dict(os.environ))
-    async with trio.open_nursery() as nursery:
-        running = await nursery.start(serve, settings)
-        settle_heap()
-        print("ready", flush=True)
-        if settings.database_url.startswith("sqlite"):
-            while True:
-                await trio.sleep(RESCAN_EVERY)
-                running.runtime.wakeups.deliver(["rescan"])
-
-
-def start(kind: str, port: int, env: dict[str, str], cwd: str, workers: int = 1) -> list[Any]:
-    """`workers` processes of `kind` (noop, api) on `port`, or one delivery process, once
-    each is ready; stop them with `stop`."""
-    command = [sys.executable, __file__, kind, str(port)]
+def start(port: int, env: dict[str, str], cwd: str, workers: int = 1) -> list[Any]:
+    """`workers` no-op processes on `port`, once each is ready; stop them with `stop`."""
+    command = [sys.executable, __file__, "noop", str(port)]
     processes = [
         subprocess.Popen(
             command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
-        for _ in range(workers if kind != "delivery" else 1)
+        for _ in range(workers)
     ]
     for process in processes:
         if process.stdout is None or not process.stdout.readline():
             stop(processes)
-            raise RuntimeError(f"bench/servers.py {kind} did not start")
+            raise RuntimeError("bench/servers.py noop did not start")
     return processes
 
 
@@ -139,14 +85,9 @@ def stop(processes: list[Any]) -> None:
 
 def main() -> None:
     kind = sys.argv[1]
-    if kind == "noop":
-        trio.run(noop, int(sys.argv[2]))
-    elif kind == "api":
-        trio.run(api, int(sys.argv[2]))
-    elif kind == "delivery":
-        trio.run(delivery)
-    else:
-        raise SystemExit(f"unknown server {kind!r}: noop, api or delivery")
+    if kind != "noop":
+        raise SystemExit(f"unknown server {kind!r}: noop")
+    trio.run(noop, int(sys.argv[2]))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import secrets
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 import trio
 
@@ -34,6 +35,10 @@ DEAD_AFTER = timedelta(seconds=15)
 LEASE = timedelta(seconds=30)  # every lease a node takes, renewed at each of its beats
 FORGET_AFTER = timedelta(days=7)  # ended nodes stay listed this long
 
+# What a node runs (postroom/workers.py splits `serve --workers N` between the last two):
+# everything; the API and the SMTP doors only; or delivery and the other actors only.
+Role = Literal["all", "intake", "delivery"]
+
 log = logging.getLogger("postroom.nodes")
 
 
@@ -42,8 +47,9 @@ def new_node_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
-async def register(rt: Runtime) -> None:
-    await rt.db.write(nodes.register, rt.node, socket.gethostname(), os.getpid(), rt.clock.now())
+async def register(rt: Runtime, role: Role = "all") -> None:
+    host, pid = socket.gethostname(), os.getpid()
+    await rt.db.write(nodes.register, rt.node, host, pid, role, rt.clock.now())
 
 
 async def stop(rt: Runtime) -> int:

@@ -53,6 +53,10 @@ class Wakeups:
         self.overflowed = True
         self.wake([RESCAN])
 
+    def close(self) -> None:
+        """No actor of this node takes these wake-ups: drop them from now on."""
+        self._send.close()
+
 
 @dataclass(frozen=True, slots=True)
 class WakeupStatistics:
@@ -96,6 +100,11 @@ class WakeupHub:
                 for wakeups in (self.mail, self.webhooks, self.forwards, self.transfers):
                     wakeups.rescan()
         self.mail.wake(domains)
+
+    def close_actors(self) -> None:
+        """This node runs no actor (an intake worker): the others hear of its work."""
+        for wakeups in (self.mail, self.webhooks, self.forwards, self.transfers):
+            wakeups.close()
 
     def announce(self, topics: Iterable[str]) -> None:
         """Wake this node at once for work already committed, and the others soon."""

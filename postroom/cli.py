@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import psycopg
 import trio
@@ -26,6 +26,7 @@ import trio
 from engine import plans
 from engine.accounts import users as accounts
 from engine.errors import EngineError
+from engine.nodes import Role
 from engine.supervisor import DatabaseGone
 from postroom import config, logs, workers
 from postroom.startup import open_runtime, settle_heap
@@ -41,6 +42,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError("must be a whole number (0 or more)")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="postroom", description="Self-hosted email delivery.")
     parser.add_argument("--config", type=Path, help="TOML file of settings (env vars win)")
@@ -53,8 +60,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes sharing the ports, each a node of its own (default: one per core)",
     )
+    serve.add_argument(
+        "--delivery-workers",
+        type=_count,
+        default=None,
+        metavar="M",
+        help="of the N workers, how many deliver (and run the background actors) while the"
+        " others take mail; 0: every worker does both (default: half of N, rounded down)",
+    )
     # Set by `--workers N` on the processes it starts; not for people.
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument("--role", choices=get_args(Role), default="all", help=argparse.SUPPRESS)
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("nodes", help="list the nodes sharing the database and what each holds")
     mcp = commands.add_parser("mcp", help="the MCP door for a local client, on stdin/stdout")
@@ -79,12 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(settings: config.Settings, reuse_port: bool) -> None:
+async def _serve(settings: config.Settings, reuse_port: bool, role: Role) -> None:
     # Here, not at the top: the other commands start without the HTTP and SMTP front doors.
     from postroom.service import serve
 
     async with trio.open_nursery() as nursery:
-        service = await nursery.start(partial(serve, settings, reuse_port=reuse_port))
+        service = await nursery.start(partial(serve, settings, reuse_port=reuse_port, role=role))
         settle_heap()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
@@ -105,12 +121,14 @@ async def _nodes(settings: config.Settings) -> str:
         await db.transaction(migrations.apply_pending)
         listed = await db.read(nodes.listed)
     now = datetime.now(UTC)
-    lines = [f"{'NODE':<40} {'STATE':<8} {'STARTED':<20} {'LAST BEAT':>10}  HOLDS"]
+    lines = [f"{'NODE':<40} {'ROLE':<8} {'STATE':<8} {'STARTED':<20} {'LAST BEAT':>10}  HOLDS"]
     for node, held in listed:
         beat = f"{(now - node.heartbeat_at).total_seconds():.0f} s ago"
         holds = ", ".join(f"{table} {count}" for table, count in sorted(held.counts.items()))
         started = node.started_at.strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"{node.id:<40} {node.state:<8} {started:<20} {beat:>10}  {holds or '-'}")
+        lines.append(
+            f"{node.id:<40} {node.role:<8} {node.state:<8} {started:<20} {beat:>10}  {holds or '-'}"
+        )
     return "\n".join(lines) if listed else "no node has run against this database yet"
 
 
@@ -134,9 +152,14 @@ def _mcp_stdio(args: argparse.Namespace, settings: config.Settings) -> int:
 def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.command == "serve":
         count = workers.default_workers() if args.workers is None else args.workers
+        try:
+            roles = workers.roles(count, args.delivery_workers)
+        except ValueError as exc:
+            print(f"postroom: {exc}", file=sys.stderr)
+            return 2
         if count > 1:
-            return workers.run(settings, count, args.config)
-        trio.run(_serve, settings, args.reuse_port)
+            return workers.run(settings, roles, args.config)
+        trio.run(_serve, settings, args.reuse_port, args.role)
     elif args.command == "nodes":
         print(trio.run(_nodes, settings))
     elif args.command == "mcp":

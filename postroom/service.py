@@ -26,10 +26,11 @@ from engine.contacts.bulk_send import fail_interrupted
 from engine.delivery.router import DeliveryRouter
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
+from engine.nodes import Role
 from engine.retention import RetentionSweeper
 from engine.runtime import Runtime
 from engine.sandbox.outcomes import SandboxOutcomes
-from engine.supervisor import Supervisor
+from engine.supervisor import Actor, Supervisor
 from engine.transfers.timer import TransferTimer
 from engine.wakeups import WakeupRelay
 from engine.webhooks.dispatcher import WebhookDispatcher
@@ -91,22 +92,25 @@ async def serve(
     settings: Settings,
     *,
     reuse_port: bool = False,
+    role: Role = "all",
     task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the whole service until `stop()` is called or the task is cancelled. With
-    `reuse_port`, it is one of several worker processes sharing the listening ports
-    (postroom/workers.py)."""
+    """Run the service until `stop()` is called or the task is cancelled: all of it, or one
+    `role` of a worker of `postroom serve --workers N` (postroom/workers.py); `reuse_port`
+    shares the listening ports with the other workers."""
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
         if interrupted := await fail_interrupted(rt):
             log.warning("%d broadcasts were cut short by the last stop: marked failed", interrupted)
-        await nodes.register(rt)
-        log.info("node %s joined", rt.node)
-        supervisor = Supervisor(
-            [
-                nodes.NodeKeeper(rt),
-                WakeupRelay(rt.wakeups, db),
+        await nodes.register(rt, role)
+        log.info("node %s joined (%s)", rt.node, role)
+        # Every node beats and hears the others; only a node that delivers runs the actors.
+        actors: list[Actor] = [nodes.NodeKeeper(rt), WakeupRelay(rt.wakeups, db)]
+        if role == "intake":
+            rt.wakeups.close_actors()  # the delivery workers take the work it announces
+        else:
+            actors += [
                 WebhookDispatcher(rt, settings.extra_ca_file),
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
@@ -116,53 +120,15 @@ async def serve(
                 # Last: over a long queue it starts a queue per domain at once, whose claims
                 # would hold up the others' first writes (and the start) behind them.
                 DeliveryRouter(rt),
-            ],
-            db,
-            rt.faults,
-        )
-        metrics = ServiceMetrics(db, supervisor)
-        relay_tls = await server_context(
-            db, settings.tls_cert, settings.tls_key, settings.smtp_host, rt.clock.now()
-        )
-        smtp_listeners = [
-            submission_listener(rt, settings.submission_listen, relay_tls),
-            inbound_listener(rt, settings.inbound_listen, relay_tls),
-        ]
-        for listener in smtp_listeners:
-            listener.reuse_port = reuse_port
-            metrics.add_source(listener.name, listener)
-        app = create_app(rt, supervisor, metrics, settings.metrics_token)
-        app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
-        mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining
-        app.asgi_app = mcp.mount(app.asgi_app)  # type: ignore[method-assign]
+            ]
+        supervisor = Supervisor(actors, db, rt.faults)
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
-            async with mcp.running(), trio.open_nursery() as front_doors:
-                # Hypercorn serves a socket of ours, so that it can share its port.
-                config = _hypercorn_config()
-                binds = await front_doors.start(
-                    partial(
-                        worker_serve,
-                        wrap_app(app, config.wsgi_max_body_size, None),
-                        config,
-                        sockets=Sockets([], [_api_socket(settings, reuse_port)], []),
-                        shutdown_trigger=shutdown.wait,
-                    )
-                )
-                log.info("API listening on %s", binds[0])
-                submission_address, inbound_address = [
-                    await front_doors.start(listener.run) for listener in smtp_listeners
-                ]
-                front_doors.start_soon(_stop_on, shutdown, smtp_listeners)
-                task_status.started(
-                    RunningService(
-                        binds[0],
-                        rt,
-                        shutdown.set,
-                        submission_address=submission_address,
-                        inbound_address=inbound_address,
-                    )
-                )
+            if role == "delivery":
+                task_status.started(RunningService("", rt, shutdown.set))
+                await shutdown.wait()
+            else:
+                await _front_doors(settings, rt, supervisor, reuse_port, shutdown, task_status)
             # The front doors have closed and finished their requests; the actors' work is in
             # the database and resumes on the next start (or now, on another node).
             engine.cancel_scope.cancel()
@@ -170,3 +136,56 @@ async def serve(
             released = await nodes.stop(rt)
             log.info("node %s left, giving back %d leases", rt.node, released)
             log_left_behind(log, await db.read(backlog.read))
+
+
+async def _front_doors(
+    settings: Settings,
+    rt: Runtime,
+    supervisor: Supervisor,
+    reuse_port: bool,
+    shutdown: trio.Event,
+    task_status: trio.TaskStatus[RunningService],
+) -> None:
+    """Serve the API (with the MCP door) and the SMTP relay and MX until `shutdown`, then let
+    the requests in flight finish."""
+    metrics = ServiceMetrics(rt.db, supervisor)
+    relay_tls = await server_context(
+        rt.db, settings.tls_cert, settings.tls_key, settings.smtp_host, rt.clock.now()
+    )
+    smtp_listeners = [
+        submission_listener(rt, settings.submission_listen, relay_tls),
+        inbound_listener(rt, settings.inbound_listen, relay_tls),
+    ]
+    for listener in smtp_listeners:
+        listener.reuse_port = reuse_port
+        metrics.add_source(listener.name, listener)
+    app = create_app(rt, supervisor, metrics, settings.metrics_token)
+    app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
+    mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining
+    app.asgi_app = mcp.mount(app.asgi_app)  # type: ignore[method-assign]
+    async with mcp.running(), trio.open_nursery() as front_doors:
+        # Hypercorn serves a socket of ours, so that it can share its port.
+        config = _hypercorn_config()
+        binds = await front_doors.start(
+            partial(
+                worker_serve,
+                wrap_app(app, config.wsgi_max_body_size, None),
+                config,
+                sockets=Sockets([], [_api_socket(settings, reuse_port)], []),
+                shutdown_trigger=shutdown.wait,
+            )
+        )
+        log.info("API listening on %s", binds[0])
+        submission_address, inbound_address = [
+            await front_doors.start(listener.run) for listener in smtp_listeners
+        ]
+        front_doors.start_soon(_stop_on, shutdown, smtp_listeners)
+        task_status.started(
+            RunningService(
+                binds[0],
+                rt,
+                shutdown.set,
+                submission_address=submission_address,
+                inbound_address=inbound_address,
+            )
+        )

@@ -1,9 +1,17 @@
-"""`postroom serve --workers N`: N service processes sharing the listening ports, one per core.
+"""`postroom serve --workers N`: N service processes sharing the database, one per core.
+
+The workers split the work in two roles (`--delivery-workers M`, default half of them):
+intake workers take mail (the API, the SMTP relay and the inbound MX, listening on the same
+ports with SO_REUSEPORT so the kernel spreads connections between them) and delivery workers
+deliver it and run the other actors (webhooks, forwards, domain checks, timers). Measured on
+2 cores, delivery in a process of its own kept pace with a flood of API requests (end to end
+1.3-1.7x Postfix on SQLite) where workers that each did both let the accepts starve their own
+delivery (1.0-1.1x): the kernel shares the cores between the two roles, a Trio loop shares
+its one thread between whatever is ready. `--delivery-workers 0` makes every worker do both.
 
 The parent does no serving. It applies the migrations and installs the master key once (so
 workers never race to), fixes the ports (a port given as 0 is chosen here and reserved with a
-bound, non-listening socket), then starts N `postroom serve --workers 1` children that each
-listen on the same ports with SO_REUSEPORT, so the kernel spreads connections between them.
+bound, non-listening socket), then starts N `postroom serve --workers 1` children, each in its role.
 Each child is a node of its own (engine/nodes.py): leases, connection slots and limits live
 in the database, so the workers share the work exactly as several hosts would.
 
@@ -27,6 +35,7 @@ from pathlib import Path
 
 import trio
 
+from engine.nodes import Role
 from postroom.config import Settings
 from postroom.startup import open_runtime
 from storage.database import open_database
@@ -42,6 +51,23 @@ _PR_SET_PDEATHSIG = 1
 def default_workers() -> int:
     """One worker per core this process may run on."""
     return len(os.sched_getaffinity(0))
+
+
+def roles(count: int, delivering: int | None) -> list[Role]:
+    """The role of each of `count` workers, `delivering` of them delivery workers (default:
+    half, rounded down); a ValueError says why a split cannot be made."""
+    if delivering is None:
+        delivering = count // 2
+    if delivering == 0:
+        return ["all"] * count
+    if delivering >= count:
+        raise ValueError(
+            f"--delivery-workers {delivering} leaves no worker to take mail:"
+            f" use --workers {delivering + 1} or more, or fewer delivery workers"
+        )
+    intake: list[Role] = ["intake"]
+    delivery: list[Role] = ["delivery"]
+    return intake * (count - delivering) + delivery * delivering
 
 
 async def _prepare(settings: Settings) -> None:
@@ -79,19 +105,22 @@ def _die_with_parent() -> None:
 
 
 class Workers:
-    def __init__(self, count: int, env: dict[str, str], config: Path | None) -> None:
-        self._count = count
+    def __init__(self, roles: list[Role], env: dict[str, str], config: Path | None) -> None:
+        self._count = len(roles)
+        self._roles = roles
         self._env = env
         self._argv = _this_program()
         if config is not None:
             self._argv += ["--config", str(config)]
         self._argv += ["serve", "--workers", "1", "--reuse-port"]
-        self._children: list[subprocess.Popen[bytes] | None] = [None] * count
+        self._children: list[subprocess.Popen[bytes] | None] = [None] * self._count
         self._signal: int | None = None  # set by the handler; acted on by the loop
 
     def _start(self, index: int) -> None:
         self._children[index] = subprocess.Popen(
-            self._argv, env=self._env, preexec_fn=_die_with_parent
+            [*self._argv, "--role", self._roles[index]],
+            env=self._env,
+            preexec_fn=_die_with_parent,
         )
 
     def _note(self, signum: int, frame: object) -> None:
@@ -102,7 +131,11 @@ class Workers:
         signal.signal(signal.SIGINT, self._note)
         for index in range(self._count):
             self._start(index)
-        log.info("started %d workers", self._count)
+        log.info(
+            "started %d workers: %s",
+            self._count,
+            ", ".join(f"{self._roles.count(r)} {r}" for r in dict.fromkeys(self._roles)),
+        )
         backoff = [BACKOFF_FIRST] * self._count
         restart_at: dict[int, float] = {}
         while self._signal is None:
@@ -140,8 +173,9 @@ class Workers:
         return 0
 
 
-def run(settings: Settings, count: int, config: Path | None) -> int:
-    """Serve with `count` worker processes until SIGTERM or SIGINT; the exit status."""
+def run(settings: Settings, roles: list[Role], config: Path | None) -> int:
+    """Serve with a worker process in each of `roles` until SIGTERM or SIGINT; the exit
+    status."""
     trio.run(_prepare, settings)  # migrations and the master key, once, before any worker
     reserved = [
         _reserve(address)
@@ -151,7 +185,7 @@ def run(settings: Settings, count: int, config: Path | None) -> int:
     for name, sock in zip(("API", "SUBMISSION", "INBOUND"), reserved, strict=True):
         env[f"POSTROOM_{name}_LISTEN"] = _listen_value(sock)
     try:
-        return Workers(count, env, config).run()
+        return Workers(roles, env, config).run()
     finally:
         for sock in reserved:
             sock.close()

@@ -12,8 +12,8 @@ Topics a unit announces (`Tx.notify`) are kept only if the unit commits: they ar
 for the database's wake-ups (`take_notes`) and sent to every other node inside the same
 transaction, so an announcement arrives exactly when its work is visible: on PostgreSQL with
 `pg_notify`; on SQLite, whose nodes are the worker processes of one host, as a row of the
-engine's own `_signals` table that the others poll (`hear`). `mail:<domain>` topics stay
-local on SQLite: each worker delivers the mail it accepted, and connection slots are shared.
+engine's own `_signals` table that the others poll (`hear`, every `_SIGNALS_POLL`): the
+intake workers of `serve --workers N` leave their mail to the delivery workers.
 """
 
 from __future__ import annotations
@@ -117,6 +117,9 @@ _SIGNALS_TABLE = (
     "CREATE TABLE IF NOT EXISTS _signals"
     " (seq INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, topics TEXT NOT NULL)"
 )
+# Delivery waits at most this long to hear of mail another worker accepted; a poll is one
+# indexed read of an empty range.
+_SIGNALS_POLL = 0.05  # seconds
 _SIGNALS_KEPT = 1000  # rows kept: a process polls far more often than this many commits
 _NOTIFY_BYTES = 7000  # PostgreSQL's payload limit is 8000 bytes
 
@@ -360,7 +363,7 @@ class SQLiteEngine:
 
     def _signalled(self, conn: sqlite3.Connection, done: tuple[T, set[str]]) -> tuple[T, set[str]]:
         """Tell the other processes on this file, at commit, what the transaction made."""
-        shared = sorted(topic for topic in done[1] if not topic.startswith("mail:"))
+        shared = sorted(done[1])
         if shared:
             cursor = conn.execute(
                 "INSERT INTO _signals (node, topics) VALUES (?, ?)", (self.node, "\n".join(shared))
@@ -386,7 +389,7 @@ class SQLiteEngine:
             if node != self.node:
                 heard.update(topics.split("\n"))
         if not rows:
-            time.sleep(timeout)  # polled: SQLite has no channel to wait on
+            time.sleep(min(timeout, _SIGNALS_POLL))  # polled: SQLite has no channel to wait on
         return heard
 
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:

@@ -48,6 +48,7 @@ class Node:
     started_at: datetime
     heartbeat_at: datetime
     stopped_at: datetime | None
+    role: str  # all, intake or delivery (postroom/workers.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +68,22 @@ def _node(row: Row) -> Node:
         started_at=parse_timestamp(row["started_at"]),
         heartbeat_at=parse_timestamp(row["heartbeat_at"]),
         stopped_at=parse_optional_timestamp(row["stopped_at"]),
+        role=row["role"],
     )
 
 
-def register(tx: Tx, node_id: str, host: str, pid: int, now: datetime) -> None:
+def register(tx: Tx, node_id: str, host: str, pid: int, role: str, now: datetime) -> None:
     tx.execute(
-        "INSERT INTO nodes (id, host, pid, state, started_at, heartbeat_at)"
-        " VALUES (:id, :host, :pid, :state, :now, :now)",
-        {"id": node_id, "host": host, "pid": pid, "state": ALIVE, "now": timestamp(now)},
+        "INSERT INTO nodes (id, host, pid, role, state, started_at, heartbeat_at)"
+        " VALUES (:id, :host, :pid, :role, :state, :now, :now)",
+        {
+            "id": node_id,
+            "host": host,
+            "pid": pid,
+            "role": role,
+            "state": ALIVE,
+            "now": timestamp(now),
+        },
     )
 
 

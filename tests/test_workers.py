@@ -1,8 +1,8 @@
 """`postroom serve --workers N`: processes sharing the ports, each a node of its own.
 
-Through the real command: the workers answer on the same API port, each registers as a node,
-mail accepted through them is delivered once, a killed worker is started again, and SIGTERM
-stops them all cleanly.
+Through the real command: the workers answer on the same API port, each registers as a node
+in its role (by default half deliver what the others take), mail accepted through them is
+delivered once, a killed worker is started again, and SIGTERM stops them all cleanly.
 """
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+from functools import partial
 
 import httpx
+import pytest
 import trio
 
+from postroom import workers
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import ServiceProcess
 from tests.harness.smtp_sink import SmtpSink
@@ -21,13 +24,13 @@ from tests.test_sending import SENDER, SENDING_DOMAIN, route_mail
 
 
 def _nodes(proc: ServiceProcess) -> list[list[str]]:
-    """The rows of `postroom nodes`: [id, state, ...] each."""
+    """The rows of `postroom nodes`: [id, role, state, ...] each."""
     lines = proc.cli("nodes").stdout.splitlines()[1:]
     return [line.split() for line in lines]
 
 
 def _alive(proc: ServiceProcess) -> list[str]:
-    return [row[0] for row in _nodes(proc) if row[1] == "alive"]
+    return [row[0] for row in _nodes(proc) if row[2] == "alive"]
 
 
 async def _workers_alive(proc: ServiceProcess, count: int) -> list[str]:
@@ -59,14 +62,26 @@ async def _ready(proc: ServiceProcess, dns_server: DnsServer) -> str:
     return key
 
 
+@pytest.mark.parametrize(
+    ("options", "roles"),
+    [((), ["delivery", "intake"]), (("--delivery-workers", "0"), ["all", "all"])],
+    ids=["intake-and-delivery", "every-worker-both"],
+)
 async def test_workers_share_the_ports_deliver_once_and_stop_together(
-    service_process: ServiceProcess, dns_server: DnsServer, smtp_sink: SmtpSink
+    service_process: ServiceProcess,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    options: tuple[str, ...],
+    roles: list[str],
 ) -> None:
     service_process.env["POSTROOM_DNS_SERVERS"] = dns_server.nameserver
     service_process.env["POSTROOM_DELIVERY_PORT"] = str(smtp_sink.port)
     service_process.workers = 2
+    service_process.serve_options = options
     await trio.to_thread.run_sync(service_process.start)
     await _workers_alive(service_process, 2)
+    listed = await trio.to_thread.run_sync(_nodes, service_process)
+    assert sorted(row[1] for row in listed) == roles
     key = await _ready(service_process, dns_server)
     route_mail(dns_server, "workers.example")
     sent = set()
@@ -90,7 +105,7 @@ async def test_workers_share_the_ports_deliver_once_and_stop_together(
     messages = await smtp_sink.wait_for_messages(30, timeout=60)
     assert len(messages) == 30  # each once, whichever worker took it
     assert service_process.signal(signal.SIGTERM) == 0
-    states = {row[1] for row in await trio.to_thread.run_sync(_nodes, service_process)}
+    states = {row[2] for row in await trio.to_thread.run_sync(_nodes, service_process)}
     assert states == {"stopped"}
 
 
@@ -108,3 +123,24 @@ async def test_a_killed_worker_is_started_again(service_process: ServiceProcess)
     async with httpx.AsyncClient(timeout=5) as client:
         assert (await client.get(service_process.url + "/healthz")).status_code == 200
     assert service_process.signal(signal.SIGTERM) == 0
+
+
+def test_workers_split_into_intake_and_delivery() -> None:
+    assert workers.roles(1, None) == ["all"]
+    assert workers.roles(2, None) == ["intake", "delivery"]
+    assert workers.roles(3, None) == ["intake", "intake", "delivery"]
+    assert workers.roles(4, 3) == ["intake", "delivery", "delivery", "delivery"]
+    assert workers.roles(2, 0) == ["all", "all"]
+
+
+async def test_a_split_that_leaves_no_worker_to_take_mail_is_refused(
+    service_process: ServiceProcess,
+) -> None:
+    done = await trio.to_thread.run_sync(
+        partial(
+            service_process.cli, "serve", "--workers", "2", "--delivery-workers", "2", check=False
+        )
+    )
+    assert done.returncode == 2
+    assert "--delivery-workers 2 leaves no worker to take mail" in done.stderr
+    assert "Traceback" not in done.stderr

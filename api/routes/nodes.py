@@ -20,6 +20,7 @@ class NodeOut(Out):
     id: str
     host: str
     pid: int
+    role: str  # all, intake or delivery (`serve --workers N` splits the work)
     state: str
     started_at: datetime
     heartbeat_at: datetime

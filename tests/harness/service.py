@@ -302,6 +302,7 @@ class ServiceProcess:
     cwd: Path
     process: subprocess.Popen[bytes] | None = None
     workers: int = 1  # `serve --workers`; one process unless a test is about workers
+    serve_options: tuple[str, ...] = ()  # more options of `serve` (`--delivery-workers M`)
 
     @property
     def url(self) -> str:
@@ -323,7 +324,16 @@ class ServiceProcess:
         """`postroom [options] serve`, waited on until `url` (default: the API) is healthy."""
         url = url or self.url
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "postroom", *options, "serve", "--workers", str(self.workers)],
+            [
+                sys.executable,
+                "-m",
+                "postroom",
+                *options,
+                "serve",
+                "--workers",
+                str(self.workers),
+                *self.serve_options,
+            ],
             env=self.env,
             cwd=self.cwd,
             stdout=subprocess.PIPE,
