@@ -61,7 +61,6 @@ SERVE = {
     "one": ["--workers", "1"],
     "split": [],
     "cores": ["--delivery-workers", "0"],
-    "three": ["--workers", "3", "--delivery-workers", "1"],
 }
 CONNECTIONS = 50
 # Batches go on fewer connections: 50 requests of 100 emails would be 5,000 in flight.

@@ -36,16 +36,15 @@ from storage.database import open_database
 log = logging.getLogger("postroom")
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError("must be a whole number of at least 1")
-    return int(text)
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argument type: a whole number of at least `minimum`."""
 
+    def whole(text: str) -> int:
+        if not text.isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}")
+        return int(text)
 
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError("must be a whole number (0 or more)")
-    return int(text)
+    return whole
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,14 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the API, relays and delivery engine")
     serve.add_argument(
         "--workers",
-        type=_positive,
+        type=_at_least(1),
         default=None,
         metavar="N",
         help="processes sharing the ports, each a node of its own (default: one per core)",
     )
     serve.add_argument(
         "--delivery-workers",
-        type=_count,
+        type=_at_least(0),
         default=None,
         metavar="M",
         help="of the N workers, how many deliver (and run the background actors) while the"

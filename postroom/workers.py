@@ -3,11 +3,10 @@
 The workers split the work in two roles (`--delivery-workers M`, default half of them):
 intake workers take mail (the API, the SMTP relay and the inbound MX, listening on the same
 ports with SO_REUSEPORT so the kernel spreads connections between them) and delivery workers
-deliver it and run the other actors (webhooks, forwards, domain checks, timers). Measured on
-2 cores, delivery in a process of its own kept pace with a flood of API requests (end to end
-1.3-1.7x Postfix on SQLite) where workers that each did both let the accepts starve their own
-delivery (1.0-1.1x): the kernel shares the cores between the two roles, a Trio loop shares
-its one thread between whatever is ready. `--delivery-workers 0` makes every worker do both.
+deliver it and run the other actors (webhooks, forwards, domain checks, timers). The kernel
+shares the cores fairly between the two roles, where a Trio loop that did both let a flood of
+accepts starve its own delivery: measured end to end, the split was faster in every run on
+both engines (docs/decisions.md). `--delivery-workers 0` makes every worker do both.
 
 The parent does no serving. It applies the migrations and installs the master key once (so
 workers never race to), fixes the ports (a port given as 0 is chosen here and reserved with a
@@ -106,14 +105,13 @@ def _die_with_parent() -> None:
 
 class Workers:
     def __init__(self, roles: list[Role], env: dict[str, str], config: Path | None) -> None:
-        self._count = len(roles)
         self._roles = roles
         self._env = env
         self._argv = _this_program()
         if config is not None:
             self._argv += ["--config", str(config)]
         self._argv += ["serve", "--workers", "1", "--reuse-port"]
-        self._children: list[subprocess.Popen[bytes] | None] = [None] * self._count
+        self._children: list[subprocess.Popen[bytes] | None] = [None] * len(roles)
         self._signal: int | None = None  # set by the handler; acted on by the loop
 
     def _start(self, index: int) -> None:
@@ -129,14 +127,14 @@ class Workers:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._note)
         signal.signal(signal.SIGINT, self._note)
-        for index in range(self._count):
+        for index in range(len(self._roles)):
             self._start(index)
         log.info(
             "started %d workers: %s",
-            self._count,
+            len(self._roles),
             ", ".join(f"{self._roles.count(r)} {r}" for r in dict.fromkeys(self._roles)),
         )
-        backoff = [BACKOFF_FIRST] * self._count
+        backoff = [BACKOFF_FIRST] * len(self._roles)
         restart_at: dict[int, float] = {}
         while self._signal is None:
             time.sleep(0.2)
@@ -157,7 +155,7 @@ class Workers:
                     del restart_at[index]
                     self._start(index)
         name = signal.Signals(self._signal).name
-        log.info("%s, stopping %d workers", name, self._count, extra={"signal": name})
+        log.info("%s, stopping %d workers", name, len(self._roles), extra={"signal": name})
         for child in self._children:
             if child is not None and child.poll() is None:
                 child.send_signal(signal.SIGTERM)

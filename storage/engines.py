@@ -120,7 +120,9 @@ _SIGNALS_TABLE = (
 # Delivery waits at most this long to hear of mail another worker accepted; a poll is one
 # indexed read of an empty range.
 _SIGNALS_POLL = 0.05  # seconds
-_SIGNALS_KEPT = 1000  # rows kept: a process polls far more often than this many commits
+# Rows kept (between this and twice as many): a process polls far more often than this many
+# commits.
+_SIGNALS_KEPT = 1000
 _NOTIFY_BYTES = 7000  # PostgreSQL's payload limit is 8000 bytes
 
 
@@ -368,8 +370,9 @@ class SQLiteEngine:
             cursor = conn.execute(
                 "INSERT INTO _signals (node, topics) VALUES (?, ?)", (self.node, "\n".join(shared))
             )
-            kept_from = (cursor.lastrowid or 0) - _SIGNALS_KEPT
-            conn.execute("DELETE FROM _signals WHERE seq < ?", (kept_from,))
+            seq = cursor.lastrowid or 0
+            if seq % _SIGNALS_KEPT == 0:  # trimmed now and then, not at every commit
+                conn.execute("DELETE FROM _signals WHERE seq < ?", (seq - _SIGNALS_KEPT,))
         return done
 
     def hear(self, timeout: float) -> set[str] | None:

@@ -263,3 +263,35 @@ async def test_domains_with_work_are_those_with_queued_or_deferred_recipients(
         await db.transaction(_recipients_in, rows)
         found = await db.read(emails.domains_with_work)
     assert sorted(found) == ["both.example", "d.example", "q.example"]
+
+
+def _announce(tx: Tx, topic: str) -> None:
+    tx.notify(topic)
+
+
+def _signal_rows(tx: Tx) -> int:
+    return len(tx.all("SELECT seq FROM _signals"))
+
+
+async def test_sqlite_processes_hear_each_others_mail_and_the_signals_stay_bounded(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes on one SQLite file, as `serve --workers N` runs them: mail an intake
+    worker accepts reaches the delivery worker, and the table that carries it is trimmed."""
+    monkeypatch.setattr("storage.engines._SIGNALS_KEPT", 10)
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    heard: set[str] = set()
+    async with open_database(url) as intake, open_database(url) as delivery:
+        intake.on_commit(lambda topics: None, "intake-node")
+        delivery.on_commit(lambda topics: None, "delivery-node")
+        async with trio.open_nursery() as nursery:
+            news, arriving = trio.open_memory_channel[set[str]](100)
+            nursery.start_soon(delivery.listen, news.send_nowait)
+            await trio.sleep(0.2)  # listening from here on
+            for n in range(25):
+                await intake.write(_announce, f"mail:d{n}.example")
+                with trio.fail_after(5):  # heard within a poll
+                    while f"mail:d{n}.example" not in heard:
+                        heard |= await arriving.receive()
+            nursery.cancel_scope.cancel()
+        assert 10 <= await intake.read(_signal_rows) <= 20
