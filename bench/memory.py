@@ -6,9 +6,11 @@ transactions, as if a node had died with them accepted, then starts `postroom se
 and reports:
 
 - start-up: from spawning the process to `/healthz` answering 200 (migrations checked,
-  leases given back, one queue actor started per domain with work);
+  leases given back; with `serve`'s workers split, an intake worker answers while the
+  delivery worker starts a queue actor per domain with work beside it);
 - RSS when healthy, and after `--work` seconds of delivering to the loopback sink (current
-  and peak, VmRSS/VmHWM from /proc), with how many messages arrived meanwhile;
+  and peak, VmRSS/VmHWM from /proc, summed over serve and its workers), with how many
+  messages arrived meanwhile;
 - how long one `/metrics` scrape takes (it counts the backlog per domain in the database).
 
 The point is that the queue lives in the database: memory grows with the work in flight

@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from bench.wrk import process_tree
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
 
@@ -49,12 +50,19 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def memory_mib(pid: int) -> dict[str, float]:
-    """Current (VmRSS) and peak (VmHWM) resident memory of a process, in MiB."""
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(value.split()[0]) / 1024
+    """Current (VmRSS) and peak (VmHWM) resident memory of a process and its descendants
+    (`postroom serve`'s workers), summed, in MiB: the peaks of different processes need not
+    coincide, so their sum is an upper bound."""
+    found = {"VmRSS": 0.0, "VmHWM": 0.0}
+    for member in process_tree(pid):
+        try:
+            status = Path(f"/proc/{member}/status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            if key in found:
+                found[key] += int(value.split()[0]) / 1024
     return found
 
 
