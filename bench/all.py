@@ -234,7 +234,13 @@ def _rows(f: dict[str, Any], engines: list[str]) -> list[Row]:
             (f"{queued}: start-up (s)", kept("startup_s"), "", [], "< 5 s"),
             (f"{queued}: RSS healthy, all processes (MiB)", kept("rss_ready_mib"), "", [], ""),
             (f"{queued}: one /metrics scrape (s)", kept("metrics_scrape_s"), "", [], ""),
-            (f"{queued}: peak RSS delivering, all processes (MiB)", kept("peak_mib"), "", [], "< 1024"),
+            (
+                f"{queued}: peak RSS delivering, all processes (MiB)",
+                kept("peak_mib"),
+                "",
+                [],
+                "< 1024",
+            ),
         ]
     return rows
 
