@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -47,9 +48,10 @@ def new_node_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
-async def register(rt: Runtime, role: Role = "all") -> None:
+async def register(rt: Runtime, role: Role = "all", instance: str | None = None) -> None:
+    """Join the cluster in `role`, one of the workers of `instance` (postroom/workers.py)."""
     host, pid = socket.gethostname(), os.getpid()
-    await rt.db.write(nodes.register, rt.node, host, pid, role, rt.clock.now())
+    await rt.db.write(nodes.register, rt.node, host, pid, role, instance, rt.clock.now())
 
 
 async def stop(rt: Runtime) -> int:
@@ -70,12 +72,14 @@ class NodeStatistics:
 
 
 class NodeKeeper:
-    """The actor that beats for this node and reaps the dead ones."""
+    """The actor that beats for this node and reaps the dead ones. Each beat publishes what
+    `metrics` says (the process's figures, postroom/metrics.py), when set."""
 
     name = "node"
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
+        self.metrics: Callable[[], str] | None = None
         self._beats = 0
         self._reaped = 0
         self._last_beat: datetime | None = None
@@ -90,7 +94,8 @@ class NodeKeeper:
     async def beat(self) -> None:
         rt = self._rt
         now = rt.clock.now()
-        if not await rt.db.write(nodes.beat, rt.node, now, now + LEASE):
+        published = None if self.metrics is None else self.metrics()
+        if not await rt.db.write(nodes.beat, rt.node, now, now + LEASE, published):
             log.error(
                 "this node was declared dead by another (no heartbeat for %s s):"
                 " what it held was freed; registering again",

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     # Set by `--workers N` on the processes it starts; not for people.
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--role", choices=get_args(Role), default="all", help=argparse.SUPPRESS)
+    serve.add_argument("--instance", help=argparse.SUPPRESS)  # the supervisor's, for /metrics
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("nodes", help="list the nodes sharing the database and what each holds")
     mcp = commands.add_parser("mcp", help="the MCP door for a local client, on stdin/stdout")
@@ -94,12 +95,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(settings: config.Settings, reuse_port: bool, role: Role) -> None:
+async def _serve(
+    settings: config.Settings, reuse_port: bool, role: Role, instance: str | None
+) -> None:
     # Here, not at the top: the other commands start without the HTTP and SMTP front doors.
     from postroom.service import serve
 
     async with trio.open_nursery() as nursery:
-        service = await nursery.start(partial(serve, settings, reuse_port=reuse_port, role=role))
+        service = await nursery.start(
+            partial(serve, settings, reuse_port=reuse_port, role=role, instance=instance)
+        )
         settle_heap()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
@@ -158,7 +163,7 @@ def _run(args: argparse.Namespace, settings: config.Settings) -> int:
             return 2
         if count > 1:
             return workers.run(settings, roles, args.config)
-        trio.run(_serve, settings, args.reuse_port, args.role)
+        trio.run(_serve, settings, args.reuse_port, args.role, args.instance)
     elif args.command == "nodes":
         print(trio.run(_nodes, settings))
     elif args.command == "mcp":

@@ -7,13 +7,22 @@ indexed GROUP BY per table, read by the `/metrics` route before the registry ren
 scrape itself never blocks the event loop). The API's accept latency, request to 202 on the
 send and batch endpoints, is the one figure observed as it happens, by an ASGI wrapper
 around the app.
+
+The workers of one `postroom serve --workers N` share the API port, so a scrape reaches one
+of them at random, and delivery workers have no port at all. Each worker therefore publishes
+its process figures with its heartbeat (engine/nodes.py, every 3 s), and a scrape adds up
+its own figures, as of now, and the other live workers' of the same instance, as of their
+last beat (`merged`): counters and histograms add up, and so do the gauges (connections
+open, recipients in flight), except the few that say whether or how much at most
+(`_AT_MOST`). The backlog is read from the database and is not added up.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import trio
@@ -27,15 +36,21 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from engine.delivery.latency import LatencySnapshot
+from engine.runtime import Runtime
 from engine.supervisor import Supervisor
-from storage import backlog
+from storage import backlog, nodes
 from storage.database import Database
+from storage.tx import Tx
 
 # Request to 202, from a local commit (milliseconds) to an overloaded node (seconds).
 ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # POST paths whose 202 is timed, and the label each gets.
 ACCEPT_PATHS = {"/v1/emails/": "send", "/v1/emails": "send", "/v1/emails/batch": "batch"}
 BACKLOG_TIMEOUT = 5.0  # seconds; Prometheus' default scrape timeout is 10
+# Gauges that several workers' figures make one of by the largest, not the sum.
+_AT_MOST = frozenset(
+    ("postroom_storage_full", "postroom_db_write_largest_batch", "postroom_db_read_largest_batch")
+)
 
 ASGIApp = Any  # (scope, receive, send) -> Awaitable[None]
 
@@ -60,26 +75,85 @@ def _histogram(name: str, doc: str, snapshot: LatencySnapshot) -> HistogramMetri
     return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=snapshot.total_seconds)
 
 
+def published(families: Iterable[Metric]) -> str:
+    """Figures as a worker publishes them for the others (JSON)."""
+    return json.dumps(
+        [[family.name, family.type, family.documentation, _samples(family)] for family in families],
+        separators=(",", ":"),
+    )
+
+
+def _samples(family: Metric) -> list[tuple[str, dict[str, str], float]]:
+    # A `_created` sample is a time, not an amount: nothing to add up.
+    return [(s.name, s.labels, s.value) for s in family.samples if not s.name.endswith("_created")]
+
+
+def _read(figures: str) -> list[Metric]:
+    families = []
+    for name, kind, documentation, samples in json.loads(figures):
+        family = Metric(name, documentation, kind)
+        for sample, labels, value in samples:
+            family.add_sample(sample, labels, value)
+        families.append(family)
+    return families
+
+
+def merged(workers: Iterable[Iterable[Metric]]) -> Iterator[Metric]:
+    """The figures of several workers as one: each sample (name and labels) added up, or the
+    largest taken for the gauges in `_AT_MOST`; families in the order first met."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for figures in workers:
+        for family in figures:
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            into = values[family.name]
+            for sample, labels, value in _samples(family):
+                key = (sample, tuple(labels.items()))
+                if key not in into:
+                    into[key] = value
+                elif family.name in _AT_MOST:
+                    into[key] = max(into[key], value)
+                else:
+                    into[key] += value
+    for name, family in families.items():
+        for (sample, pairs), value in values[name].items():
+            family.add_sample(sample, dict(pairs), value)
+        yield family
+
+
 class ServiceCollector(Collector):
-    def __init__(self, db: Database, supervisor: Supervisor) -> None:
+    def __init__(self, db: Database, supervisor: Supervisor, accept_latency: Histogram) -> None:
         self._db = db
         self._supervisor = supervisor
+        self._accept_latency = accept_latency
         self.sources: dict[str, HasStatistics] = {}  # listeners and other non-actors
-        self.backlog = backlog.Backlog({}, {}, {})  # refreshed before each scrape
+        # Refreshed before each scrape: the backlog, and the other workers' figures.
+        self.backlog = backlog.Backlog({}, {}, {})
+        self.others: list[str] = []
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._database()
         yield from self._backlog()
+        yield from merged([self.process(), *map(_read, self.others)])
+
+    def process(self) -> list[Metric]:
+        """This process's own figures: what it publishes, and what a scrape adds up."""
+        families = [*self._database()]
         snapshots: dict[str, Any] = dict(self._supervisor.statistics())
         snapshots.update({name: source.statistics() for name, source in self.sources.items()})
         for actor, snapshot in snapshots.items():
             for name, value in _numeric_fields(snapshot):
-                yield GaugeMetricFamily(f"postroom_{actor}_{name}", f"{actor}: {name}", value=value)
-        yield from self._faults()
+                families.append(
+                    GaugeMetricFamily(f"postroom_{actor}_{name}", f"{actor}: {name}", value=value)
+                )
+        families += self._faults()
         if "delivery" in snapshots:
-            yield from self._delivery(snapshots["delivery"])
+            families += self._delivery(snapshots["delivery"])
         if "webhooks" in snapshots:
-            yield from self._webhooks(snapshots["webhooks"])
+            families += self._webhooks(snapshots["webhooks"])
+        families += self._accept_latency.collect()
+        return families
 
     def _database(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
@@ -198,30 +272,46 @@ class ServiceCollector(Collector):
 
 class ServiceMetrics:
     """Everything `/metrics` serves for one service, in a registry of its own (so several
-    services can share one process, as the tests do)."""
+    services can share one process, as the tests do); `instance` names the workers of one
+    `serve --workers N` whose figures it adds up (None: this process alone)."""
 
-    def __init__(self, db: Database, supervisor: Supervisor) -> None:
-        self._db = db
+    def __init__(self, rt: Runtime, supervisor: Supervisor, instance: str | None) -> None:
+        self._db = rt.db
+        self._node = rt.node
+        self._instance = instance
         self.registry = CollectorRegistry(auto_describe=True)
-        self._collector = ServiceCollector(db, supervisor)
-        self.registry.register(self._collector)
+        # Observed here; collected (and added up) with the other figures of the process.
         self.accept_latency = Histogram(
             "postroom_api_accept_seconds",
             "Request to 202 on the send and batch endpoints",
             ["endpoint"],
             buckets=ACCEPT_BUCKETS,
-            registry=self.registry,
+            registry=None,
         )
+        self._collector = ServiceCollector(rt.db, supervisor, self.accept_latency)
+        self.registry.register(self._collector)
 
     def add_source(self, name: str, source: HasStatistics) -> None:
         """Report `source.statistics()` (a frozen dataclass) as `postroom_<name>_<field>`."""
         self._collector.sources[name] = source
 
+    def published(self) -> str:
+        """This process's figures, for the other workers' scrapes (published by each beat)."""
+        return published(self._collector.process())
+
     async def refresh(self) -> None:
-        """Read the backlog from the database: done before each scrape. A database too slow
-        to answer leaves the previous counts, so the scrape still reports everything else."""
+        """Read the backlog and the other workers' figures from the database: done before
+        each scrape. A database too slow to answer leaves the previous ones, so the scrape
+        still reports everything else."""
         with trio.move_on_after(BACKLOG_TIMEOUT):
-            self._collector.backlog = await self._db.read(backlog.read)
+            found = await self._db.read(self._shared)
+            self._collector.backlog, self._collector.others = found
+
+    def _shared(self, tx: Tx) -> tuple[backlog.Backlog, list[str]]:
+        others = (
+            [] if self._instance is None else nodes.instance_metrics(tx, self._instance, self._node)
+        )
+        return backlog.read(tx), others
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """The ASGI app with accept latency timed."""

@@ -93,20 +93,22 @@ async def serve(
     *,
     reuse_port: bool = False,
     role: Role = "all",
+    instance: str | None = None,
     task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the service until `stop()` is called or the task is cancelled: all of it, or one
-    `role` of a worker of `postroom serve --workers N` (postroom/workers.py); `reuse_port`
-    shares the listening ports with the other workers."""
+    `role` of a worker of `postroom serve --workers N` (postroom/workers.py), whose workers
+    form `instance`; `reuse_port` shares the listening ports with the other workers."""
     shutdown = trio.Event()
     async with open_database(settings.database_url) as db:
         rt = await open_runtime(db, settings)
         if interrupted := await fail_interrupted(rt):
             log.warning("%d broadcasts were cut short by the last stop: marked failed", interrupted)
-        await nodes.register(rt, role)
+        await nodes.register(rt, role, instance)
         log.info("node %s joined (%s)", rt.node, role)
         # Every node beats and hears the others; only a node that delivers runs the actors.
-        actors: list[Actor] = [nodes.NodeKeeper(rt), WakeupRelay(rt.wakeups, db)]
+        keeper = nodes.NodeKeeper(rt)
+        actors: list[Actor] = [keeper, WakeupRelay(rt.wakeups, db)]
         if role == "intake":
             rt.wakeups.close_actors()  # the delivery workers take the work it announces
         else:
@@ -122,13 +124,17 @@ async def serve(
                 DeliveryRouter(rt),
             ]
         supervisor = Supervisor(actors, db, rt.faults)
+        metrics = ServiceMetrics(rt, supervisor, instance)
+        keeper.metrics = metrics.published  # the scrapes of the other workers add them up
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
             if role == "delivery":
                 task_status.started(RunningService("", rt, shutdown.set))
                 await shutdown.wait()
             else:
-                await _front_doors(settings, rt, supervisor, reuse_port, shutdown, task_status)
+                await _front_doors(
+                    settings, rt, supervisor, metrics, reuse_port, shutdown, task_status
+                )
             # The front doors have closed and finished their requests; the actors' work is in
             # the database and resumes on the next start (or now, on another node).
             engine.cancel_scope.cancel()
@@ -142,13 +148,13 @@ async def _front_doors(
     settings: Settings,
     rt: Runtime,
     supervisor: Supervisor,
+    metrics: ServiceMetrics,
     reuse_port: bool,
     shutdown: trio.Event,
     task_status: trio.TaskStatus[RunningService],
 ) -> None:
     """Serve the API (with the MCP door) and the SMTP relay and MX until `shutdown`, then let
     the requests in flight finish."""
-    metrics = ServiceMetrics(rt.db, supervisor)
     relay_tls = await server_context(
         rt.db, settings.tls_cert, settings.tls_key, settings.smtp_host, rt.clock.now()
     )

@@ -12,7 +12,9 @@ The parent does no serving. It applies the migrations and installs the master ke
 workers never race to), fixes the ports (a port given as 0 is chosen here and reserved with a
 bound, non-listening socket), then starts N `postroom serve --workers 1` children, each in its role.
 Each child is a node of its own (engine/nodes.py): leases, connection slots and limits live
-in the database, so the workers share the work exactly as several hosts would.
+in the database, so the workers share the work exactly as several hosts would. Together they
+are one instance (an id given to each), whose figures a scrape of `/metrics` adds up
+(postroom/metrics.py).
 
 A child that dies is started again after a back-off (a kill -9 loses nothing: its work is
 freed when it is reaped). SIGTERM or SIGINT to the parent stops every child cleanly and the
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import trio
 
-from engine.nodes import Role
+from engine.nodes import Role, new_node_id
 from postroom.config import Settings
 from postroom.startup import open_runtime
 from storage.database import open_database
@@ -110,7 +112,9 @@ class Workers:
         self._argv = _this_program()
         if config is not None:
             self._argv += ["--config", str(config)]
-        self._argv += ["serve", "--workers", "1", "--reuse-port"]
+        # The workers form one instance: a scrape of any adds up the figures of all.
+        instance = new_node_id()
+        self._argv += ["serve", "--workers", "1", "--reuse-port", "--instance", instance]
         self._children: list[subprocess.Popen[bytes] | None] = [None] * len(roles)
         self._signal: int | None = None  # set by the handler; acted on by the loop
 

@@ -72,15 +72,19 @@ def _node(row: Row) -> Node:
     )
 
 
-def register(tx: Tx, node_id: str, host: str, pid: int, role: str, now: datetime) -> None:
+def register(
+    tx: Tx, node_id: str, host: str, pid: int, role: str, instance: str | None, now: datetime
+) -> None:
+    """A node joins; `instance` names the workers of one `serve --workers N` it is one of."""
     tx.execute(
-        "INSERT INTO nodes (id, host, pid, role, state, started_at, heartbeat_at)"
-        " VALUES (:id, :host, :pid, :role, :state, :now, :now)",
+        "INSERT INTO nodes (id, host, pid, role, instance, state, started_at, heartbeat_at)"
+        " VALUES (:id, :host, :pid, :role, :instance, :state, :now, :now)",
         {
             "id": node_id,
             "host": host,
             "pid": pid,
             "role": role,
+            "instance": instance,
             "state": ALIVE,
             "now": timestamp(now),
         },
@@ -95,12 +99,13 @@ def revive(tx: Tx, node_id: str, now: datetime) -> None:
     )
 
 
-def beat(tx: Tx, node_id: str, now: datetime, leases_until: datetime) -> bool:
-    """Record a heartbeat and renew every lease the node holds; False when other nodes have
-    declared this one dead meanwhile (its leases were freed: it must not go on as before)."""
+def beat(tx: Tx, node_id: str, now: datetime, leases_until: datetime, metrics: str | None) -> bool:
+    """Record a heartbeat with the node's process metrics (published for its instance's
+    /metrics) and renew every lease the node holds; False when other nodes have declared this
+    one dead meanwhile (its leases were freed: it must not go on as before)."""
     alive = tx.execute(
-        "UPDATE nodes SET heartbeat_at = :now WHERE id = :id AND state = :alive",
-        {"now": timestamp(now), "id": node_id, "alive": ALIVE},
+        "UPDATE nodes SET heartbeat_at = :now, metrics = :metrics WHERE id = :id AND state = :alive",
+        {"now": timestamp(now), "metrics": metrics, "id": node_id, "alive": ALIVE},
     )
     if not alive:
         return False
@@ -179,6 +184,16 @@ def listed(tx: Tx) -> list[tuple[Node, Holdings]]:
             if row["node"] in counts:
                 counts[row["node"]][held.table] = int(row["n"])
     return [(node, Holdings(node.id, counts[node.id])) for node in nodes]
+
+
+def instance_metrics(tx: Tx, instance: str, node_id: str) -> list[str]:
+    """What the other live nodes of `instance` published with their last beat."""
+    rows = tx.all(
+        "SELECT metrics FROM nodes WHERE instance = :instance AND id <> :id AND state = :alive"
+        " AND metrics IS NOT NULL",
+        {"instance": instance, "id": node_id, "alive": ALIVE},
+    )
+    return [str(row["metrics"]) for row in rows]
 
 
 def alive(tx: Tx) -> list[str]:

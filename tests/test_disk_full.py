@@ -111,7 +111,7 @@ async def test_full_database_refuses_sends_with_507_keeps_accepted_mail_and_reco
     accepted = await _fill(service, account)
     # A heartbeat or a lease renewal (updates in place, which still fit; the renewal is an
     # upsert) is no sign of room: the state holds.
-    assert await runtime.db.write(nodes.beat, runtime.node, now, now + timedelta(seconds=30))
+    assert await runtime.db.write(nodes.beat, runtime.node, now, now + timedelta(seconds=30), None)
     renewed = await runtime.db.write(leaderships.hold, LEASE, runtime.node, now, now + LEASE_TIME)
     assert renewed
 

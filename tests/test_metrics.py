@@ -7,10 +7,12 @@ from __future__ import annotations
 import httpx
 import pytest
 import trio
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.accounts import users as accounts
-from postroom import config
+from postroom import config, metrics
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
@@ -126,3 +128,47 @@ def test_a_guessable_or_unsendable_metrics_token_stops_start_up_without_echoing_
         config.load({"POSTROOM_METRICS_TOKEN": token})
     assert "POSTROOM_METRICS_TOKEN" in str(refused.value)
     assert token not in str(refused.value)
+
+
+def test_the_workers_figures_add_up_as_one() -> None:
+    # What two workers publish with their beats, read back and merged as a scrape does:
+    # counters, histograms and summable gauges add up, a gauge of `_AT_MOST` takes the
+    # largest, a label set one worker lacks is kept, and `_created` times are dropped.
+    def worker(delivered: float, in_flight: dict[str, float], full: int) -> list[Metric]:
+        deliveries = CounterMetricFamily("postroom_deliveries", "d", labels=["outcome"])
+        deliveries.add_metric(["delivered"], delivered)
+        flight = GaugeMetricFamily("postroom_delivery_in_flight", "f", labels=["domain"])
+        for domain, count in in_flight.items():
+            flight.add_metric([domain], count)
+        latency = Histogram("postroom_api_accept_seconds", "a", buckets=(0.1,), registry=None)
+        latency.observe(0.05)
+        latency.observe(0.5)
+        full_gauge = GaugeMetricFamily("postroom_storage_full", "s", value=full)
+        return [deliveries, flight, *latency.collect(), full_gauge]
+
+    first = metrics.published(worker(3, {"a.example": 2}, 0))
+    second = metrics.published(worker(4, {"a.example": 1, "b.example": 5}, 1))
+    assert "_created" not in first
+    rendered = CollectorRegistry()
+    families = list(metrics.merged([metrics._read(first), metrics._read(second)]))
+
+    class Merged:
+        def collect(self) -> list[Metric]:
+            return families
+
+    rendered.register(Merged())
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(generate_latest(rendered).decode())
+        for s in family.samples
+    }
+    assert samples == {
+        ("postroom_deliveries_total", (("outcome", "delivered"),)): 7,
+        ("postroom_delivery_in_flight", (("domain", "a.example"),)): 3,
+        ("postroom_delivery_in_flight", (("domain", "b.example"),)): 5,
+        ("postroom_api_accept_seconds_bucket", (("le", "0.1"),)): 2,
+        ("postroom_api_accept_seconds_bucket", (("le", "+Inf"),)): 4,
+        ("postroom_api_accept_seconds_count", ()): 4,
+        ("postroom_api_accept_seconds_sum", ()): 1.1,
+        ("postroom_storage_full", ()): 1,
+    }

@@ -2,7 +2,8 @@
 
 Through the real command: the workers answer on the same API port, each registers as a node
 in its role (by default half deliver what the others take), mail accepted through them is
-delivered once, a killed worker is started again, and SIGTERM stops them all cleanly.
+delivered once and counted once by `/metrics` whichever worker is scraped, a killed worker is
+started again, and SIGTERM stops them all cleanly. And the nodes as platform admins list them.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from functools import partial
 import httpx
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from postroom import workers
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import ServiceProcess
+from tests.harness.service import Service, ServiceProcess
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_sending import SENDER, SENDING_DOMAIN, route_mail
+from tests.test_transfers import assert_error
 
 
 def _nodes(proc: ServiceProcess) -> list[list[str]]:
@@ -41,6 +44,28 @@ async def _workers_alive(proc: ServiceProcess, count: int) -> list[str]:
             if len(alive) == count:
                 return alive
             await trio.sleep(0.2)
+
+
+async def _metrics_count_all(url: str, *, sent: int) -> None:
+    """Every scrape, whichever worker answers, counts all `sent` accepts and deliveries
+    (within a few heartbeats)."""
+    wanted = {
+        ("postroom_deliveries_total", (("outcome", "delivered"),)): sent,
+        ("postroom_api_accept_seconds_count", (("endpoint", "send"),)): sent,
+    }
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        with trio.fail_after(20):
+            agreeing = 0
+            while agreeing < 4:  # several scrapes, so both workers are likely asked
+                response = await client.get(url + "/metrics")
+                found = {
+                    (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                    for family in text_string_to_metric_families(response.text)
+                    for sample in family.samples
+                }
+                seen = {key: found.get(key) for key in wanted}
+                agreeing = agreeing + 1 if seen == wanted else 0
+                await trio.sleep(0.2)
 
 
 async def _ready(proc: ServiceProcess, dns_server: DnsServer) -> str:
@@ -104,6 +129,9 @@ async def test_workers_share_the_ports_deliver_once_and_stop_together(
             sent.add(response.json()["message_id"])
     messages = await smtp_sink.wait_for_messages(30, timeout=60)
     assert len(messages) == 30  # each once, whichever worker took it
+    # A scrape reaches one worker, and delivery workers have no port: it adds up every
+    # worker's figures, each as of its last heartbeat.
+    await _metrics_count_all(service_process.url, sent=30)
     assert service_process.signal(signal.SIGTERM) == 0
     states = {row[2] for row in await trio.to_thread.run_sync(_nodes, service_process)}
     assert states == {"stopped"}
@@ -144,3 +172,14 @@ async def test_a_split_that_leaves_no_worker_to_take_mail_is_refused(
     assert done.returncode == 2
     assert "--delivery-workers 2 leaves no worker to take mail" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_platform_admins_list_the_nodes_and_no_one_else(service: Service) -> None:
+    admin = await service.account(admin=True)
+    tenant = await service.account()
+    assert_error(await tenant.client.get("/v1/admin/nodes"), 403, "admin_required")
+    listed = await admin.client.get("/v1/admin/nodes")
+    assert listed.status_code == 200, listed.text
+    [node] = [n for n in listed.json()["items"] if n["id"] == service.running.runtime.node]
+    assert (node["role"], node["state"], node["pid"]) == ("all", "alive", os.getpid())
+    assert node["stopped_at"] is None and isinstance(node["holds"], dict)
