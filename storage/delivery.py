@@ -118,9 +118,11 @@ def record_outcomes(
     hard_bounces: Sequence[tuple[str, Suppression]],
     now: datetime,
     summary: emails.Summary,
+    outbox: emails.Outbox,
 ) -> None:
-    """One batched write per delivery round: outcomes, events and new suppressions; the
-    emails' statuses summarised by the engine's rule `summary`."""
+    """One batched write per delivery round: outcomes, events (their webhook deliveries
+    queued by the engine's `outbox`) and new suppressions; the emails' statuses summarised
+    by the engine's rule `summary`."""
     # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
     alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
     for u in updates:
@@ -134,7 +136,7 @@ def record_outcomes(
             f" leased_by = NULL, updated_at = :now WHERE (email_id, address) IN ({rows})",
             {"status": status, "next": when, "response": response, "now": timestamp(now)} | params,
         )
-    emails.insert_events(tx, events)
+    emails.insert_events(tx, events, outbox)
     emails.summarise(tx, [u.email_id for u in updates], now, summary)
     for workspace_id, entry in hard_bounces:
         suppressions.add(tx, workspace_id, entry)

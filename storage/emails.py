@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from storage import incidents, webhooks
+from storage import incidents
 from storage.codec import (
     contains,
     from_json,
@@ -84,6 +84,11 @@ class Event:
     recipient: str | None
     metadata: dict[str, Any]
     created_at: datetime
+
+
+# The engine's rule for recorded events: queue their webhook deliveries in the same unit of
+# work (engine/webhooks/outbox.py `queue`).
+Outbox = Callable[[Tx, Sequence[Event]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +164,14 @@ def insert(
     emails: Sequence[Email],
     recipients: Sequence[Recipient],
     events: Sequence[Event],
+    outbox: Outbox,
     *,
     announce: bool = True,
 ) -> None:
-    """Store accepted emails with their recipients and first events, in multi-row statements;
-    once committed, delivery on every node hears of the recipient domains unless `announce`
-    is off (a bulk send announces once, after its last chunk)."""
+    """Store accepted emails with their recipients and first events (their webhook
+    deliveries queued by `outbox`), in multi-row statements; once committed, delivery on
+    every node hears of the recipient domains unless `announce` is off (a bulk send announces
+    once, after its last chunk)."""
     if announce:
         for domain in {r.domain for r in recipients}:
             tx.notify(f"mail:{domain}")
@@ -227,11 +234,12 @@ def insert(
                 for r in recipients
             ),
         )
-        insert_events(tx, events)
+        insert_events(tx, events, outbox)
 
 
-def insert_events(tx: Tx, events: Iterable[Event]) -> None:
-    """Record events, and queue their webhook deliveries in the same transaction (outbox)."""
+def insert_events(tx: Tx, events: Iterable[Event], outbox: Outbox) -> None:
+    """Record events, and have the engine's `outbox` queue their webhook deliveries in the
+    same transaction."""
     events = list(events)
     tx.execute_many(
         "INSERT INTO email_events (id, email_id, workspace_id, event_type, recipient, metadata,"
@@ -249,14 +257,8 @@ def insert_events(tx: Tx, events: Iterable[Event]) -> None:
             for e in events
         ),
     )
-    by_workspace: dict[str, list[tuple[str, str]]] = {}
-    for e in events:
-        name = webhooks.webhook_event(e.event_type)
-        if name is not None:
-            body = webhooks.payload(name, e.email_id, e.recipient, e.created_at, e.metadata)
-            by_workspace.setdefault(e.workspace_id, []).append((name, body))
-    for workspace_id, items in by_workspace.items():
-        webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
+    if events:
+        outbox(tx, events)
 
 
 _WITH_ATTACHMENTS = (
@@ -616,10 +618,12 @@ def record_faults(
     now: datetime,
     policy: FaultPolicy,
     summary: Summary,
+    outbox: Outbox,
 ) -> int:
     """Count a fault on each recipient (its round made the delivery actor raise) and try it
     again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined:
-    `failed` with the error, and a `failed` event. How many were quarantined."""
+    `failed` with the error, and a `failed` event (through `outbox`). How many were
+    quarantined."""
     keys = [{"email_id": r.email_id, "address": r.address} for r in recipients]
     tx.execute_many(
         "UPDATE email_recipients SET faults = faults + 1, last_fault = :error,"
@@ -652,6 +656,6 @@ def record_faults(
                 at,
             )
             events.append(event)
-    insert_events(tx, events)
+    insert_events(tx, events, outbox)
     summarise(tx, [e.email_id for e in events], now, summary)
     return len(events)

@@ -76,9 +76,11 @@ def move(
     event: tuple[str, dict[str, Any]],
     now: datetime,
     summary: emails.Summary,
+    outbox: emails.Outbox,
 ) -> Touched:
     """Move the matching recipients from each status of `moves` to its target, one UPDATE per
-    target; record `event` (type, metadata) for each; summarise their emails by `summary`.
+    target; record `event` (type, metadata) for each, through `outbox`; summarise their
+    emails by `summary`.
     `new_window`: the 72 hours before giving up start again now (`expiry_from`)."""
     where, params = _matching(workspace_id, query, list(moves), now)
     rows = tx.all(f"SELECT email_id, address, domain FROM email_recipients WHERE {where}", params)
@@ -109,6 +111,7 @@ def move(
             )
             for row in rows
         ),
+        outbox,
     )
     email_ids = list(dict.fromkeys(row["email_id"] for row in rows))
     for start in range(0, len(email_ids), SUMMARISE_CHUNK):

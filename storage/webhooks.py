@@ -1,19 +1,15 @@
 """Webhooks and their deliveries.
 
 Deliveries are the outbox of email events: `fan_out` writes one per subscribed active webhook
-inside the same unit of work that stores the events, so an event is never recorded without
-its deliveries, nor the other way round. The dispatcher claims due deliveries with a lease.
-
-Email events are stored under their own names (`delivered`), as the events endpoint lists
-them; webhooks name them `email.delivered`. `webhook_event` is the one place that maps them.
-A webhook's basic-auth credentials are sealed at rest (storage/sealing.py) and opened only
+inside the same unit of work that stores the events (engine/webhooks/outbox.py says which
+events and builds their payloads), so an event is never recorded without its deliveries, nor
+the other way round. The dispatcher claims due deliveries with a lease. A webhook's basic-auth credentials are sealed at rest (storage/sealing.py) and opened only
 in this module's reads.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -87,46 +83,6 @@ class Attempt:
     next_retry_at: datetime | None
     response_status: int | None
     response_body: str | None
-
-
-_WEBHOOK_PREFIX = "email."
-# The email events webhooks carry (others, such as queued or deferred, are not sent).
-_SENT_TO_WEBHOOKS = (
-    "sent",
-    "delivered",
-    "opened",
-    "clicked",
-    "bounced",
-    "failed",
-    "complained",
-    "unsubscribed",
-)
-EVENT_TYPES = tuple(_WEBHOOK_PREFIX + name for name in _SENT_TO_WEBHOOKS)
-"""The event types a webhook may subscribe to, as its payloads name them."""
-
-
-def webhook_event(event_type: str) -> str | None:
-    """The webhook name of a stored email event (`delivered` -> `email.delivered`); None when
-    webhooks do not carry it."""
-    return _WEBHOOK_PREFIX + event_type if event_type in _SENT_TO_WEBHOOKS else None
-
-
-def payload(
-    event_type: str, email_id: str, recipient: str | None, at: datetime, metadata: dict[str, Any]
-) -> str:
-    """The JSON body of a webhook delivery (spec: Webhook delivery, common payload fields)."""
-    meta = dict(metadata)
-    tags = meta.pop("tags", [])
-    meta["tag"] = tags[0] if tags else None
-    meta["tags"] = tags
-    body = {
-        "event": event_type,
-        "email_id": email_id,
-        "recipient": recipient,
-        "timestamp": at.isoformat().replace("+00:00", "Z"),
-        "metadata": meta,
-    }
-    return json.dumps(body, separators=(",", ":"))
 
 
 def _sealed_auth(tx: Tx, webhook_id: str, auth: BasicAuth | None) -> str | None:

@@ -13,6 +13,7 @@ import trio
 from trio.testing import MockClock
 
 from engine.sending import statuses as email_statuses
+from engine.webhooks import outbox
 from storage import delivery, emails
 from storage.codec import timestamp
 from storage.emails import RecipientUpdate
@@ -179,7 +180,15 @@ async def test_a_round_is_claimed_loaded_and_recorded_with_a_fixed_number_of_sta
                 RecipientUpdate(r.email_id, r.address, "deferred", now, "451 later")
                 for r in claimed
             ]
-            delivery.record_outcomes(counting, updates, [], [], now, email_statuses.summary)  # type: ignore[arg-type]
+            delivery.record_outcomes(
+                counting,  # type: ignore[arg-type]
+                updates,
+                [],
+                [],
+                now,
+                email_statuses.summary,
+                outbox.queue,
+            )
             return after_claim, after_load, counting.statements - after_claim - after_load, data
 
         return unit

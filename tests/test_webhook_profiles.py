@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine.webhooks import profiles
-from storage.webhooks import EVENT_TYPES, payload
+from engine.webhooks.outbox import EVENT_TYPES, payload
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Service

@@ -12,7 +12,8 @@ from api.routes.webhooks import DELIVERY_STATUSES, CreateWebhook
 from console.web import go, page, parse, problems_of, rt, who
 from engine.errors import EngineError
 from engine.webhooks import endpoints as webhooks
-from storage.webhooks import EVENT_TYPES, ReplayFilter
+from engine.webhooks.outbox import EVENT_TYPES
+from storage.webhooks import ReplayFilter
 
 blueprint = Blueprint("webhooks", __name__)
 

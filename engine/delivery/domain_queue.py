@@ -65,6 +65,7 @@ from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
+from engine.webhooks import outbox
 from storage import delivery, destination_slots, emails
 from storage import incidents as stored_incidents
 from storage.codec import new_id
@@ -219,7 +220,13 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
 
 def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
     delivery.record_outcomes(
-        tx, outcome.updates, outcome.events, outcome.bounces, outcome.now, statuses.summary
+        tx,
+        outcome.updates,
+        outcome.events,
+        outcome.bounces,
+        outcome.now,
+        statuses.summary,
+        outbox.queue,
     )
     stored_incidents.record_round(
         tx, domain, outcome.incidents, outcome.delivered, outcome.now, incidents.pause_for
@@ -237,7 +244,9 @@ def _record_faults(
     now: datetime,
 ) -> int:
     destination_slots.release(tx, domain, slots, node)
-    return emails.record_faults(tx, recipients, error, now, faults.policy(now), statuses.summary)
+    return emails.record_faults(
+        tx, recipients, error, now, faults.policy(now), statuses.summary, outbox.queue
+    )
 
 
 class DomainQueue:

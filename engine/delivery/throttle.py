@@ -29,6 +29,7 @@ from engine.delivery.policies import Caps, Effective, Limit
 from engine.runtime import Runtime
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
+from engine.webhooks import outbox
 from storage import delivery_policies as stored
 from storage import destination_slots, emails
 from storage.codec import from_json, new_id
@@ -231,5 +232,5 @@ def _record_waits(
             )
         )
     stored.throttle(tx, rows, now)
-    emails.insert_events(tx, events)
+    emails.insert_events(tx, events, outbox.queue)
     emails.summarise(tx, [r.email_id for r, _, _ in waits], now, statuses.summary)

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.mail.reports import RecipientStatus, Report
 from engine.sending import statuses as email_statuses
+from engine.webhooks import outbox
 from storage import delivery, emails
 from storage.codec import new_id
 from storage.emails import Email, Event, RecipientUpdate
@@ -91,5 +92,11 @@ def record(tx: Tx, email: Email, report: Report, now: datetime) -> None:
         _complaint(changes, statuses, report, tx)
     if changes.events:
         delivery.record_outcomes(
-            tx, changes.updates, changes.events, changes.suppressions, now, email_statuses.summary
+            tx,
+            changes.updates,
+            changes.events,
+            changes.suppressions,
+            now,
+            email_statuses.summary,
+            outbox.queue,
         )

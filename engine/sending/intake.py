@@ -42,6 +42,7 @@ from engine.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.suppressions.override import OverrideState, Verdict, decide
+from engine.webhooks import outbox
 from storage import domains, emails, suppressions
 from storage.codec import new_id
 from storage.domains import Domain, Sender
@@ -402,6 +403,7 @@ def store(
         records,
         [r for _, recipients, _ in built for r in recipients],
         [event for _, _, event in built],
+        outbox.queue,
         announce=announce,
     )
     for email in records:

@@ -22,6 +22,7 @@ from engine.errors import Unprocessable
 from engine.runtime import Principal, Runtime
 from engine.sending import email_log, statuses
 from engine.sending.statuses import Trigger
+from engine.webhooks import outbox
 from storage import queue_actions
 from storage.emails import Search
 from storage.queue_actions import Due, Touched
@@ -73,7 +74,16 @@ def _act(
         return queue_actions.count(tx, who.workspace_id, query, moves(trigger), now)
     event = (event_type, {"action": action, "q": q})
     touched = queue_actions.move(
-        tx, who.workspace_id, query, moves(trigger), due, new_window, event, now, statuses.summary
+        tx,
+        who.workspace_id,
+        query,
+        moves(trigger),
+        due,
+        new_window,
+        event,
+        now,
+        statuses.summary,
+        outbox.queue,
     )
     meta = {"q": q, "action": action, "emails": touched.emails, "recipients": touched.recipients}
     record(tx, who.workspace_id, who.user_email, Change(f"queue.{verb}", q, None, meta), now)

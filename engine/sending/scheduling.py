@@ -16,6 +16,7 @@ from engine.sending import intake as sending
 from engine.sending import statuses
 from engine.sending.intake import SendResult
 from engine.sending.statuses import Trigger
+from engine.webhooks import outbox
 from storage import emails, suppressions
 from storage.codec import new_id
 from storage.emails import Email, Event
@@ -30,7 +31,9 @@ def _cancel(tx: Tx, who: Principal, email_id: str, now: datetime) -> None:
     if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now):
         raise NotFound("no scheduled email with this id")
     status = statuses.email_next(statuses.SCHEDULED, Trigger.CANCEL)
-    emails.insert_events(tx, [Event(new_id(), email_id, who.workspace_id, status, None, {}, now)])
+    emails.insert_events(
+        tx, [Event(new_id(), email_id, who.workspace_id, status, None, {}, now)], outbox.queue
+    )
 
 
 async def cancel(rt: Runtime, who: Principal, email_id: str) -> None:
@@ -51,7 +54,7 @@ def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Ema
         meta = {"reason": rejection}
         status = statuses.email_next(email.status, Trigger.SEND_NOW_SUPPRESSED)
         emails.insert_events(
-            tx, [Event(new_id(), email_id, who.workspace_id, status, None, meta, now)]
+            tx, [Event(new_id(), email_id, who.workspace_id, status, None, meta, now)], outbox.queue
         )
         return email, rejection
     emails.make_due(tx, email_id, now)

@@ -22,6 +22,7 @@ from typing import Any
 
 from engine.errors import InvalidRequest, NotFound
 from engine.runtime import Runtime
+from engine.webhooks import outbox
 from storage import emails, suppressions
 from storage.codec import new_id
 from storage.emails import Email, Event
@@ -116,7 +117,7 @@ def _record(tx: Tx, payload: dict[str, str], meta: dict[str, Any], now: datetime
         raise NotFound("unknown link")
     recipient = payload["r"]
     kind = {OPEN: "opened", CLICK: "clicked", UNSUBSCRIBE: "unsubscribed"}[payload["k"]]
-    emails.insert_events(tx, [_event(email, kind, recipient, meta, now)])
+    emails.insert_events(tx, [_event(email, kind, recipient, meta, now)], outbox.queue)
     if payload["k"] == UNSUBSCRIBE:
         suppressions.add(
             tx, email.workspace_id, Suppression(recipient, "unsubscribe", now, email.id)

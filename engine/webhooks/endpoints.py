@@ -18,11 +18,11 @@ from engine import outbound_http
 from engine.activity import Change, record
 from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
-from engine.webhooks import profiles
+from engine.webhooks import outbox, profiles
 from storage import webhooks
 from storage.codec import new_id
 from storage.tx import Tx
-from storage.webhooks import EVENT_TYPES, BasicAuth, Delivery, ReplayFilter, Webhook
+from storage.webhooks import BasicAuth, Delivery, ReplayFilter, Webhook
 
 SAMPLE_EVENT = "email.delivered"
 REPLAYABLE = ("dead", "delivered")  # a pending or retrying delivery is still on its way
@@ -34,7 +34,7 @@ def _invalid(field: str, message: str) -> Unprocessable:
 
 
 def _checked_events(events: list[str], fmt: str = profiles.DEFAULT) -> list[str]:
-    allowed = profiles.events_of(fmt, EVENT_TYPES)
+    allowed = profiles.events_of(fmt, outbox.EVENT_TYPES)
     unknown = sorted(set(events) - set(allowed))
     if unknown or not events:
         within = "" if fmt == profiles.DEFAULT else f" (the {fmt} format carries only these)"
@@ -180,7 +180,7 @@ def _queue_test(tx: Tx, who: Principal, webhook_id: str, now: datetime) -> Webho
         raise NotFound("webhook not found")
     # A webhook not subscribed to the sample event (a bounce-only format) gets one it takes.
     event = SAMPLE_EVENT if SAMPLE_EVENT in hook.events else hook.events[0]
-    sample = webhooks.payload(
+    sample = outbox.payload(
         event,
         "00000000-0000-0000-0000-000000000000",
         "test@example.com",

@@ -1,6 +1,6 @@
 """Webhook payload profiles: a webhook's `format` names the body its receiver expects.
 
-Pure functions from our stored delivery payload (storage/webhooks.py `payload`: event,
+Pure functions from our stored delivery payload (engine/webhooks/outbox.py `payload`: event,
 email_id, recipient, timestamp, metadata) to the bytes POSTed; `postroom` sends it as it is.
 Each other format is the shape the receiving side's public documentation shows, carrying
 only the events that format has a name for: a webhook in that format may subscribe to those

@@ -1,0 +1,72 @@
+"""The webhook outbox: which email events webhooks carry, the payload each is sent as, and
+their deliveries queued in the unit of work that records the events.
+
+Storage records an event and hands it to `queue` in the same transaction (storage/emails.py
+takes it as its `Outbox`), so an event is never stored without its deliveries, nor the other
+way round; storage/webhooks.py `fan_out` writes one delivery per active subscribed webhook.
+
+Email events are stored under their own names (`delivered`), as the events endpoint lists
+them; webhooks name them `email.delivered`. `webhook_event` is the one place that maps them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from storage import webhooks
+from storage.emails import Event
+from storage.tx import Tx
+
+_WEBHOOK_PREFIX = "email."
+# The email events webhooks carry (others, such as queued or deferred, are not sent).
+_SENT_TO_WEBHOOKS = (
+    "sent",
+    "delivered",
+    "opened",
+    "clicked",
+    "bounced",
+    "failed",
+    "complained",
+    "unsubscribed",
+)
+EVENT_TYPES = tuple(_WEBHOOK_PREFIX + name for name in _SENT_TO_WEBHOOKS)
+"""The event types a webhook may subscribe to, as its payloads name them."""
+
+
+def webhook_event(event_type: str) -> str | None:
+    """The webhook name of a stored email event (`delivered` -> `email.delivered`); None when
+    webhooks do not carry it."""
+    return _WEBHOOK_PREFIX + event_type if event_type in _SENT_TO_WEBHOOKS else None
+
+
+def payload(
+    event_type: str, email_id: str, recipient: str | None, at: datetime, metadata: dict[str, Any]
+) -> str:
+    """The JSON body of a webhook delivery (spec: Webhook delivery, common payload fields)."""
+    meta = dict(metadata)
+    tags = meta.pop("tags", [])
+    meta["tag"] = tags[0] if tags else None
+    meta["tags"] = tags
+    body = {
+        "event": event_type,
+        "email_id": email_id,
+        "recipient": recipient,
+        "timestamp": at.isoformat().replace("+00:00", "Z"),
+        "metadata": meta,
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def queue(tx: Tx, events: Sequence[Event]) -> None:
+    """Queue the webhook deliveries of events just recorded in this unit of work."""
+    by_workspace: dict[str, list[tuple[str, str]]] = {}
+    for e in events:
+        name = webhook_event(e.event_type)
+        if name is not None:
+            body = payload(name, e.email_id, e.recipient, e.created_at, e.metadata)
+            by_workspace.setdefault(e.workspace_id, []).append((name, body))
+    for workspace_id, items in by_workspace.items():
+        webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
