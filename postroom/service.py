@@ -125,7 +125,8 @@ async def serve(
             ]
         supervisor = Supervisor(actors, db, rt.faults)
         metrics = ServiceMetrics(rt, supervisor, instance)
-        keeper.metrics = metrics.published  # the scrapes of the other workers add them up
+        if instance is not None:  # the scrapes of the other workers add up what it publishes
+            keeper.metrics = metrics.published
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
             if role == "delivery":
