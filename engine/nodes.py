@@ -94,7 +94,7 @@ class NodeKeeper:
     async def beat(self) -> None:
         rt = self._rt
         now = rt.clock.now()
-        published = None if self.metrics is None else self.metrics()
+        published = self._published()
         if not await rt.db.write(nodes.beat, rt.node, now, now + LEASE, published):
             log.error(
                 "this node was declared dead by another (no heartbeat for %s s):"
@@ -115,6 +115,17 @@ class NodeKeeper:
             await bulk_send.fail_interrupted(rt)
         if self._beats % 1000 == 1:
             await rt.db.write(nodes.forget_before, now - FORGET_AFTER)
+
+    def _published(self) -> str | None:
+        """The figures to publish; None if they cannot be had: a fault in reading them must
+        never stop the heartbeat, or the node would be declared dead and its work freed."""
+        if self.metrics is None:
+            return None
+        try:
+            return self.metrics()
+        except Exception:
+            log.exception("could not read this node's figures for /metrics; beating without")
+            return None
 
     def statistics(self) -> NodeStatistics:
         return NodeStatistics(self._beats, self._reaped)

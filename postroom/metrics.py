@@ -89,12 +89,17 @@ def _samples(family: Metric) -> list[tuple[str, dict[str, str], float]]:
 
 
 def _read(figures: str) -> list[Metric]:
+    """Another worker's published figures; none if they do not read as `published` writes
+    them (a worker of another version), so that a scrape still answers."""
     families = []
-    for name, kind, documentation, samples in json.loads(figures):
-        family = Metric(name, documentation, kind)
-        for sample, labels, value in samples:
-            family.add_sample(sample, labels, value)
-        families.append(family)
+    try:
+        for name, kind, documentation, samples in json.loads(figures):
+            family = Metric(name, documentation, kind)
+            for sample, labels, value in samples:
+                family.add_sample(sample, dict(labels), float(value))
+            families.append(family)
+    except (ValueError, TypeError, AttributeError):
+        return []
     return families
 
 

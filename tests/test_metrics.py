@@ -12,8 +12,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.accounts import users as accounts
+from engine.nodes import NodeKeeper
 from postroom import config, metrics
 from postroom.service import RunningService, serve
+from storage import nodes as stored_nodes
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
@@ -172,3 +174,27 @@ def test_the_workers_figures_add_up_as_one() -> None:
         ("postroom_api_accept_seconds_sum", ()): 1.1,
         ("postroom_storage_full", ()): 1,
     }
+
+
+def test_figures_that_do_not_read_are_left_out_of_a_scrape() -> None:
+    for unreadable in ("not json", '{"a": 1}', '[["x", "no such type", "d", []]]', "[[1]]"):
+        assert metrics._read(unreadable) == []
+
+
+async def test_a_fault_reading_the_figures_never_stops_the_heartbeat(service: Service) -> None:
+    # Without its beat a node is declared dead and its work freed: the figures are not worth it.
+    rt = service.running.runtime
+    keeper = NodeKeeper(rt)
+
+    def broken() -> str:
+        raise RuntimeError("a statistics() bug")
+
+    keeper.metrics = broken
+    before = await rt.db.read(stored_nodes.listed)
+    await trio.sleep(0.01)
+    await keeper.beat()
+    after = await rt.db.read(stored_nodes.listed)
+    [(node_before, _)] = [entry for entry in before if entry[0].id == rt.node]
+    [(node_after, _)] = [entry for entry in after if entry[0].id == rt.node]
+    assert node_after.heartbeat_at > node_before.heartbeat_at
+    assert node_after.state == "alive" and keeper.statistics().beats == 1
