@@ -92,6 +92,21 @@ Outbox = Callable[[Tx, Sequence[Event]], None]
 
 
 @dataclass(frozen=True, slots=True)
+class Move:
+    """A status change the engine's transition table allows (engine/sending/statuses.py):
+    rows in one of `from_` go to `to`. Storage carries moves out; it never picks statuses."""
+
+    from_: tuple[str, ...]
+    to: str
+
+
+def _among(statuses: Sequence[str]) -> tuple[str, dict[str, str]]:
+    """`status IN (...)` for `statuses`, and its parameters."""
+    names = {f"status{i}": status for i, status in enumerate(statuses)}
+    return f"status IN ({', '.join(':' + name for name in names)})", names
+
+
+@dataclass(frozen=True, slots=True)
 class RecipientUpdate:
     """The outcome of one delivery attempt for one recipient."""
 
@@ -395,32 +410,44 @@ def scheduled(tx: Tx, workspace_id: str) -> list[Email]:
     return [_email(row) for row in rows]
 
 
-def cancel_scheduled(tx: Tx, workspace_id: str, email_id: str, now: datetime) -> bool:
-    """Cancel an email still waiting for its send_at; False if it is not scheduled."""
+def cancel_scheduled(
+    tx: Tx, workspace_id: str, email_id: str, now: datetime, email: Move, recipients: Move
+) -> bool:
+    """Cancel an email still waiting for its send_at (`email`, and its waiting `recipients`);
+    False if it is not scheduled."""
+    among, params = _among(email.from_)
     changed = tx.execute(
-        "UPDATE emails SET status = 'cancelled', updated_at = :now"
-        " WHERE workspace_id = :ws AND id = :id AND status = 'scheduled'",
-        {"now": timestamp(now), "ws": workspace_id, "id": email_id},
+        f"UPDATE emails SET status = :to, updated_at = :now"
+        f" WHERE workspace_id = :ws AND id = :id AND {among}",
+        {"to": email.to, "now": timestamp(now), "ws": workspace_id, "id": email_id, **params},
     )
     if changed:
-        tx.execute(
-            "UPDATE email_recipients SET status = 'cancelled', updated_at = :now"
-            " WHERE email_id = :id AND status IN ('queued', 'deferred')",
-            {"now": timestamp(now), "id": email_id},
-        )
+        _move_recipients(tx, email_id, recipients, now)
     return changed == 1
 
 
-def make_due(tx: Tx, email_id: str, now: datetime) -> None:
-    """Move a scheduled email's recipients to now (delivery hears of their domains)."""
+def _move_recipients(tx: Tx, email_id: str, move: Move, now: datetime) -> None:
+    among, params = _among(move.from_)
     tx.execute(
-        "UPDATE email_recipients SET next_attempt_at = :now, updated_at = :now"
-        " WHERE email_id = :id AND status = 'queued'",
-        {"now": timestamp(now), "id": email_id},
+        f"UPDATE email_recipients SET status = :to, updated_at = :now"
+        f" WHERE email_id = :id AND {among}",
+        {"to": move.to, "now": timestamp(now), "id": email_id, **params},
     )
+
+
+def make_due(tx: Tx, email_id: str, now: datetime, email: Move, waiting: Sequence[str]) -> None:
+    """Send a scheduled email now (`email`): its `waiting` recipients are due now, and
+    delivery hears of their domains."""
+    among, params = _among(waiting)
     tx.execute(
-        "UPDATE emails SET status = 'queued', updated_at = :now WHERE id = :id",
-        {"now": timestamp(now), "id": email_id},
+        f"UPDATE email_recipients SET next_attempt_at = :now, updated_at = :now"
+        f" WHERE email_id = :id AND {among}",
+        {"now": timestamp(now), "id": email_id, **params},
+    )
+    among, params = _among(email.from_)
+    tx.execute(
+        f"UPDATE emails SET status = :to, updated_at = :now WHERE id = :id AND {among}",
+        {"to": email.to, "now": timestamp(now), "id": email_id, **params},
     )
     rows = tx.all(
         "SELECT DISTINCT domain FROM email_recipients WHERE email_id = :id", {"id": email_id}
@@ -429,18 +456,17 @@ def make_due(tx: Tx, email_id: str, now: datetime) -> None:
         tx.notify(f"mail:{row['domain']}")
 
 
-def reject(tx: Tx, email_id: str, reason: str, now: datetime) -> None:
-    """Mark an email rejected (nothing of it will be sent)."""
+def reject(
+    tx: Tx, email_id: str, reason: str, now: datetime, email: Move, recipients: Move
+) -> None:
+    """Reject an email (`email`; nothing of it will be sent: its waiting `recipients` move)."""
+    among, params = _among(email.from_)
     tx.execute(
-        "UPDATE emails SET status = 'rejected', rejection_reason = :reason, updated_at = :now"
-        " WHERE id = :id",
-        {"reason": reason, "now": timestamp(now), "id": email_id},
+        f"UPDATE emails SET status = :to, rejection_reason = :reason, updated_at = :now"
+        f" WHERE id = :id AND {among}",
+        {"to": email.to, "reason": reason, "now": timestamp(now), "id": email_id, **params},
     )
-    tx.execute(
-        "UPDATE email_recipients SET status = 'cancelled', updated_at = :now"
-        " WHERE email_id = :id AND status IN ('queued', 'deferred')",
-        {"now": timestamp(now), "id": email_id},
-    )
+    _move_recipients(tx, email_id, recipients, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,13 +605,19 @@ def claim(
     return claimed, min(due, default=None)
 
 
-Summary = Callable[[Sequence[str]], str]  # an email's status from its recipients'
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The engine's rule for an email's status once delivering (engine/sending/statuses.py)."""
+
+    of: Callable[[Sequence[str]], str]  # the email's status, from its recipients'
+    final: tuple[str, ...]  # emails in these keep theirs
+    delivered: str  # an email summarised to this is stamped delivered_at
 
 
 def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary) -> None:
     """Set each email's status from its recipients' by the engine's rule `summary` (after
     some of them changed): one read of their recipients and one UPDATE per resulting
-    status; cancelled and rejected emails keep theirs."""
+    status; emails in a final status keep theirs."""
     ids = list(dict.fromkeys(email_ids))
     if not ids:
         return
@@ -599,15 +631,22 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary)
         statuses[row["email_id"]].append(row["status"])
     by_status: dict[str, list[str]] = {}
     for email_id, found in statuses.items():
-        by_status.setdefault(summary(found), []).append(email_id)
+        by_status.setdefault(summary.of(found), []).append(email_id)
+    final, final_params = _among(summary.final)
     for status, members in by_status.items():
         names = {f"id{i}": email_id for i, email_id in enumerate(members)}
         placeholders = ", ".join(f":{name}" for name in names)
         tx.execute(
             "UPDATE emails SET status = :status, updated_at = :now,"
-            " delivered_at = CASE WHEN :status = 'delivered' THEN :now ELSE delivered_at END"
-            f" WHERE id IN ({placeholders}) AND status NOT IN ('cancelled', 'rejected')",
-            {"status": status, "now": timestamp(now), **names},
+            " delivered_at = CASE WHEN :status = :delivered THEN :now ELSE delivered_at END"
+            f" WHERE id IN ({placeholders}) AND NOT {final}",
+            {
+                "status": status,
+                "delivered": summary.delivered,
+                "now": timestamp(now),
+                **names,
+                **final_params,
+            },
         )
 
 
@@ -619,11 +658,12 @@ def record_faults(
     policy: FaultPolicy,
     summary: Summary,
     outbox: Outbox,
+    quarantine: Move,
 ) -> int:
     """Count a fault on each recipient (its round made the delivery actor raise) and try it
-    again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined:
-    `failed` with the error, and a `failed` event (through `outbox`). How many were
-    quarantined."""
+    again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined
+    (`quarantine`: `failed`) with the error, and an event of that name (through `outbox`).
+    How many were quarantined."""
     keys = [{"email_id": r.email_id, "address": r.address} for r in recipients]
     tx.execute_many(
         "UPDATE email_recipients SET faults = faults + 1, last_fault = :error,"
@@ -636,12 +676,19 @@ def record_faults(
     )
     note = f"quarantined after {policy.quarantine_after} faults: {error}"
     events: list[Event] = []
+    among, params = _among(quarantine.from_)
     for key in keys:
         quarantined = tx.execute(
-            "UPDATE email_recipients SET status = 'failed', next_attempt_at = NULL,"
+            "UPDATE email_recipients SET status = :to, next_attempt_at = NULL,"
             " last_response = :note WHERE email_id = :email_id AND address = :address"
-            " AND faults >= :limit AND status IN ('queued', 'deferred')",
-            {"note": note, "limit": policy.quarantine_after, **key},
+            f" AND faults >= :limit AND {among}",
+            {
+                "to": quarantine.to,
+                "note": note,
+                "limit": policy.quarantine_after,
+                **key,
+                **params,
+            },
         )
         if quarantined:
             workspace_id = tx.value("SELECT workspace_id FROM emails WHERE id = :email_id", key)
@@ -650,7 +697,7 @@ def record_faults(
                 new_id(),
                 key["email_id"],
                 workspace_id,
-                "failed",
+                quarantine.to,
                 key["address"],
                 {"error": note},
                 at,

@@ -186,7 +186,7 @@ async def test_a_round_is_claimed_loaded_and_recorded_with_a_fixed_number_of_sta
                 [],
                 [],
                 now,
-                email_statuses.summary,
+                email_statuses.SUMMARISE,
                 outbox.queue,
             )
             return after_claim, after_load, counting.statements - after_claim - after_load, data

@@ -6,6 +6,7 @@ import pytest
 
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
+from storage.emails import Move
 
 
 def test_email_moves_are_the_documented_ones_and_nothing_else() -> None:
@@ -76,3 +77,16 @@ def test_held_recipients_are_released_to_queued_or_cancelled_and_nothing_else() 
 
 def test_retry_is_allowed_from_the_documented_statuses_only() -> None:
     assert set(statuses.RETRYABLE) == {"bounced", "rejected", "failed"}
+
+
+def test_storage_is_handed_moves_from_the_tables() -> None:
+    # Storage carries out moves and never picks statuses: what it gets comes from the tables.
+    assert statuses.email_move("scheduled", Trigger.CANCEL) == Move(("scheduled",), "cancelled")
+    assert statuses.recipients_move(Trigger.GAVE_UP) == Move(("queued", "deferred"), "failed")
+    assert statuses.recipients_move(Trigger.CANCEL, ("held",)) == Move(("held",), "cancelled")
+    with pytest.raises(ValueError):
+        statuses.email_move("queued", Trigger.CANCEL)  # only a scheduled email is cancelled
+    with pytest.raises(ValueError):
+        statuses.recipients_move(Trigger.RELEASE)  # only held recipients are released
+    with pytest.raises(ValueError):
+        statuses.recipients_move(Trigger.RETRY_NOW)  # each stays as it is: no one target

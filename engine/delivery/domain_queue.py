@@ -225,7 +225,7 @@ def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str
         outcome.events,
         outcome.bounces,
         outcome.now,
-        statuses.summary,
+        statuses.SUMMARISE,
         outbox.queue,
     )
     stored_incidents.record_round(
@@ -244,8 +244,9 @@ def _record_faults(
     now: datetime,
 ) -> int:
     destination_slots.release(tx, domain, slots, node)
+    quarantine = statuses.recipients_move(Trigger.GAVE_UP)
     return emails.record_faults(
-        tx, recipients, error, now, faults.policy(now), statuses.summary, outbox.queue
+        tx, recipients, error, now, faults.policy(now), statuses.SUMMARISE, outbox.queue, quarantine
     )
 
 

@@ -233,4 +233,4 @@ def _record_waits(
         )
     stored.throttle(tx, rows, now)
     emails.insert_events(tx, events, outbox.queue)
-    emails.summarise(tx, [r.email_id for r, _, _ in waits], now, statuses.summary)
+    emails.summarise(tx, [r.email_id for r, _, _ in waits], now, statuses.SUMMARISE)

@@ -97,6 +97,6 @@ def record(tx: Tx, email: Email, report: Report, now: datetime) -> None:
             changes.events,
             changes.suppressions,
             now,
-            email_statuses.summary,
+            email_statuses.SUMMARISE,
             outbox.queue,
         )

@@ -82,7 +82,7 @@ def _act(
         new_window,
         event,
         now,
-        statuses.summary,
+        statuses.SUMMARISE,
         outbox.queue,
     )
     meta = {"q": q, "action": action, "emails": touched.emails, "recipients": touched.recipients}

@@ -28,9 +28,11 @@ async def scheduled(rt: Runtime, who: Principal) -> list[Email]:
 
 
 def _cancel(tx: Tx, who: Principal, email_id: str, now: datetime) -> None:
-    if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now):
+    cancel = statuses.email_move(statuses.SCHEDULED, Trigger.CANCEL)
+    recipients = statuses.recipients_move(Trigger.CANCEL)
+    if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now, cancel, recipients):
         raise NotFound("no scheduled email with this id")
-    status = statuses.email_next(statuses.SCHEDULED, Trigger.CANCEL)
+    status = cancel.to
     emails.insert_events(
         tx, [Event(new_id(), email_id, who.workspace_id, status, None, {}, now)], outbox.queue
     )
@@ -50,14 +52,17 @@ def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Ema
     overrides = sending.suppression_overrides(tx, who.workspace_id, suppressed)
     rejection = sending.attempt_suppressed(tx, who.workspace_id, suppressed, overrides, now)
     if rejection is not None:
-        emails.reject(tx, email_id, rejection, now)
+        reject = statuses.email_move(email.status, Trigger.SEND_NOW_SUPPRESSED)
+        recipients = statuses.recipients_move(Trigger.CANCEL)
+        emails.reject(tx, email_id, rejection, now, reject, recipients)
         meta = {"reason": rejection}
-        status = statuses.email_next(email.status, Trigger.SEND_NOW_SUPPRESSED)
+        status = reject.to
         emails.insert_events(
             tx, [Event(new_id(), email_id, who.workspace_id, status, None, meta, now)], outbox.queue
         )
         return email, rejection
-    emails.make_due(tx, email_id, now)
+    due = statuses.email_move(email.status, Trigger.SEND_NOW)
+    emails.make_due(tx, email_id, now, due, statuses.WAITING)
     return email, None
 
 

@@ -9,12 +9,16 @@ Rules:
 - Retry is allowed from `RETRYABLE` only; it makes a new email, the original stays as it is.
 - `held` is a waiting status no delivery round claims: queue actions (engine/sending/
   queue_actions.py) hold waiting recipients, release them to `queued` or cancel them.
+- Storage never picks a status for a move: it is handed one of these tables' moves
+  (`email_move`, `recipients_move`, storage/emails.py `Move`) and carries it out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
+
+from storage.emails import Move, Summary
 
 SCHEDULED = "scheduled"
 QUEUED = "queued"
@@ -110,6 +114,18 @@ def email_next(current: str | None, trigger: Trigger) -> str:
         raise ValueError(f"an email that is {current} cannot {trigger.value}") from None
 
 
+def email_move(current: str, trigger: Trigger) -> Move:
+    """The move `trigger` makes of an email that is `current`, for storage to carry out."""
+    return Move((current,), email_next(current, trigger))
+
+
+def recipients_move(trigger: Trigger, current: tuple[str, ...] = WAITING) -> Move:
+    """The move `trigger` makes of recipients in any of `current`, all to one status, for
+    storage to carry out; ValueError if the table sends them to several or does not allow it."""
+    [target] = {recipient_next(status, trigger) for status in current}
+    return Move(current, target)
+
+
 def recipient_next(current: str, trigger: Trigger) -> str:
     """The status `trigger` moves a recipient to from `current`; ValueError if not allowed."""
     try:
@@ -125,3 +141,7 @@ def summary(recipient_statuses: Iterable[str]) -> str:
         if present.intersection(members):
             return status
     return SUMMARY_OTHERWISE
+
+
+# What storage is handed to summarise emails after their recipients moved.
+SUMMARISE = Summary(summary, FINAL_EMAIL, DELIVERED)
