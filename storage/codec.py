@@ -10,6 +10,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -84,3 +85,10 @@ def contains(text: str) -> str:
     """
     literal = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
     return f"%{literal}%"
+
+
+def in_list(prefix: str, values: Iterable[Any]) -> tuple[str, dict[str, Any]]:
+    """`:p0, :p1, ...` for an `IN (...)` of `values`, and its parameters (named `prefix` and a
+    number, so that several lists can share a statement)."""
+    names = {f"{prefix}{i}": value for i, value in enumerate(values)}
+    return ", ".join(f":{name}" for name in names), names

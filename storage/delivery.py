@@ -17,16 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from storage import domains, emails, suppressions
-from storage.codec import parse_timestamp, timestamp
+from storage.codec import in_list, parse_timestamp, timestamp
 from storage.domains import Domain
 from storage.emails import Email, Event, Recipient, RecipientUpdate, Unreadable
 from storage.suppressions import Suppression
 from storage.tx import Tx
-
-
-def _placeholders(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    names = {f"{prefix}{i}": value for i, value in enumerate(values)}
-    return ", ".join(f":{name}" for name in names), names
 
 
 def _pairs(prefix: str, keys: Sequence[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
@@ -71,7 +66,7 @@ def load_round(tx: Tx, recipients: Sequence[Recipient]) -> RoundData:
 def _domains(tx: Tx, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Domain]:
     if not keys:
         return {}
-    ids, params = _placeholders("d", sorted({domain_id for _, domain_id in keys}))
+    ids, params = in_list("d", sorted({domain_id for _, domain_id in keys}))
     rows = tx.all(f"SELECT * FROM domains WHERE id IN ({ids})", params)
     # The workspace must match too: a domain id of another workspace is not the email's.
     return {
@@ -92,8 +87,8 @@ def _suppressed_since_accepted(
     }
     if not wanted:
         return {}
-    workspaces, ws_params = _placeholders("w", sorted({ws for ws, _ in wanted}))
-    addresses, address_params = _placeholders("a", sorted({a for _, a in wanted}))
+    workspaces, ws_params = in_list("w", sorted({ws for ws, _ in wanted}))
+    addresses, address_params = in_list("a", sorted({a for _, a in wanted}))
     rows = tx.all(
         "SELECT workspace_id, email, reason, created_at FROM suppressions"
         f" WHERE workspace_id IN ({workspaces}) AND email IN ({addresses})",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from storage.codec import parse_timestamp, timestamp
+from storage.codec import in_list, parse_timestamp, timestamp
 from storage.tx import Row, Tx
 
 
@@ -94,11 +94,6 @@ def _ramp(row: Row) -> Ramp:
     )
 
 
-def _in(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    names = {f"{prefix}{i}": value for i, value in enumerate(values)}
-    return ", ".join(f":{name}" for name in names), names
-
-
 # -- policies ----------------------------------------------------------------------------
 
 
@@ -166,7 +161,7 @@ def rules_of(tx: Tx, workspace_ids: Iterable[str]) -> dict[str, list[Rule]]:
     found: dict[str, list[Rule]] = {ws: [] for ws in ids}
     if not ids:
         return found
-    names, params = _in("w", ids)
+    names, params = in_list("w", ids)
     for row in tx.all(f"SELECT * FROM delivery_policies WHERE workspace_id IN ({names})", params):
         found[row["workspace_id"]].append(_rule(row))
     return found
@@ -240,7 +235,7 @@ def ramps_of(tx: Tx, workspace_ids: Iterable[str]) -> dict[tuple[str, str], Ramp
     ids = sorted(set(workspace_ids))
     if not ids:
         return {}
-    names, params = _in("w", ids)
+    names, params = in_list("w", ids)
     rows = tx.all(f"SELECT * FROM delivery_ramps WHERE workspace_id IN ({names})", params)
     return {(r.workspace_id, r.domain_id): r for r in map(_ramp, rows)}
 
@@ -260,7 +255,7 @@ def lock_budgets(tx: Tx, windows: dict[str, datetime]) -> dict[str, tuple[dateti
         " ON CONFLICT (budget_key) DO NOTHING",
         ({"k": key, "w": timestamp(windows[key])} for key in ordered),
     )
-    names, params = _in("k", ordered)
+    names, params = in_list("k", ordered)
     lock = " ORDER BY budget_key FOR UPDATE" if tx.dialect == "postgresql" else ""
     rows = tx.all(
         f"SELECT budget_key, window_start, used FROM delivery_budgets"
@@ -302,7 +297,7 @@ def read_budgets(tx: Tx, keys: Sequence[str]) -> dict[str, tuple[datetime, int]]
     """The budget rows of `keys`, unlocked (for the forecast)."""
     if not keys:
         return {}
-    names, params = _in("k", sorted(set(keys)))
+    names, params = in_list("k", sorted(set(keys)))
     rows = tx.all(
         f"SELECT budget_key, window_start, used FROM delivery_budgets WHERE budget_key IN ({names})",
         params,
@@ -329,7 +324,7 @@ def sending_of(tx: Tx, email_ids: Sequence[str]) -> dict[str, Sending]:
     ids = list(dict.fromkeys(email_ids))
     if not ids:
         return {}
-    names, params = _in("e", ids)
+    names, params = in_list("e", ids)
     rows = tx.all(
         f"SELECT id, workspace_id, domain_id, subject, tags FROM emails WHERE id IN ({names})",
         params,

@@ -17,6 +17,7 @@ from storage import incidents
 from storage.codec import (
     contains,
     from_json,
+    in_list,
     new_id,
     parse_optional_timestamp,
     parse_timestamp,
@@ -102,8 +103,8 @@ class Move:
 
 def _among(statuses: Sequence[str]) -> tuple[str, dict[str, str]]:
     """`status IN (...)` for `statuses`, and its parameters."""
-    names = {f"status{i}": status for i, status in enumerate(statuses)}
-    return f"status IN ({', '.join(':' + name for name in names)})", names
+    names, params = in_list("status", statuses)
+    return f"status IN ({names})", params
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,8 +622,7 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary)
     ids = list(dict.fromkeys(email_ids))
     if not ids:
         return
-    names = {f"id{i}": email_id for i, email_id in enumerate(ids)}
-    placeholders = ", ".join(f":{name}" for name in names)
+    placeholders, names = in_list("id", ids)
     statuses: dict[str, list[str]] = {email_id: [] for email_id in ids}
     for row in tx.all(
         f"SELECT email_id, status FROM email_recipients WHERE email_id IN ({placeholders})",
@@ -634,8 +634,7 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary)
         by_status.setdefault(summary.of(found), []).append(email_id)
     final, final_params = _among(summary.final)
     for status, members in by_status.items():
-        names = {f"id{i}": email_id for i, email_id in enumerate(members)}
-        placeholders = ", ".join(f":{name}" for name in names)
+        placeholders, names = in_list("id", members)
         tx.execute(
             "UPDATE emails SET status = :status, updated_at = :now,"
             " delivered_at = CASE WHEN :status = :delivered THEN :now ELSE delivered_at END"

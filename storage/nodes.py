@@ -174,7 +174,12 @@ def forget_before(tx: Tx, before: datetime) -> int:
 
 def listed(tx: Tx) -> list[tuple[Node, Holdings]]:
     """Every known node, newest first, with what each holds now."""
-    nodes = [_node(row) for row in tx.all("SELECT * FROM nodes ORDER BY started_at DESC, id")]
+    # Not `metrics`: the figures each beat publishes are for /metrics, not for this list.
+    rows = tx.all(
+        "SELECT id, host, pid, state, started_at, heartbeat_at, stopped_at, role FROM nodes"
+        " ORDER BY started_at DESC, id"
+    )
+    nodes = [_node(row) for row in rows]
     counts: dict[str, dict[str, int]] = {node.id: {} for node in nodes}
     for held in (*HELD, CLAIMS):
         for row in tx.all(

@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from storage.codec import from_json, parse_timestamp, timestamp, to_json
+from storage.codec import from_json, in_list, parse_timestamp, timestamp, to_json
 from storage.leases import Claimed, FaultPolicy, LeasedTable
 from storage.tx import Row, Tx
 
@@ -53,11 +53,6 @@ class Scheduled:
     due_at: datetime
 
 
-def _in(column: str, values: Collection[str], prefix: str) -> tuple[str, dict[str, str]]:
-    names = {f"{prefix}{i}": value for i, value in enumerate(values)}
-    return f"{column} IN ({', '.join(':' + n for n in names)})", names
-
-
 def is_sandboxed(tx: Tx, workspace_id: str) -> bool:
     value = tx.value("SELECT sandbox FROM workspaces WHERE id = :id", {"id": workspace_id})
     return bool(value)
@@ -79,17 +74,17 @@ def sandboxed_senders(
     domains that belong to one of them."""
     if not workspace_ids:
         return set(), {}
-    where, params = _in("id", workspace_ids, "w")
+    ids, params = in_list("w", workspace_ids)
     sandboxed = {
         str(row["id"])
-        for row in tx.all(f"SELECT id FROM workspaces WHERE sandbox AND {where}", params)
+        for row in tx.all(f"SELECT id FROM workspaces WHERE sandbox AND id IN ({ids})", params)
     }
     if not sandboxed or not domain_ids:
         return sandboxed, {}
-    where, params = _in("d.id", domain_ids, "d")
+    ids, params = in_list("d", domain_ids)
     rows = tx.all(
         "SELECT d.id, d.name, d.dkim_selector, d.dkim_public_key FROM domains d"
-        f" JOIN workspaces w ON w.id = d.workspace_id WHERE w.sandbox AND {where}",
+        f" JOIN workspaces w ON w.id = d.workspace_id WHERE w.sandbox AND d.id IN ({ids})",
         params,
     )
     keys = {
