@@ -98,9 +98,3 @@ async def mark_verified(rt: Runtime, who: Principal, domain_id: str) -> Domain:
     return await rt.db.write(
         registry.mark, who.user_email, who.workspace_id, domain_id, rt.clock.now()
     )
-
-
-async def is_sandbox_verified(rt: Runtime, who: Principal) -> set[str]:
-    """Ids of the workspace's domains the sandbox marked verified."""
-    found = await rt.db.read(sandbox.sandbox_verified_domains, who.workspace_id)
-    return {domain_id for domain_id, _ in found}
