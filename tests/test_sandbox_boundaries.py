@@ -14,6 +14,8 @@ from trio.testing import MockClock
 from api import test_keys
 from api.app import create_app
 from engine.domains.checker import GIVE_UP_AFTER, INTERVAL
+from storage import migrations
+from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
@@ -140,6 +142,35 @@ async def test_verify_in_the_sandbox_marks_and_dns_takes_over_after_leaving(
             if found["status"] == "verified":
                 break
             await trio.sleep(0.05)
+
+
+def _escape(tx: Tx, domain_id: str, to_workspace_id: str) -> None:
+    """Move a marked domain as a transfer did before 0025, and forget 0025 was applied."""
+    params = {"id": domain_id, "ws": to_workspace_id}
+    tx.execute("UPDATE domains SET workspace_id = :ws WHERE id = :id", params)
+    tx.execute("UPDATE senders SET workspace_id = :ws WHERE domain_id = :id", params)
+    tx.execute("DELETE FROM schema_migrations WHERE version = 25")
+
+
+async def test_migration_0025_sends_marks_that_escaped_back_to_pending(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    source, domain_id = await marked_victim(service)
+    target = await service.account("starter")
+    db = service.running.runtime.db
+    await db.write(_escape, domain_id, target.workspace_id)
+    escaped = (await target.client.get(f"/v1/domains/{domain_id}")).json()
+    assert escaped["status"] == "verified"
+    assert await db.transaction(migrations.apply_pending) == [25]
+    held = (await target.client.get(f"/v1/domains/{domain_id}")).json()
+    assert held["status"] == "pending" and held["verified_at"] is None
+    # A mark still inside its sandboxed workspace is left alone.
+    other = (await source.client.post("/v1/domains/", json={"name": "shop2.example"})).json()
+    await source.client.post(f"/v1/sandbox/domains/{other['id']}/verify")
+    await db.write(lambda tx: tx.execute("DELETE FROM schema_migrations WHERE version = 25"))
+    assert await db.transaction(migrations.apply_pending) == [25]
+    kept = (await source.client.get(f"/v1/domains/{other['id']}")).json()
+    assert kept["status"] == "verified"
 
 
 async def test_a_test_key_cannot_make_what_outlives_the_sandbox(service: Service) -> None:
