@@ -13,8 +13,9 @@ from trio.testing import MockClock
 
 from api import test_keys
 from api.app import create_app
-from engine.domains.checker import GIVE_UP_AFTER, INTERVAL
-from storage import migrations
+from engine.domains import registry
+from engine.domains.checker import GIVE_UP_AFTER, INTERVAL, SYSTEM_ACTOR
+from storage import domains, migrations
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
@@ -142,6 +143,22 @@ async def test_verify_in_the_sandbox_marks_and_dns_takes_over_after_leaving(
             if found["status"] == "verified":
                 break
             await trio.sleep(0.05)
+
+
+async def test_a_dns_check_that_proves_nothing_leaves_a_mark_standing(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account, domain_id = await marked_victim(service)
+    rt = service.running.runtime
+    domain = await rt.db.read(domains.get, account.workspace_id, domain_id)
+    assert domain is not None
+    host = f"{domain.dkim_selector}._domainkey.{VICTIM}"
+    dns_server.set(host, "TXT", ["v=DKIM1; k=rsa; p=QUJDRA=="])  # someone else's key
+    # What the checker does with a domain it read as pending just before it was marked.
+    checked = await registry.check(rt, SYSTEM_ACTOR, domain, log_every_check=False)
+    assert checked.status == "verified" and checked.sandbox_verified
+    state = (await account.client.get("/v1/sandbox")).json()
+    assert VICTIM in state["sandbox_verified_domains"]
 
 
 def _escape(tx: Tx, domain_id: str, to_workspace_id: str) -> None:
