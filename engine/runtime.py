@@ -64,3 +64,5 @@ class Principal:
     plan: str
     api_key_id: str | None = None
     session_id: str | None = None
+    # A sandbox test key (engine/sandbox/keys.py): acts only inside the sandbox.
+    test_key: bool = False
