@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -29,6 +28,10 @@ from tests.harness.smtp_sink import SmtpSink
 
 SENDING_DOMAIN = "shop.example.org"
 PASSWORD = "container-password"
+CREATE_ACCOUNT = (
+    *("postroom", "accounts", "create", "--email", "ops@example.org"),
+    *("--password", PASSWORD, "--plan", "starter"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +89,10 @@ async def _send_and_follow(
     assert b"DKIM-Signature:" in message.data
     email_id: str = sent.json()["id"]
     with trio.fail_after(30):
-        while (await client.get(f"/v1/emails/{email_id}")).json()["status"] != "delivered":
+        status = ""
+        while status != "delivered":
             await trio.sleep(0.2)
+            status = (await client.get(f"/v1/emails/{email_id}")).json()["status"]
     return email_id
 
 
@@ -107,23 +112,15 @@ async def test_image_sends_keeps_its_data_across_a_restart_and_drains_on_stop(
         "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",  # the sink is on loopback
     }
     env_args = [arg for key, value in settings.items() for arg in ("--env", f"{key}={value}")]
-    await trio.to_thread.run_sync(
-        lambda: podman(
-            "run", "--detach", "--name", name, "--network", "host",
-            "--volume", f"{volume}:/var/lib/postroom", *env_args, image,
-        )  # fmt: skip
-    )
+    run = ("run", "--detach", "--name", name, "--network", "host")
+    data = ("--volume", f"{volume}:/var/lib/postroom")
+    await trio.to_thread.run_sync(lambda: podman(*run, *data, *env_args, image))
     url = f"http://{api}"
     try:
         await trio.to_thread.run_sync(_wait_healthy, url)
         # The image's HEALTHCHECK (`postroom health`) agrees.
         await trio.to_thread.run_sync(lambda: podman("healthcheck", "run", name))
-        created = await trio.to_thread.run_sync(
-            lambda: podman(
-                "exec", name, "postroom", "accounts", "create", "--email", "ops@example.org",
-                "--password", PASSWORD, "--plan", "starter",
-            )  # fmt: skip
-        )
+        created = await trio.to_thread.run_sync(lambda: podman("exec", name, *CREATE_ACCOUNT))
         key = json.loads(created)["api_key"]
         async with httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30
@@ -169,12 +166,12 @@ def postgres_image() -> str:
     return containers.build(containers.POSTGRES_IMAGE, folder / "postgres.Containerfile", folder)
 
 
-async def test_compose_file_runs_postroom_on_postgresql(
+async def test_compose_file_runs_two_postroom_nodes_on_postgresql(
     image: str, postgres_image: str, dns_server: DnsServer, smtp_sink: SmtpSink, tmp_path: Path
 ) -> None:
-    if shutil.which("podman-compose") is None:
+    if not containers.COMPOSE.exists():
         pytest.skip("podman-compose is not installed: the compose file is not tried")
-    api_port = free_port()
+    api_port, second_api_port = free_port(), free_port()
     project = "postroom-test-" + secrets.token_hex(4)
     env = {
         "POSTROOM_IMAGE": image,
@@ -186,6 +183,9 @@ async def test_compose_file_runs_postroom_on_postgresql(
         "POSTROOM_SMTP_HOST": SMTP_HOST,
         "POSTROOM_PUBLIC_URL": f"http://127.0.0.1:{api_port}",
         "TEST_API_PORT": str(api_port),
+        "TEST_API_PORT_2": str(second_api_port),
+        "TEST_SUBMISSION_PORT_2": str(free_port()),
+        "TEST_INBOUND_PORT_2": str(free_port()),
         "TEST_SUBMISSION_PORT": str(free_port()),
         "TEST_INBOUND_PORT": str(free_port()),
         "TEST_DNS_SERVER": dns_server.nameserver,
@@ -197,20 +197,24 @@ async def test_compose_file_runs_postroom_on_postgresql(
         "--file", str(containers.REPO / "tests" / "containers" / "compose.host.yaml"),
     ]  # fmt: skip
     run = partial(containers.compose, cwd=tmp_path, env=env)
-    await trio.to_thread.run_sync(lambda: run(*files, "up", "--detach", "--no-build"))
+    # The cluster profile: a second node on the same database.
+    up = ("--profile", "cluster", "up", "--detach", "--no-build")
+    await trio.to_thread.run_sync(lambda: run(*files, *up))
     url = f"http://127.0.0.1:{api_port}"
     try:
         await trio.to_thread.run_sync(_wait_healthy, url)
-        created = await trio.to_thread.run_sync(
-            lambda: podman(
-                "exec", f"{project}_postroom_1", "postroom", "accounts", "create",
-                "--email", "ops@example.org", "--password", PASSWORD, "--plan", "starter",
-            )  # fmt: skip
-        )
+        await trio.to_thread.run_sync(_wait_healthy, f"http://127.0.0.1:{second_api_port}")
+        node = f"{project}_postroom_1"
+        created = await trio.to_thread.run_sync(lambda: podman("exec", node, *CREATE_ACCOUNT))
         key = json.loads(created)["api_key"]
-        async with httpx.AsyncClient(
-            base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        ) as client:
-            await _send_and_follow(client, dns_server, smtp_sink)
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+            email_id = await _send_and_follow(client, dns_server, smtp_sink)
+        # The second node serves the same data: one database behind both.
+        second = f"http://127.0.0.1:{second_api_port}"
+        async with httpx.AsyncClient(base_url=second, headers=headers, timeout=30) as client:
+            email = (await client.get(f"/v1/emails/{email_id}")).json()
+            assert email["status"] == "delivered"
     finally:
-        await trio.to_thread.run_sync(lambda: run(*files, "down", "--volumes"))
+        down = ("--profile", "cluster", "down", "--volumes")
+        await trio.to_thread.run_sync(lambda: run(*files, *down))

@@ -16,6 +16,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,10 +65,15 @@ def logs(container: str) -> str:
     return done.stdout + done.stderr
 
 
+# The project's own (a dev dependency): Debian's 1.0.3 ignores `profiles` and cannot put a
+# service on the host's network (it adds a bridge network to every container).
+COMPOSE = Path(sys.executable).parent / "podman-compose"
+
+
 def compose(*args: str, cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
     """Run podman-compose with the tests' podman configuration; its output."""
     done = subprocess.run(
-        ["podman-compose", *args],
+        [str(COMPOSE), *args],
         cwd=cwd,
         env={**_env(), **env},
         capture_output=True,
@@ -82,7 +88,9 @@ def compose(*args: str, cwd: Path, env: dict[str, str], timeout: float = 300) ->
 def require_podman() -> None:
     """Skip, saying why, where the container tests cannot run."""
     if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (apt-get install podman runc): container tests skipped")
+        pytest.skip(
+            "podman is not installed (apt-get install podman runc): container tests skipped"
+        )
     if os.geteuid() != 0:
         pytest.skip("the container tests run podman as root (host networking, runc)")
 
