@@ -124,6 +124,19 @@ _SIGNALS_POLL = 0.05  # seconds
 # commits.
 _SIGNALS_KEPT = 1000
 _NOTIFY_BYTES = 7000  # PostgreSQL's payload limit is 8000 bytes
+POOL_WAIT = 5.0  # seconds work waits for a pooled PostgreSQL connection before it fails
+PROBE_CONNECT_TIMEOUT = 2  # seconds (libpq's minimum) a probe waits to connect
+# Every PostgreSQL connection gives up on a host that went silent (a power cut sends no
+# reset): connecting after PROBE_CONNECT_TIMEOUT, idle after about 10 s of unanswered
+# keep-alives, sending after 10 s unacknowledged.
+_CONNECTION_LIMITS: dict[str, Any] = {
+    "connect_timeout": PROBE_CONNECT_TIMEOUT,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,  # milliseconds
+}
 
 
 def notify_payloads(node: str, topics: set[str]) -> list[str]:
@@ -161,6 +174,11 @@ class StorageEngine(Protocol):
     def read_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]: ...
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any: ...
+
+    def probe(self) -> None:
+        """Return when the database answers on a fresh connection (and the engine's own
+        connections are usable again); raise, quickly, when it does not."""
+        ...
 
     def close(self) -> None: ...
 
@@ -409,6 +427,13 @@ class SQLiteEngine:
         finally:
             self._readers.put(conn)
 
+    def probe(self) -> None:
+        conn = sqlite3.connect(self._path, timeout=PROBE_CONNECT_TIMEOUT)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+
     def close(self) -> None:
         if self._writers_file is not None:
             os.close(self._writers_file)
@@ -440,7 +465,10 @@ class PostgresEngine:
             url,
             min_size=2,
             max_size=pool_size,
-            kwargs={"row_factory": dict_row, "autocommit": False},
+            kwargs={"row_factory": dict_row, "autocommit": False, **_CONNECTION_LIMITS},
+            # Work waits this long for a connection, at most: the pool is as large as the work
+            # handed to it at once, so a longer wait means the database is not answering.
+            timeout=POOL_WAIT,
             open=False,
         )
         self._pool.open(wait=True, timeout=10.0)
@@ -492,7 +520,7 @@ class PostgresEngine:
 
         heard: set[str] = set()
         if self._listener is None:
-            listener = psycopg.connect(self._url, autocommit=True)
+            listener = psycopg.connect(self._url, autocommit=True, **_CONNECTION_LIMITS)
             try:
                 listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
             except BaseException:
@@ -544,6 +572,14 @@ class PostgresEngine:
             finally:
                 if not conn.broken:
                     conn.autocommit = False  # as the pool's other users expect it
+
+    def probe(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self._url, autocommit=True, **_CONNECTION_LIMITS) as conn:
+            conn.execute("SELECT 1")
+        # Connections opened before the outage are dead: replaced now, not by failed work.
+        self._pool.check()
 
     def close(self) -> None:
         if self._listener is not None:
