@@ -34,7 +34,7 @@ import trio
 from engine.contacts import bulk_send
 from engine.runtime import Runtime
 from engine.wakeups import RESCAN
-from storage import leaderships, nodes
+from storage import idempotency, leaderships, nodes
 from storage.errors import is_outage
 
 HEARTBEAT = timedelta(seconds=3)
@@ -104,11 +104,16 @@ class NodeKeeper:
         rt = self._rt
         now = rt.clock.now()
         published = self._published()
+        unsettled = rt.unsettled_claims.take()
         try:
+            if unsettled:  # requests that ended in an outage: their keys can be used again
+                await rt.db.write(idempotency.settle, unsettled, rt.node)
             alive = await rt.db.write(nodes.beat, rt.node, now, now + LEASE, published)
         except Exception as exc:
             if is_outage(exc):
                 self._reachable_since = None
+                for claim, stored in unsettled.items():  # not settled yet: at the next beat
+                    rt.unsettled_claims.claims.setdefault(claim, stored)
             raise
         if not alive:
             log.error(

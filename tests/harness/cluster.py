@@ -38,6 +38,7 @@ class Node:
     cwd: Path
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    workers: int = 1  # `serve --workers`: one process (one pid) per node unless a test says
 
     @property
     def url(self) -> str:
@@ -53,7 +54,7 @@ class Node:
         self.log = self.cwd / f"node-{self.env['POSTROOM_API_LISTEN'].rsplit(':', 1)[1]}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "postroom", "serve", "--workers", "1"],  # one pid per node
+                [sys.executable, "-m", "postroom", "serve", "--workers", str(self.workers)],
                 env=self.env,
                 cwd=self.cwd,
                 stdout=out,
