@@ -175,9 +175,10 @@ class StorageEngine(Protocol):
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any: ...
 
-    def probe(self) -> None:
-        """Return when the database answers on a fresh connection (and the engine's own
-        connections are usable again); raise, quickly, when it does not."""
+    def probe(self, renew: bool) -> None:
+        """Return when the database answers on a fresh connection, the engine's own
+        connections usable again (all of them new with `renew`: it was gone); raise,
+        quickly, when it does not answer."""
         ...
 
     def close(self) -> None: ...
@@ -427,7 +428,7 @@ class SQLiteEngine:
         finally:
             self._readers.put(conn)
 
-    def probe(self) -> None:
+    def probe(self, renew: bool) -> None:
         conn = sqlite3.connect(self._path, timeout=PROBE_CONNECT_TIMEOUT)
         try:
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
@@ -451,9 +452,6 @@ class PostgresEngine:
     dialect: Dialect = "postgresql"
 
     def __init__(self, url: str, pool_size: int = 8) -> None:
-        from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
-
         self.reader_slots = pool_size - 1
         self.sealer = NO_MASTER_KEY
         self.space = SpaceWatch()
@@ -461,17 +459,25 @@ class PostgresEngine:
         self.node = ""
         self._url = url
         self._listener: Any = None  # the connection that LISTENs, opened by the first `hear`
-        self._pool: ConnectionPool[Any] = ConnectionPool(
-            url,
+        self._pool_size = pool_size
+        self._pool = self._new_pool(10.0)
+
+    def _new_pool(self, timeout: float) -> Any:
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self._url,
             min_size=2,
-            max_size=pool_size,
+            max_size=self._pool_size,
             kwargs={"row_factory": dict_row, "autocommit": False, **_CONNECTION_LIMITS},
             # Work waits this long for a connection, at most: the pool is as large as the work
             # handed to it at once, so a longer wait means the database is not answering.
             timeout=POOL_WAIT,
             open=False,
         )
-        self._pool.open(wait=True, timeout=10.0)
+        pool.open(wait=True, timeout=timeout)
+        return pool
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         if len(jobs) == 1:
@@ -573,13 +579,20 @@ class PostgresEngine:
                 if not conn.broken:
                     conn.autocommit = False  # as the pool's other users expect it
 
-    def probe(self) -> None:
+    def probe(self, renew: bool) -> None:
         import psycopg
 
         with psycopg.connect(self._url, autocommit=True, **_CONNECTION_LIMITS) as conn:
             conn.execute("SELECT 1")
-        # Connections opened before the outage are dead: replaced now, not by failed work.
-        self._pool.check()
+        if not renew:  # a dropped connection or two: replaced now, not by failed work
+            self._pool.check()
+            return
+        # Back from an outage: the pool's attempts to reconnect have backed off (by up to
+        # half a minute at a time), so a pool of fresh connections replaces it; work still
+        # waiting on the old one fails as an outage and is tried again by its caller.
+        fresh = self._new_pool(POOL_WAIT)
+        old, self._pool = self._pool, fresh
+        old.close(timeout=0)
 
     def close(self) -> None:
         if self._listener is not None:

@@ -30,8 +30,10 @@ log = logging.getLogger("postroom.storage")
 class Reachability:
     """The switch: `check` before work, `failed` after an error, `run` as the prober."""
 
-    def __init__(self, probe: Callable[[], None]) -> None:
-        self._probe = probe  # sync, run in a thread: returns when the database answers
+    def __init__(self, probe: Callable[[bool], None]) -> None:
+        # Sync, run in a thread: returns when the database answers, having renewed the
+        # engine's connections when told (it was gone).
+        self._probe = probe
         self._suspect = trio.Event()
         self._back = trio.Event()
         self.down_since: float | None = None  # Trio time the probe found it gone; None: up
@@ -70,12 +72,12 @@ class Reachability:
     async def _probe_when_suspect(self) -> None:
         while True:
             await self._suspect.wait()
-            if not await self._answers():
+            if not await self._answers(renew=False):
                 self.down_since = trio.current_time()
                 log.error("the database does not answer: refusing work at once until it does")
                 while True:  # polled: nothing tells a process that a server came back
                     await trio.sleep(PROBE_EVERY)
-                    if await self._answers():
+                    if await self._answers(renew=True):
                         break
                 log.warning(
                     "the database answers again after %.1f s", trio.current_time() - self.down_since
@@ -86,11 +88,11 @@ class Reachability:
             # What failed meanwhile was of the same outage, or of the connections just renewed.
             self._suspect = trio.Event()
 
-    async def _answers(self) -> bool:
+    async def _answers(self, renew: bool) -> bool:
         with trio.move_on_after(PROBE_TIMEOUT):
             try:
                 # Abandoned on time-out: a probe stuck in a connect must not hold the switch.
-                await trio.to_thread.run_sync(self._probe, abandon_on_cancel=True)
+                await trio.to_thread.run_sync(self._probe, renew, abandon_on_cancel=True)
                 return True
             except Exception as exc:
                 if not is_outage(exc):
