@@ -11,8 +11,10 @@ the key the domain got under the earlier release (the DNS still publishes only t
 
 from __future__ import annotations
 
+import atexit
 import functools
 import io
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -55,6 +57,7 @@ def _built(commit: str) -> Path:
     if archived.returncode != 0:
         pytest.skip(f"release {commit[:7]} is not in this repository's history (shallow clone?)")
     tree = Path(tempfile.mkdtemp(prefix=f"postroom-{commit[:7]}-"))
+    atexit.register(shutil.rmtree, tree, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(archived.stdout)) as archive:
         archive.extractall(tree, filter="data")
     return tree
