@@ -19,6 +19,7 @@ from engine.delivery.policies import Caps
 from engine.faults import FaultLog
 from engine.wakeups import WakeupHub
 from storage.database import Database
+from storage.idempotency import Unsettled
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class Runtime:
     sandbox: bool = False
     # POSTROOM_DELIVERY_MAX_*: operator-wide caps on every destination policy.
     delivery_caps: Caps = field(default_factory=Caps)
+    # Idempotency claims whose request ended in a database outage, settled by the next beat.
+    unsettled_claims: Unsettled = field(default_factory=Unsettled)
 
     @property
     def usage_shard(self) -> int:

@@ -2,7 +2,8 @@
 
 Errors are one line naming what to fix (a setting, an existing account), with exit status 2
 for bad settings or arguments and 1 for anything else; never a traceback for an operator's
-mistake.
+mistake. Once `serve` runs, that line is its last log record (JSON by default), as a log
+collector expects; before the settings are read, and for the other commands, it is plain text.
 """
 
 from __future__ import annotations
@@ -241,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
         message = _operator_error(exc)
         if message is None:
             raise
-        print(f"postroom: {' '.join(message.split())}", file=sys.stderr)
+        line = " ".join(message.split())
+        if args.command == "serve":
+            # A service's stderr is its log: the line it stops with is a record like the
+            # others (JSON unless POSTROOM_LOG_FORMAT=text), so a collector parses it too.
+            log.error("%s", line, extra={"exit_status": 1})
+        else:
+            print(f"postroom: {line}", file=sys.stderr)
         code = 1
     sys.exit(code)
