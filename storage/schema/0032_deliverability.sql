@@ -14,6 +14,7 @@ CREATE TABLE soft_bounces (
 
 -- An Ed25519 DKIM key (RFC 8463) beside the RSA one, made when a domain first turns it on;
 -- its mail is signed with both while `ed25519_signing` is on.
+ALTER TABLE domains ADD COLUMN ed25519_selector TEXT;
 ALTER TABLE domains ADD COLUMN ed25519_private_key TEXT;
 ALTER TABLE domains ADD COLUMN ed25519_public_key TEXT;
 ALTER TABLE domains ADD COLUMN ed25519_signing BOOLEAN NOT NULL DEFAULT FALSE;
