@@ -160,7 +160,12 @@ def _update_tracking(
             "domain.updated",
             domain.name,
             domain.id,
-            {"open_tracking": opened, "click_tracking": clicked},
+            {
+                "open_tracking": opened,
+                "click_tracking": clicked,
+                "ed25519_signing": domain.ed25519_signing,
+                "tags_header": domain.tags_header,
+            },
         ),
         now,
     )

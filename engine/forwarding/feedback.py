@@ -91,17 +91,18 @@ def _dsn(changes: _Changes, statuses: dict[str, str], entries: tuple[RecipientSt
             if entry.delayed:
                 changes.event("deferred", entry.recipient, dsn=entry.status, response=response)
             continue
+        # The reply's own enhanced code when it has one (a Status of 5.0.0 often hides it).
         decision = classify(Replied(_reply(entry)))
         if decision.verdict is Verdict.BOUNCED:
             changes.event(
-                "bounced", entry.recipient, dsn=entry.status, response=response, bounce_type="hard"
+                "bounced", entry.recipient, dsn=decision.dsn, response=response, bounce_type="hard"
             )
             changes.move(entry.recipient, current, Trigger.PERMANENT, response)
             changes.suppress(entry.recipient, "hard_bounce")
             continue
         # Refused for the message or full: the reporting server already retried it.
         blame = None if decision.blame is None else decision.blame.value
-        meta = {"dsn": entry.status, "response": response, "blame": blame}
+        meta = {"dsn": decision.dsn, "response": response, "blame": blame}
         event = len(changes.events)
         changes.event("failed", entry.recipient, error=response, **meta)
         moved = changes.move(entry.recipient, current, Trigger.UNDELIVERABLE, response)
