@@ -1,7 +1,7 @@
 """Sending domains with their DKIM keys, and the sender addresses on them.
 
-A domain's DKIM private key is sealed at rest (storage.sealing): sealed here on write and
-unsealed on read, so a `Domain` always holds the key as PEM.
+A domain's DKIM private keys (RSA, and Ed25519 once made) are sealed at rest
+(storage.sealing): sealed here on write and unsealed on read, so a `Domain` holds them as PEM.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import from_json, parse_optional_timestamp, parse_timestamp, timestamp, to_json
-from storage.sealing import DKIM_PRIVATE_KEY
+from storage.sealing import DKIM_PRIVATE_KEY, ED25519_PRIVATE_KEY
 from storage.tx import Row, Tx
 
 
@@ -32,6 +32,12 @@ class Domain:
     bimi_enabled: bool = False
     # Verified by the sandbox's mark, without DNS: valid only while its workspace is sandboxed.
     sandbox_verified: bool = False
+    # A second DKIM key (RFC 8463), signed with beside RSA while `ed25519_signing` is on.
+    ed25519_selector: str | None = None
+    ed25519_private_key: str | None = None
+    ed25519_public_key: str | None = None
+    ed25519_signing: bool = False
+    tags_header: str | None = None  # the header its mail carries tags in; None: not sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,15 @@ def _domain(tx: Tx, row: Row) -> Domain:
         bimi_svg=row["bimi_svg"],
         bimi_enabled=bool(row["bimi_enabled"]),
         sandbox_verified=bool(row["sandbox_verified"]),
+        ed25519_selector=row["ed25519_selector"],
+        ed25519_private_key=(
+            None
+            if row["ed25519_private_key"] is None
+            else tx.sealer.unseal(ED25519_PRIVATE_KEY, row["id"], row["ed25519_private_key"])
+        ),
+        ed25519_public_key=row["ed25519_public_key"],
+        ed25519_signing=bool(row["ed25519_signing"]),
+        tags_header=row["tags_header"],
     )
 
 
@@ -191,6 +206,29 @@ def set_tracking(tx: Tx, domain_id: str, open_tracking: bool, click_tracking: bo
     tx.execute(
         "UPDATE domains SET open_tracking = :open, click_tracking = :click WHERE id = :id",
         {"open": open_tracking, "click": click_tracking, "id": domain_id},
+    )
+
+
+def set_ed25519_key(tx: Tx, domain_id: str, selector: str, private_pem: str, public: str) -> None:
+    """Give a domain its Ed25519 key (made once; kept when signing is turned off)."""
+    tx.execute(
+        "UPDATE domains SET ed25519_selector = :selector, ed25519_private_key = :private,"
+        " ed25519_public_key = :public WHERE id = :id",
+        {
+            "selector": selector,
+            "private": tx.sealer.seal(ED25519_PRIVATE_KEY, domain_id, private_pem),
+            "public": public,
+            "id": domain_id,
+        },
+    )
+
+
+def set_mail_options(
+    tx: Tx, domain_id: str, ed25519_signing: bool, tags_header: str | None
+) -> None:
+    tx.execute(
+        "UPDATE domains SET ed25519_signing = :ed25519, tags_header = :tags WHERE id = :id",
+        {"ed25519": ed25519_signing, "tags": tags_header, "id": domain_id},
     )
 
 

@@ -44,7 +44,8 @@ class SealedColumn:
 DKIM_PRIVATE_KEY = SealedColumn("domains", "dkim_private_key", "id")
 SERVICE_SECRET = SealedColumn("service_secrets", "value", "name")
 WEBHOOK_BASIC_AUTH = SealedColumn("webhooks", "basic_auth", "id")  # `user:password`
-SEALED_COLUMNS = (DKIM_PRIVATE_KEY, SERVICE_SECRET, WEBHOOK_BASIC_AUTH)
+ED25519_PRIVATE_KEY = SealedColumn("domains", "ed25519_private_key", "id")  # NULL until made
+SEALED_COLUMNS = (DKIM_PRIVATE_KEY, SERVICE_SECRET, WEBHOOK_BASIC_AUTH, ED25519_PRIVATE_KEY)
 
 
 def _bound(column: SealedColumn, row: str) -> bytes:

@@ -1,10 +1,12 @@
 """Every way a delivery attempt can end, and the one verdict `classify` gives it; and real
-replies of the large mailbox providers, sender-side blocks apart from recipient failures."""
+replies of the large mailbox providers, sender-side blocks apart from recipient failures, and
+recipients that are gone apart from full mailboxes and refused messages (RFC 3463)."""
 
 from __future__ import annotations
 
 import pytest
 
+from engine.delivery.bounces import Blame
 from engine.delivery.classify import (
     DnsFailure,
     IncidentKind,
@@ -29,8 +31,10 @@ TABLE: list[tuple[Outcome, Verdict, str]] = [
     (Replied(R(421, "4.3.2 closing")), Verdict.DEFERRED, "421 4.3.2 closing"),
     (Replied(R(452, "4.5.3 too many")), Verdict.DEFERRED, "452 4.5.3 too many"),
     (Replied(R(550, "5.1.1 no such user")), Verdict.BOUNCED, "550 5.1.1 no such user"),
-    (Replied(R(552, "5.3.4 too big")), Verdict.BOUNCED, "552 5.3.4 too big"),
-    (Replied(R(553, "5.6.7 needs SMTPUTF8")), Verdict.BOUNCED, "553 5.6.7 needs SMTPUTF8"),
+    (Replied(R(552, "5.3.4 too big")), Verdict.UNDELIVERABLE, "552 5.3.4 too big"),
+    (Replied(R(553, "5.6.7 needs SMTPUTF8")), Verdict.UNDELIVERABLE, "553 5.6.7 needs SMTPUTF8"),
+    (Replied(R(552, "5.2.2 mailbox full")), Verdict.SOFT_BOUNCED, "552 5.2.2 mailbox full"),
+    (Replied(R(550, "5.1.1 no such user"), at_mail=True), Verdict.UNDELIVERABLE, "550 5.1.1"),
     (NoMailService("x.example accepts no mail (null MX)"), Verdict.BOUNCED, "x.example accepts"),
     (DnsFailure("SERVFAIL"), Verdict.INCIDENT, "SERVFAIL"),
     (PrivateTargets("only private addresses"), Verdict.DEFERRED, "only private"),
@@ -138,7 +142,12 @@ PROVIDERS: list[tuple[int, str, IncidentKind | None, Verdict]] = [
         None,
         Verdict.DEFERRED,
     ),
-    (452, "4.2.2 The email account that you tried to reach is over quota.", None, Verdict.DEFERRED),
+    (
+        452,
+        "4.2.2 The email account that you tried to reach is over quota.",
+        None,
+        Verdict.SOFT_BOUNCED,
+    ),
     (
         550,
         "5.1.1 The email account that you tried to reach does not exist. Please try"
@@ -208,9 +217,10 @@ PROVIDERS: list[tuple[int, str, IncidentKind | None, Verdict]] = [
         None,
         Verdict.BOUNCED,
     ),
-    (550, "5.7.1 RESOLVER.RST.AuthRequired; authentication required", None, Verdict.BOUNCED),
-    (550, "5.7.1 RESOLVER.RST.NotAuthorized; not authorized", None, Verdict.BOUNCED),
-    (552, "5.2.2 STOREDRV.Deliver; mailbox full", None, Verdict.BOUNCED),
+    # A group taking internal mail only: the recipient's policy, not a gone address.
+    (550, "5.7.1 RESOLVER.RST.AuthRequired; authentication required", None, Verdict.UNDELIVERABLE),
+    (550, "5.7.1 RESOLVER.RST.NotAuthorized; not authorized", None, Verdict.UNDELIVERABLE),
+    (552, "5.2.2 STOREDRV.Deliver; mailbox full", None, Verdict.SOFT_BOUNCED),
     # Yahoo, AOL
     (
         553,
@@ -317,7 +327,7 @@ PROVIDERS: list[tuple[int, str, IncidentKind | None, Verdict]] = [
         550,
         "5.7.1 <ann@example.com>: Recipient address rejected: Access denied",
         None,
-        Verdict.BOUNCED,
+        Verdict.UNDELIVERABLE,
     ),
 ]
 
@@ -338,3 +348,143 @@ def test_a_dns_failure_is_an_incident_of_its_own_kind() -> None:
 def test_only_incidents_carry_a_kind() -> None:
     for outcome, verdict, _ in TABLE:
         assert (classify(outcome).incident is not None) == (verdict is Verdict.INCIDENT)
+
+
+G, F, M, P, S = Blame.RECIPIENT, Blame.MAILBOX_FULL, Blame.MESSAGE, Blame.PROTOCOL, Blame.SENDER
+D, V, SB = Verdict.BOUNCED, Verdict.UNDELIVERABLE, Verdict.SOFT_BOUNCED
+# (code, text, verdict, what it blames, the `dsn` recorded): real replies, by RFC 3463. Only a
+# recipient that is gone suppresses; a full mailbox is tried again and counted; the rest fail
+# that one email.
+BOUNCES: list[tuple[int, str, Verdict, Blame, str]] = [
+    # Gmail
+    (
+        552,
+        "5.2.2 The recipient's inbox is out of storage space and inactive. Please direct the"
+        " recipient to https://support.google.com/mail/?p=OverQuotaPerm",
+        SB,
+        F,
+        "5.2.2",
+    ),
+    (
+        452,
+        "4.2.2 The recipient's inbox is out of storage space. Please direct the recipient to"
+        " https://support.google.com/mail/?p=OverQuotaTemp",
+        SB,
+        F,
+        "4.2.2",
+    ),
+    (552, "5.2.3 Your message exceeded Google's message size limits.", V, M, "5.2.3"),
+    (
+        552,
+        "5.7.0 This message was blocked because its content presents a potential security"
+        " issue. Please visit https://support.google.com/mail/?p=BlockedMessage",
+        V,
+        M,
+        "5.7.0",
+    ),
+    (550, "5.2.1 The email account that you tried to reach is inactive.", D, G, "5.2.1"),
+    (
+        550,
+        "5.1.1 The email account that you tried to reach does not exist. Please try"
+        " double-checking the recipient's email address for typos or unnecessary spaces."
+        " https://support.google.com/mail/?p=NoSuchUser",
+        D,
+        G,
+        "5.1.1",
+    ),
+    # Microsoft (Outlook.com, Exchange Online)
+    (
+        552,
+        "5.2.2 mailbox full; STOREDRV.Deliver.Exception:QuotaExceededException."
+        "MapiExceptionShutoffQuotaExceeded",
+        SB,
+        F,
+        "5.2.2",
+    ),
+    (554, "5.2.2 mailbox full; STOREDRV.Deliver.Exception:QuotaExceededException", SB, F, "5.2.2"),
+    (
+        550,
+        "5.4.1 Recipient address rejected: Access denied. AS(201806281)"
+        " [BN1NAM02FT022.eop-nam02.prod.protection.outlook.com]",
+        D,
+        G,
+        "5.4.1",
+    ),
+    (
+        554,
+        "5.6.211 Invalid MIME Content: Single text value size (32004) exceeded allowed maximum"
+        " (32000) for the 'X-Custom' header.",
+        V,
+        M,
+        "5.6.211",
+    ),
+    (
+        550,
+        "5.6.11 SMTPSEND.BareLinefeedsAreIllegal; message contains bare linefeeds",
+        V,
+        M,
+        "5.6.11",
+    ),
+    # Yahoo, AOL
+    (
+        554,
+        "delivery error: dd Sorry your message to ann@yahoo.com cannot be delivered. This"
+        " mailbox is disabled (554.30). - mta1.mail.bf1.yahoo.com",
+        D,
+        G,
+        "5.0.0",
+    ),
+    (552, "1 Requested mail action aborted, mailbox not found", D, G, "5.0.0"),
+    # Postfix, Dovecot, Exim, and the RFC 5321 texts
+    (550, "5.1.1 <ann@example.org>: Recipient address rejected: User unknown", D, G, "5.1.1"),
+    (
+        450,
+        "4.1.1 <ann@example.org>: Recipient address rejected: User unknown in local table",
+        Verdict.DEFERRED,
+        G,
+        "4.1.1",
+    ),
+    (550, "5.1.2 <ann@nx.example>: Recipient address rejected: Domain not found", D, G, "5.1.2"),
+    (525, "5.7.13 User account disabled", D, G, "5.7.13"),
+    (552, "5.2.2 <ann@example.org> Quota exceeded (mailbox for user is full)", SB, F, "5.2.2"),
+    (552, "Requested mail action aborted: exceeded storage allocation", SB, F, "5.0.0"),
+    (452, "4.2.2 Mailbox full", SB, F, "4.2.2"),
+    (552, "5.3.4 Message size exceeds fixed maximum message size", V, M, "5.3.4"),
+    (554, "5.6.0 Message refused: content rejected", V, M, "5.6.0"),
+    (552, "Message size exceeds the allowed size for this account (10485760)", V, M, "5.0.0"),
+    (500, "5.5.2 Syntax error, command unrecognized", V, P, "5.5.2"),
+    (500, "Syntax error", V, P, "5.0.0"),
+    (501, "5.5.4 Invalid arguments", V, P, "5.5.4"),
+    (
+        553,
+        "5.1.8 <bounces+1@example.org>: Sender address rejected: Domain not found",
+        V,
+        S,
+        "5.1.8",
+    ),
+    (
+        550,
+        "5.1.0 <bounces+1@example.org>: Sender address rejected: User unknown in local"
+        " recipient table",
+        V,
+        S,
+        "5.1.0",
+    ),
+    (550, "5.0.0 rejected", V, Blame.UNKNOWN, "5.0.0"),
+    (550, "5.4.4 SMTPSEND.DNS.NonExistentDomain; nonexistent domain", V, Blame.SYSTEM, "5.4.4"),
+]
+
+
+@pytest.mark.parametrize(("code", "text", "verdict", "blame", "dsn"), BOUNCES)
+def test_only_a_recipient_that_is_gone_bounces_and_a_full_mailbox_is_soft(
+    code: int, text: str, verdict: Verdict, blame: Blame, dsn: str
+) -> None:
+    decision = classify(Replied(R(code, text)))
+    assert (decision.verdict, decision.blame, decision.dsn) == (verdict, blame, dsn)
+    assert decision.incident is None
+    assert text in decision.response
+
+
+def test_a_refusal_at_mail_from_never_blames_the_recipient() -> None:
+    decision = classify(Replied(R(550, "5.1.1 <ann@example.org>: user unknown"), at_mail=True))
+    assert (decision.verdict, decision.blame) == (Verdict.UNDELIVERABLE, Blame.SENDER)

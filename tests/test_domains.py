@@ -21,6 +21,8 @@ DOMAIN_FIELDS = {
     "dns_records",
     "open_tracking",
     "click_tracking",
+    "ed25519_signing",
+    "tags_header",
     "created_at",
     "verified_at",
 }

@@ -263,9 +263,13 @@ def test_no_list_unsubscribe_or_tags_headers_unless_asked() -> None:
     assert "x-postroom-tags" not in names
 
 
-def test_tags_are_listed_in_one_header() -> None:
-    msg = parse(compose(make(tags=("receipts", "eu-west"))))
+def test_tags_are_listed_in_one_header_only_when_mapped_to_one() -> None:
+    assert "x-postroom-tags" not in header_names(compose(make(tags=("receipts",))))
+    msg = parse(compose(make(tags=("receipts", "eu-west"), tags_header="X-Postroom-Tags")))
     assert msg["X-Postroom-Tags"] == "receipts, eu-west"
+    # A custom header of the same name is the sender's own: it wins.
+    own = make(tags=("receipts",), tags_header="X-Tags", headers=(("X-Tags", "mine"),))
+    assert parse(compose(own)).get_all("X-Tags") == ["mine"]
 
 
 def test_everything_at_once_is_well_formed() -> None:
@@ -301,7 +305,7 @@ INJECTION = "Hi\r\nBcc: victim@example.org"
         {"reply_to": ("help@example.com", "x\rBcc: y@example.org")},
         {"headers": (("X-Note", INJECTION),)},
         {"headers": (("X-Note\r\nBcc", "x"),)},
-        {"tags": ("ok", INJECTION)},
+        {"tags": ("ok", INJECTION), "tags_header": "X-Postroom-Tags"},
         {"attachments": (Attachment("a\r\nb.pdf", "application/pdf", b""),)},
         {"attachments": (Attachment("a.pdf", "application/pdf\r\nBcc: x", b""),)},
         {"list_unsubscribe": "https://example.com/u\r\nBcc: x@example.org"},
@@ -327,7 +331,7 @@ def test_compose_refuses_a_custom_header_that_replaces_a_structural_one() -> Non
         {"to": (("not-an-address", None),)},
         {"list_unsubscribe": "https://example.com/<u>"},
         {"list_unsubscribe": "https://example.com/" + "u" * 1000},
-        {"tags": ("t" * 1000,)},
+        {"tags": ("t" * 1000,), "tags_header": "X-Postroom-Tags"},
     ],
 )
 def test_compose_refuses_what_it_cannot_write(changes: dict[str, Any]) -> None:

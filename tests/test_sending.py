@@ -71,13 +71,15 @@ async def wait_for_status(
     return await wait_for_email(account, email_id, lambda email: email["status"] in wanted)
 
 
-def dkim_verifies(data: bytes, dns_server: DnsServer) -> bool:
+def dkim_verifies(data: bytes, dns_server: DnsServer, index: int = 0) -> bool:
+    """Whether dkimpy verifies the message's DKIM signature number `index` (0: the top one)."""
+
     def lookup(name: bytes, timeout: int = 5) -> bytes:
         query = dns.message.make_query(name.decode().rstrip("."), "TXT")
         answer = dns.query.tcp(query, dns_server.host, port=dns_server.port, timeout=timeout)
         return b"".join(b"".join(rdata.strings) for rrset in answer.answer for rdata in rrset)
 
-    return bool(dkim.verify(data, dnsfunc=lookup))
+    return bool(dkim.DKIM(data).verify(idx=index, dnsfunc=lookup))
 
 
 async def test_sent_email_arrives_signed_and_is_delivered(

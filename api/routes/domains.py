@@ -1,4 +1,5 @@
-"""`/v1/domains/`: register (DKIM key and DNS records), read, tracking settings, verify, delete."""
+"""`/v1/domains/`: register (DKIM key and DNS records), read, tracking settings and mail
+options (Ed25519 signing, the tags header), verify, delete."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ class CreateDomain(BaseModel):
 class UpdateDomain(BaseModel):
     open_tracking: bool | None = None
     click_tracking: bool | None = None
+    # Sign with Ed25519 beside RSA (RFC 8463); the first time makes the key and its record.
+    ed25519_signing: bool | None = None
+    # The header the domain's mail carries its tags in (e.g. "X-Tags"); null: tags stay
+    # internal, as they are by default.
+    tags_header: str | None = None
 
 
 class DnsRecordOut(Out):
@@ -42,6 +48,8 @@ class DomainOut(Out):
     dns_records: list[DnsRecordOut]
     open_tracking: bool
     click_tracking: bool
+    ed25519_signing: bool
+    tags_header: str | None
     created_at: datetime
     verified_at: datetime | None
 
@@ -55,6 +63,8 @@ def render(domain: Domain) -> dict[str, object]:
         dns_records=[DnsRecordOut.model_validate(r) for r in records],
         open_tracking=domain.open_tracking,
         click_tracking=domain.click_tracking,
+        ed25519_signing=domain.ed25519_signing,
+        tags_header=domain.tags_header,
         created_at=domain.created_at,
         verified_at=domain.verified_at,
     )
@@ -84,8 +94,11 @@ async def get(domain_id: str) -> dict[str, object]:
 @json_body(UpdateDomain)
 @document_response(DomainOut)
 async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
+    options = domains.MailOptions(
+        body.ed25519_signing, body.tags_header, "tags_header" in body.model_fields_set
+    )
     domain = await domains.update(
-        runtime(), principal(), domain_id, body.open_tracking, body.click_tracking
+        runtime(), principal(), domain_id, body.open_tracking, body.click_tracking, options
     )
     return render(domain)
 

@@ -32,6 +32,7 @@ from engine import plans
 from engine.activity import Change, record
 from engine.contacts.lists import CappedErrors
 from engine.errors import InvalidRequest, NotFound, PlanLimit, Unprocessable
+from engine.mail import list_headers
 from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
 from engine.sending import intake
@@ -178,6 +179,10 @@ def _queue_chunk(
     if not batch:
         return _Chunk(None, 0, [], [])
     sender = started.sender
+    sending_domain = sender.email.rsplit("@", 1)[1]
+    headers = list_headers.for_broadcast(
+        broadcast.id, broadcast.workspace_id, sender.id, broadcast.contact_list_id, sending_domain
+    )
     personal: list[NewEmail] = []
     skipped: list[str] = []
     for contact in batch:
@@ -192,7 +197,7 @@ def _queue_chunk(
             NewEmail(
                 workspace_id=broadcast.workspace_id,
                 domain_id=broadcast.domain_id,
-                domain_name=sender.email.rsplit("@", 1)[1],
+                domain_name=sending_domain,
                 from_email=sender.email,
                 from_name=sender.name,
                 to=(Mailbox(contact.email, contact.name),),
@@ -200,6 +205,7 @@ def _queue_chunk(
                 html=None if req.html is None else render(req.html, values, escape_html=True),
                 text=None if req.text is None else render(req.text, values),
                 tags=req.tags,
+                headers=headers,
                 source="broadcast",
             )
         )

@@ -9,7 +9,9 @@ from a table (DESIGN.md section 3, docs/decisions.md):
 |---|---|
 | 2xx reply | delivered |
 | 4xx reply, no answer, a broken connection, DNS not answering | deferred (retry schedule) |
-| 5xx reply to the recipient or its message | bounced, the address suppressed |
+| a reply saying the recipient is gone (engine/delivery/bounces.py) | bounced, the address suppressed |
+| a reply saying the mailbox is full, 4xx or 5xx | soft-bounced: deferred, and counted |
+| any other 5xx (the message, the protocol, the system, a policy) | undeliverable: failed, never suppressed |
 | null MX, or neither MX nor address records | bounced, the address suppressed |
 | every MX host refused the session for good (5xx greeting, EHLO and HELO refused) | refused: bounced, never suppressed |
 | MX hosts only on private addresses (our rule) | deferred, never suppressed |
@@ -23,6 +25,7 @@ rate limit, our authentication (SPF, DKIM, DMARC, PTR) refused, or DNS not answe
 recipient is deferred on the retry schedule and never suppressed, and the destination is
 paused for the sending domain (engine/delivery/incidents.py). X.2.x replies are about the
 mailbox (Gmail's "450 4.2.1 ... receiving mail at a rate" is one hot mailbox): per recipient.
+A reply to MAIL FROM is about our sender or the message, never about the recipient.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import enum
 import re
 from dataclasses import dataclass
 
+from engine.delivery.bounces import Blame, blame, dsn_code
 from engine.smtp.replies import SmtpReply
 
 
@@ -38,6 +42,8 @@ class Verdict(enum.Enum):
     DELIVERED = "delivered"
     DEFERRED = "deferred"  # tried again on the retry schedule; failed 72 h after queueing
     BOUNCED = "bounced"  # the recipient cannot receive mail: bounced and suppressed
+    SOFT_BOUNCED = "soft_bounced"  # mailbox full: deferred, and counted toward a suppression
+    UNDELIVERABLE = "undeliverable"  # refused for the message, not the recipient: failed
     REFUSED = "refused"  # the destination refused us, not the recipient: bounced, not suppressed
     FAILED = "failed"  # never sent and never will be: our data, or a suppression since
     INCIDENT = "incident"  # the sending side is blocked or slowed: deferred, not suppressed
@@ -54,9 +60,11 @@ class IncidentKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Replied:
-    """The server's reply that decides the recipient (RCPT, else DATA's, else MAIL's)."""
+    """The server's reply that decides the recipient (RCPT, else DATA's, else MAIL's);
+    `at_mail` when it is MAIL FROM's (about our sender, never the recipient)."""
 
     reply: SmtpReply
+    at_mail: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,8 @@ class Decision:
     verdict: Verdict
     response: str  # what the recipient's log and events say
     incident: IncidentKind | None = None  # set when the verdict is INCIDENT
+    dsn: str | None = None  # the RFC 3463 status of a reply that did not deliver
+    blame: Blame | None = None  # what a failure reply is about (engine/delivery/bounces.py)
 
 
 # Words that put a reply's blame on the sending side. Our authentication first: Microsoft's
@@ -143,6 +153,12 @@ _SENDER_SIDE = re.compile(
     r"reputation|block ?list|black ?list|spamhaus|\bbanned\b|\bblocked\b|\bblock\b|spam"
     r"|unsolicited|complaints|\bpolicy\b|\bip\b|from your|\[(tss|cs)\d+\]",
     re.IGNORECASE,
+)
+# A message blocked for what it carries is that message's failure, not a block of the sender:
+# Gmail's "552 5.7.0 This message was blocked because its content presents a potential
+# security issue" fails that email and leaves the destination open.
+_CARRIED = re.compile(
+    r"\bits content\b|content presents|attachment|virus|malware|executable", re.IGNORECASE
 )
 _RATE = re.compile(
     r"\brate\b|too many (connections|sessions|messages)|volume|throttl|server busy|try again later",
@@ -161,6 +177,8 @@ def incident_kind(reply: SmtpReply) -> IncidentKind | None:
         return None
     if _UNAUTHENTICATED.search(text):
         return IncidentKind.UNAUTHENTICATED
+    if _CARRIED.search(text):
+        return None
     if reply.is_transient:
         if subject == "7" or reply.code == 421 or _RATE.search(text):
             return IncidentKind.RATE_LIMITED
@@ -181,21 +199,33 @@ def classify(outcome: Outcome) -> Decision:
             reply is not None and (kind := incident_kind(reply)) is not None
         ):
             detail = str(reply) if isinstance(outcome, Replied) else outcome.detail
-            return Decision(Verdict.INCIDENT, detail, kind)
-        case Replied(reply) if reply.is_permanent:
-            return Decision(Verdict.BOUNCED, str(reply))
-        case Replied(reply):
-            return Decision(Verdict.DEFERRED, str(reply))
+            return Decision(Verdict.INCIDENT, detail, kind, dsn_code(reply))
+        case Replied(reply, at_mail):
+            return _failure(reply, at_mail)
         case NoMailService(detail):
-            return Decision(Verdict.BOUNCED, detail)
+            # RFC 3463 X.1.2: the destination system in the address accepts no mail.
+            return Decision(Verdict.BOUNCED, detail, dsn="5.1.2", blame=Blame.RECIPIENT)
         case DnsFailure(detail):
             return Decision(Verdict.INCIDENT, detail, IncidentKind.DNS)
         case PrivateTargets(detail) | Unreachable(detail):
             return Decision(Verdict.DEFERRED, detail)
-        case SessionRefused(detail):
-            return Decision(Verdict.REFUSED, detail)
+        case SessionRefused(detail, reply):
+            return Decision(Verdict.REFUSED, detail, dsn=dsn_code(reply))
         case Unbuildable(detail):
             return Decision(Verdict.FAILED, detail)
         case SuppressedSince(reason):
             return Decision(Verdict.FAILED, f"suppressed ({reason}) after the email was accepted")
     raise TypeError(f"not a delivery outcome: {outcome!r}")
+
+
+def _failure(reply: SmtpReply, at_mail: bool) -> Decision:
+    """The verdict on a 4xx or 5xx reply that is no destination incident."""
+    about = Blame.SENDER if at_mail and reply.is_permanent else blame(reply)
+    response, code = str(reply), dsn_code(reply)
+    if about is Blame.MAILBOX_FULL:
+        return Decision(Verdict.SOFT_BOUNCED, response, dsn=code, blame=about)
+    if reply.is_transient:
+        return Decision(Verdict.DEFERRED, response, dsn=code, blame=about)
+    if about is Blame.RECIPIENT:
+        return Decision(Verdict.BOUNCED, response, dsn=code, blame=about)
+    return Decision(Verdict.UNDELIVERABLE, response, dsn=code, blame=about)

@@ -56,6 +56,7 @@ from engine.delivery.classify import (
     Verdict,
     classify,
 )
+from engine.delivery.full_mailboxes import FullMailboxes
 from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, WireMessage, build_all
 from engine.nodes import LEASE
@@ -115,6 +116,7 @@ class _Round:
         # Per (workspace, sending domain): incidents hit, and deliveries (which resolve them).
         self.incidents: dict[stored_incidents.Pair, stored_incidents.Hit] = {}
         self.delivered: set[stored_incidents.Pair] = set()
+        self.mailboxes = FullMailboxes()  # mailbox-full replies, counted when recorded
 
     def _event(
         self, email_id: str, workspace_id: str, kind: str, recipient: str, meta: dict[str, Any]
@@ -149,16 +151,22 @@ class _Round:
             event("delivered", domain=recipient.domain, smtp_response=response)
             update(Trigger.ACCEPTED_BY_MX)
             self.delivered.add(pair)
+            self.mailboxes.note_delivered(email.workspace_id, address)
+        elif verdict is Verdict.UNDELIVERABLE:
+            # Refused for the message (size, content, format, a policy), not the recipient.
+            blamed = None if decision.blame is None else decision.blame.value
+            event("failed", error=response, dsn=decision.dsn, response=response, blame=blamed)
+            update(Trigger.UNDELIVERABLE)
         elif verdict in (Verdict.BOUNCED, Verdict.REFUSED):
             refused = verdict is Verdict.REFUSED
             # A refusal of our session says nothing about the address: no suppression.
             blame = {"blame": "destination"} if refused else {}
-            event("bounced", dsn=None, response=response, bounce_type="hard", **blame)
+            event("bounced", dsn=decision.dsn, response=response, bounce_type="hard", **blame)
             update(Trigger.PERMANENT)
             if not refused:
                 entry = Suppression(address, "hard_bounce", self.now, email.id)
                 self.bounces.append((email.workspace_id, entry))
-        elif verdict in (Verdict.DEFERRED, Verdict.INCIDENT):
+        elif verdict in (Verdict.DEFERRED, Verdict.INCIDENT, Verdict.SOFT_BOUNCED):
             if decision.incident is not None:
                 # The sending side's problem: the recipient waits, the destination pauses.
                 meta["incident"] = decision.incident.value
@@ -168,6 +176,12 @@ class _Round:
             # Time spent held or waiting for a policy budget is not counted (expiry_from).
             since = recipient.expiry_from or recipient.queued_at
             when = retry.next_attempt(recipient.attempts + 1, since, self.now)
+            if verdict is Verdict.SOFT_BOUNCED:  # mailbox full: counted when recorded
+                meta |= {"bounce_type": "soft", "dsn": decision.dsn}
+                self.mailboxes.note_full(
+                    email.workspace_id, email.id, address, recipient.status,
+                    len(self.updates), len(self.events),
+                )  # fmt: skip
             if when is None:
                 event("failed", error=f"gave up after 72 hours: {response}")
                 update(Trigger.GAVE_UP)
@@ -219,6 +233,12 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
 
 
 def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
+    # Mailbox-full counts first: an address whose count runs out is bounced instead.
+    for before, now in outcome.mailboxes.settle(
+        tx, outcome.updates, outcome.events, outcome.bounces, outcome.now
+    ):
+        outcome.counts[before] -= 1
+        outcome.counts[now] += 1
     delivery.record_outcomes(
         tx,
         outcome.updates,
@@ -582,7 +602,8 @@ class DomainQueue:
                 sent += 1
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
-                    verdict = outcome.settle(transfer.email, recipient, Replied(reply))
+                    replied = Replied(reply, at_mail=reply is result.mail_reply)
+                    verdict = outcome.settle(transfer.email, recipient, replied)
                     if verdict is Verdict.DELIVERED:
                         waited = self._rt.clock.now() - recipient.queued_at
                         self._latency.observe(waited.total_seconds())

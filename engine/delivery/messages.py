@@ -15,6 +15,7 @@ from email.utils import format_datetime
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign
+from engine.mail.text_part import from_html
 from engine.sending.tracking import Links, instrument_html
 from engine.smtp.grammar import to_crlf
 from storage.domains import Domain
@@ -69,16 +70,30 @@ def as_given(email: Email) -> bytes:
     return b"".join(added + kept) + body
 
 
+def signed(message: bytes, domain: Domain) -> bytes:
+    """A message signed with the domain's RSA key, and with its Ed25519 key too when the
+    domain signs with it (RFC 8463: two signatures, each verifying on its own)."""
+    message = sign(
+        message,
+        domain=domain.name,
+        selector=domain.dkim_selector,
+        private_key_pem=domain.dkim_private_key,
+    )
+    if domain.ed25519_signing and domain.ed25519_selector and domain.ed25519_private_key:
+        message = sign(
+            message,
+            domain=domain.name,
+            selector=domain.ed25519_selector,
+            private_key_pem=domain.ed25519_private_key,
+        )
+    return message
+
+
 def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
     """The DKIM-signed message of an email, and its per-email bounce address."""
     if email.raw is not None:
-        signed = sign(
-            as_given(email),
-            domain=domain.name,
-            selector=domain.dkim_selector,
-            private_key_pem=domain.dkim_private_key,
-        )
-        return WireMessage(email.id, bounce_address(email.id, domain.name), signed)
+        data = signed(as_given(email), domain)
+        return WireMessage(email.id, bounce_address(email.id, domain.name), data)
     links = Links(
         link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
     )
@@ -94,7 +109,8 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
         cc=tuple(_mailbox(e) for e in email.cc),
         reply_to=None if email.reply_to is None else _mailbox(email.reply_to),
         subject=email.subject,
-        text=email.text,
+        # HTML alone gets a text part made from it (before tracking rewrote its links).
+        text=email.text if email.text is not None or email.html is None else from_html(email.html),
         html=html,
         headers=tuple(email.headers.items()),
         attachments=tuple(
@@ -104,15 +120,11 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
         message_id=email.message_id,
         date=email.created_at,
         tags=tuple(email.tags),
+        tags_header=domain.tags_header,
         list_unsubscribe=links.unsubscribe,
     )
-    signed = sign(
-        compose(outgoing),
-        domain=domain.name,
-        selector=domain.dkim_selector,
-        private_key_pem=domain.dkim_private_key,
-    )
-    return WireMessage(email.id, bounce_address(email.id, domain.name), signed)
+    data = signed(compose(outgoing), domain)
+    return WireMessage(email.id, bounce_address(email.id, domain.name), data)
 
 
 def build_all(

@@ -1,7 +1,9 @@
 """Sending domains: creation with a DKIM key, the DNS records to publish, verification.
 
 A domain is verified when its DKIM TXT record resolves and publishes the domain's key: that
-is the only `required` record. SPF, DMARC and MX are guidance whose status is reported. A
+is the only `required` record. A domain that signs with Ed25519 too (RFC 8463) publishes a
+second DKIM record, not required: verification rests on the RSA one, which every receiver
+can check. SPF, DMARC and MX are guidance whose status is reported. A
 domain whose DKIM record is still absent stays `pending`; one whose record publishes another
 key is `failed`. Only one workspace at a time may have a given name verified.
 """
@@ -18,7 +20,8 @@ from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
 from engine.domains import dkim_keys
-from engine.errors import Conflict, Forbidden, NotFound
+from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
+from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
 from engine.runtime import Principal, Runtime
 from storage import domains, sandbox
 from storage.codec import new_id
@@ -70,6 +73,20 @@ def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
             status.get("dmarc", PENDING),
         ),
         DnsRecord("MX", domain.name, f"10 {smtp_host}", "mx", False, status.get("mx", PENDING)),
+        *(
+            [
+                DnsRecord(
+                    "TXT",
+                    f"{domain.ed25519_selector}._domainkey.{domain.name}",
+                    dkim_keys.txt_value(domain.ed25519_public_key, "ed25519"),
+                    "dkim",
+                    False,
+                    status.get("dkim_ed25519", PENDING),
+                )
+            ]
+            if domain.ed25519_selector and domain.ed25519_public_key
+            else []
+        ),
     ]
 
 
@@ -146,7 +163,12 @@ def _update_tracking(
             "domain.updated",
             domain.name,
             domain.id,
-            {"open_tracking": opened, "click_tracking": clicked},
+            {
+                "open_tracking": opened,
+                "click_tracking": clicked,
+                "ed25519_signing": domain.ed25519_signing,
+                "tags_header": domain.tags_header,
+            },
         ),
         now,
     )
@@ -155,17 +177,61 @@ def _update_tracking(
     return updated
 
 
+@dataclass(frozen=True, slots=True)
+class MailOptions:
+    """How a domain's mail is signed and labelled; None leaves an option as it is."""
+
+    ed25519_signing: bool | None = None
+    tags_header: str | None = None
+    set_tags_header: bool = False  # whether `tags_header` was given (None then clears it)
+
+
+def tags_header_problem(name: str) -> str | None:
+    """Why a header name cannot carry a domain's tags, or None."""
+    if len(name) > 64:
+        return "must be at most 64 characters"
+    if name != TAGS_HEADER and custom_header_problems([(name, "tags")]):
+        return "must be a header name (printable ASCII, no spaces or colons) Postroom does not set"
+    return None
+
+
+def _update_mail_options(
+    tx: Tx, who: Principal, domain_id: str, options: MailOptions, key: dkim_keys.DkimKey
+) -> None:
+    domain = domains.get(tx, who.workspace_id, domain_id)
+    if domain is None:
+        raise NotFound("domain not found")
+    signing = domain.ed25519_signing if options.ed25519_signing is None else options.ed25519_signing
+    if signing and domain.ed25519_private_key is None:
+        domains.set_ed25519_key(tx, domain.id, key.selector, key.private_pem, key.public_b64)
+    tags = options.tags_header if options.set_tags_header else domain.tags_header
+    domains.set_mail_options(tx, domain.id, signing, tags)
+
+
 async def update(
     rt: Runtime,
     who: Principal,
     domain_id: str,
     open_tracking: bool | None,
     click_tracking: bool | None,
+    options: MailOptions | None = None,
 ) -> Domain:
-    """Change the domain's tracking settings (None leaves a setting as it is)."""
-    return await rt.db.write(
-        _update_tracking, who, domain_id, open_tracking, click_tracking, rt.clock.now()
-    )
+    """Change the domain's tracking settings and mail options (None leaves a setting as it
+    is). Turning Ed25519 signing on the first time gives the domain its Ed25519 key, whose
+    record then appears among its DNS records. Unprocessable for a tags header name that
+    cannot be one."""
+    if options is not None and options.tags_header is not None:
+        problem = tags_header_problem(options.tags_header)
+        if problem is not None:
+            message = f"tags_header {problem}"
+            raise Unprocessable(message, errors=[{"loc": ["body", "tags_header"], "msg": message}])
+
+    def change(tx: Tx, now: datetime) -> Domain:
+        if options is not None:
+            _update_mail_options(tx, who, domain_id, options, dkim_keys.generate_ed25519())
+        return _update_tracking(tx, who, domain_id, open_tracking, click_tracking, now)
+
+    return await rt.db.write(change, rt.clock.now())
 
 
 def _delete(tx: Tx, who: Principal, domain_id: str, now: datetime) -> None:
@@ -221,8 +287,21 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
             host == rt.smtp_host.lower() for _, host in await dns.mx(rt.resolver, domain.name)
         )
 
+    async def dkim_ed25519() -> bool:
+        name = f"{domain.ed25519_selector}._domainkey.{domain.name}"
+        published = [dkim_keys.published_key(value) for value in await dns.txt(rt.resolver, name)]
+        return domain.ed25519_public_key in published
+
+    lookups: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
+        ("dkim", dkim),
+        ("spf", spf),
+        ("dmarc", dmarc),
+        ("mx", mx),
+    ]
+    if domain.ed25519_selector:
+        lookups.append(("dkim_ed25519", dkim_ed25519))
     async with trio.open_nursery() as nursery:
-        for purpose, lookup in (("dkim", dkim), ("spf", spf), ("dmarc", dmarc), ("mx", mx)):
+        for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)
     return results
 

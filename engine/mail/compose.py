@@ -84,6 +84,9 @@ class OutgoingMessage:
     headers: tuple[tuple[str, str], ...] = ()  # custom headers, in order
     attachments: tuple[Attachment, ...] = ()
     tags: tuple[str, ...] = ()
+    # The header the tags go out in; None keeps them internal (they are the sender's labels
+    # for its own reports, not something to show recipients and their filters).
+    tags_header: str | None = None
     list_unsubscribe: str | None = None  # one-click (RFC 8058) unsubscribe URL
 
     @property
@@ -177,9 +180,11 @@ def _fields(message: OutgoingMessage) -> list[tuple[str, Any]]:
                 VerbatimHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
             )
         )
-    if message.tags:
+    custom = {name.lower() for name, _ in message.headers}
+    if message.tags and message.tags_header and message.tags_header.lower() not in custom:
         tags = [header_text("tags", tag) for tag in message.tags]
-        fields.append((TAGS_HEADER, custom_header(TAGS_HEADER, ", ".join(tags))))
+        name = message.tags_header
+        fields.append((name, custom_header(name, ", ".join(tags))))
     for name, value in message.headers:
         fields.append((name, custom_header(name, value)))
     fields.append(("MIME-Version", "1.0"))

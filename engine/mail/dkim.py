@@ -1,4 +1,5 @@
-"""DKIM signatures (RFC 6376) for outgoing mail: rsa-sha256, relaxed/relaxed.
+"""DKIM signatures (RFC 6376) for outgoing mail: rsa-sha256, or ed25519-sha256 (RFC 8463)
+for a domain's second signature, relaxed/relaxed.
 
 dkimpy is the verifier in the tests and folds the signature header; the signing itself is
 done here for speed. The RSA signature is OpenSSL's (through `cryptography`, the key loaded
@@ -11,7 +12,9 @@ against dkimpy's in the tests).
 
 Rules: only the headers in `SIGNED_HEADERS` that the message has are signed (From always;
 a message without one is refused), each in its last occurrence, and the signature is
-prepended, so it covers exactly the bytes that follow it.
+prepended, so it covers exactly the bytes that follow it. A second signature (`sign` again
+with another key) covers the same headers and not the first signature, so each verifies on
+its own: a verifier that knows no Ed25519 still passes the RSA one (RFC 8463 6).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from functools import lru_cache
 import dkim as dkimpy
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
+from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa, utils
 
 # What a recipient sees and RFC 8058 requires to be signed (both List-Unsubscribe headers).
 SIGNED_HEADERS: tuple[str, ...] = (
@@ -40,6 +43,9 @@ SIGNED_HEADERS: tuple[str, ...] = (
     "Content-Type",
     "List-Unsubscribe",
     "List-Unsubscribe-Post",
+    # Gmail's feedback loop counts only a Feedback-ID its DKIM signature covers.
+    "Feedback-ID",
+    "List-Id",
 )
 
 _HEADER_NAME = b"DKIM-Signature"
@@ -63,7 +69,8 @@ def sign(
 
     `message` is CRLF-terminated, as it will be sent; one that does not end in CRLF gets
     one, as SMTP DATA would add it. `private_key_pem` is an RSA key in PKCS#8 or PKCS#1
-    PEM, as `engine.dkim_keys` makes them. `timestamp`, when given, is recorded as the
+    PEM or an Ed25519 key in PKCS#8 PEM, as `engine.dkim_keys` makes them; it decides the
+    algorithm. `timestamp`, when given, is recorded as the
     signature time (t=). Raises ValueError for a message without a From header or whose
     header does not parse, an unusable key, or a malformed domain or selector.
     """
@@ -86,7 +93,7 @@ def sign(
 
     tags = [
         (b"v", b"1"),
-        (b"a", b"rsa-sha256"),
+        (b"a", b"ed25519-sha256" if isinstance(key, ed25519.Ed25519PrivateKey) else b"rsa-sha256"),
         (b"c", b"relaxed/relaxed"),
         (b"d", domain.lower().encode()),
         (b"s", selector.encode()),
@@ -102,8 +109,11 @@ def sign(
     )
     hashed = b"".join(name + b":" + fields[name] + b"\r\n" for name in signed)
     hashed += b"dkim-signature:" + _relaxed_value(b" " + unsigned)
-    hasher = hashlib.sha256(hashed)
-    signature = key.sign(hasher.digest(), padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
+    digest = hashlib.sha256(hashed).digest()
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        signature = key.sign(digest)  # PureEdDSA over the SHA-256 hash (RFC 8463 3)
+    else:
+        signature = key.sign(digest, padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
     encoded = base64.b64encode(signature)
     # b= on continuation lines of its own: folding whitespace inside b= is ignored (RFC 6376
     # 3.5), so the signed prefix stays byte-for-byte what was hashed.
@@ -166,12 +176,13 @@ def relaxed_body(body: bytes) -> bytes:
 
 
 @lru_cache(maxsize=_KEY_CACHE_SIZE)
-def load_private_key(private_key_pem: str) -> rsa.RSAPrivateKey:
-    """The RSA key in a PEM, loaded once per process (loading checks it, ~35 ms)."""
+def load_private_key(private_key_pem: str) -> rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey:
+    """The RSA or Ed25519 key in a PEM, loaded once per process (loading an RSA key checks
+    it, ~35 ms)."""
     try:
         key = serialization.load_pem_private_key(private_key_pem.encode(), password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise ValueError(f"unusable DKIM private key: {exc}") from None
-    if not isinstance(key, rsa.RSAPrivateKey):
-        raise ValueError("DKIM private key is not an RSA key")
+    if not isinstance(key, rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey):
+        raise ValueError("DKIM private key is neither an RSA nor an Ed25519 key")
     return key

@@ -60,6 +60,7 @@ class Trigger(Enum):
     ACCEPTED_BY_MX = "accepted_by_mx"  # 250 to the data
     TEMPORARY = "temporary"  # 4xx or unreachable, time left
     PERMANENT = "permanent"  # 5xx: a hard bounce
+    UNDELIVERABLE = "undeliverable"  # 5xx about the message, not the recipient: failed
     GAVE_UP = "gave_up"  # 72 hours of temporary failures, or unreadable, or quarantined
     # Queue actions by search, on waiting and held recipients.
     HOLD = "hold"
@@ -83,6 +84,7 @@ RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
     **{(waiting, Trigger.THROTTLED): DEFERRED for waiting in WAITING},
     **{(waiting, Trigger.PERMANENT): BOUNCED for waiting in WAITING},
     **{(waiting, Trigger.GAVE_UP): FAILED for waiting in WAITING},
+    **{(waiting, Trigger.UNDELIVERABLE): FAILED for waiting in WAITING},
     **{(waiting, Trigger.CANCEL): CANCELLED for waiting in WAITING},
     **{(waiting, Trigger.HOLD): HELD for waiting in WAITING},
     **{(waiting, Trigger.RETRY_NOW): waiting for waiting in WAITING},  # due now, same status
@@ -90,6 +92,8 @@ RECIPIENT_TRANSITIONS: dict[tuple[str, Trigger], str] = {
     (HELD, Trigger.CANCEL): CANCELLED,
     # A DSN that arrives after the MX took the message turns a delivery into a bounce.
     (DELIVERED, Trigger.PERMANENT): BOUNCED,
+    # ... and into a failure when it refused the message, not the recipient.
+    (DELIVERED, Trigger.UNDELIVERABLE): FAILED,
 }
 
 # The email's status from its recipients': the first row any recipient matches.
