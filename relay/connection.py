@@ -3,9 +3,11 @@
 Every decision about the protocol is `engine.smtp.server.SmtpServer`'s; every decision
 about mail is the listener's `SessionHandler`'s. This loop only reads, writes, waits and
 wraps the stream in TLS when the machine asks for it. Rules: each read has a deadline (a
-command `command_timeout`, a piece of message data `data_timeout`, RFC 5321 4.5.3.2), and
-the whole conversation `session_timeout`, so a slow or silent client cannot hold a
-connection for ever; foreign errors (a broken socket, a failed handshake) end the
+command `command`, a piece of message data `data`, RFC 5321 4.5.3.2), and the whole
+conversation `session`, so a slow or silent client cannot hold a connection for ever; a
+session that has neither authenticated nor opened a transaction is idle and gets far less
+(`idle`, or `idle_under_stress` while the listener is more than half full, as Postfix's
+smtpd_timeout does under stress), so idle connections cannot hold the places; foreign errors (a broken socket, a failed handshake) end the
 connection quietly; an unexpected error in a handler is logged and answered 451, never
 allowed to take the listener down.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,10 +50,18 @@ _RECEIVE_SIZE = 65536
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    command: float = 300.0
+    """Seconds each wait may last (docs/decisions.md says why these)."""
+
+    command: float = 300.0  # RFC 5321 4.5.3.2.7, once the client is doing work
     data: float = 180.0
     tls_handshake: float = 30.0
     session: float = 3600.0
+    idle: float = 30.0  # before AUTH or MAIL: a real client sends its next command at once
+    idle_under_stress: float = 10.0  # Postfix's smtpd_timeout under stress
+
+
+def _never_stressed() -> bool:
+    return False
 
 
 class SessionHandler(Protocol):
@@ -103,14 +114,16 @@ async def drive(
     timeouts: Timeouts,
     shutdown: ShutdownSignal,
     tally: Tally,
+    stressed: Callable[[], bool] = _never_stressed,
 ) -> None:
-    """Run one SMTP conversation to its end; closes nothing (the caller owns the stream)."""
+    """Run one SMTP conversation to its end; closes nothing (the caller owns the stream).
+    `stressed` says whether the listener is under stress now (shorter idle time)."""
     with trio.move_on_after(timeouts.session) as whole:
         while True:
             event = server.next_event()
             if event is NEED_DATA:
                 await _flush(stream, server)
-                data = await _receive(stream, server, timeouts, shutdown)
+                data = await _receive(stream, server, _wait(server, timeouts, stressed), shutdown)
                 if data is not None:
                     server.receive_data(data)
             elif isinstance(event, Quit | Closed):
@@ -154,19 +167,32 @@ async def _decide(
         return S451_LOCAL_ERROR
 
 
+def _wait(server: SmtpServer, timeouts: Timeouts, stressed: Callable[[], bool]) -> float:
+    """How long the client may take to send its next bytes."""
+    if server.state is ServerState.DATA:
+        return timeouts.data
+    if server.authenticated_as is not None or server.state in _IN_TRANSACTION:
+        return timeouts.command
+    return timeouts.idle_under_stress if stressed() else timeouts.idle
+
+
+_IN_TRANSACTION = (ServerState.MAIL, ServerState.RCPT)
+
+
 async def _receive(
     stream: trio.abc.Stream,
     server: SmtpServer,
-    timeouts: Timeouts,
+    seconds: float,
     shutdown: ShutdownSignal,
 ) -> bytes | None:
-    """The next bytes from the client; None when the server hung up instead (421)."""
+    """The next bytes from the client, waiting at most `seconds`; None when the server hung
+    up instead (421)."""
     in_data = server.state is ServerState.DATA
     # Between commands a shutdown may interrupt the wait; in the middle of a message it
     # may not (the client gets its answer first).
     idle = trio.CancelScope() if in_data else shutdown.idle_scope()
     try:
-        with idle, trio.move_on_after(timeouts.data if in_data else timeouts.command) as wait:
+        with idle, trio.move_on_after(seconds) as wait:
             return bytes(await stream.receive_some(_RECEIVE_SIZE))
     finally:
         shutdown.done(idle)

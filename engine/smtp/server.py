@@ -24,6 +24,8 @@ Rules that keep it safe:
   dropped, and input is ignored until `tls_started`, which resets the session to before
   EHLO.
 - AUTH is offered and accepted only under TLS unless the policy allows it in plaintext.
+- A connection cannot be kept open by talk alone: more than `MAX_JUNK` commands that move
+  no mail between two accepted messages end it with 421, as `MAX_ERRORS` refusals do.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from engine.smtp.replies import (
     S334_PASSWORD,
     S334_USERNAME,
     S354_START_DATA,
+    S421_TOO_MANY_COMMANDS,
     S421_TOO_MANY_ERRORS,
     S452_TOO_MANY_RECIPIENTS,
     S454_TLS_UNAVAILABLE,
@@ -81,6 +84,10 @@ from engine.smtp.replies import (
 MAX_COMMAND_LINE = 512  # octets with CRLF (RFC 5321 4.5.3.1.4)
 MAX_DATA_LINE = 1000  # octets with CRLF (4.5.3.1.6)
 MAX_ERRORS = 20  # refused commands before the server hangs up (421)
+# Commands that move no mail (NOOP, RSET, VRFY, HELP, EHLO/HELO, unknown ones) allowed
+# between two accepted messages: they only keep a connection open. Postfix starts counting
+# them as errors after 100 (smtpd_junk_command_limit); 20 leaves a real client ample room.
+MAX_JUNK = 20
 
 # A path: "<" then no angle brackets, spaces or controls, ">" (a source route "@a,@b:" is
 # allowed and ignored, RFC 5321 3.3). Non-ASCII needs SMTPUTF8, which is not offered.
@@ -194,6 +201,7 @@ class SmtpServer:
         self._eof = False
         self._skipping_line = False  # discarding the rest of an over-long command line
         self._errors = 0
+        self._junk = 0  # commands that moved no mail since the last accepted message
         self._tls_active = tls_active
         self._authenticated: str | None = None
         self._pending: Request | None = None
@@ -295,6 +303,8 @@ class SmtpServer:
             self._state = _S.RCPT
         elif isinstance(request, MessageData):
             self._reset()
+            if reply.is_success:
+                self._junk = 0
         if reply.code == 421:
             self._state = _S.CLOSED
 
@@ -332,6 +342,11 @@ class SmtpServer:
         verb = verb.upper()
         argument = argument.strip()
         handler = self._HANDLERS.get(verb)
+        if handler is None or verb in _JUNK:
+            self._junk += 1
+            if self._junk > MAX_JUNK:
+                self.close_with(S421_TOO_MANY_COMMANDS)
+                return None
         if handler is None:
             self._refuse(S500_UNRECOGNIZED)
             return None
@@ -594,6 +609,9 @@ class SmtpServer:
         self._errors += 1
         if self._errors >= MAX_ERRORS:
             self.close_with(S421_TOO_MANY_ERRORS)
+
+
+_JUNK = frozenset({"NOOP", "RSET", "VRFY", "HELP", "EHLO", "HELO", "EXPN", "BDAT"})
 
 
 def _b64(line: str) -> str | None:
