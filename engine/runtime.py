@@ -17,6 +17,7 @@ from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
 from engine.delivery.policies import Caps
 from engine.faults import FaultLog
+from engine.message_memory import MessageMemory
 from engine.wakeups import WakeupHub
 from storage.database import Database
 
@@ -47,6 +48,8 @@ class Runtime:
     sandbox: bool = False
     # POSTROOM_DELIVERY_MAX_*: operator-wide caps on every destination policy.
     delivery_caps: Caps = field(default_factory=Caps)
+    # The bytes of message data this process holds in memory at once, all work together.
+    message_memory: MessageMemory = field(default_factory=MessageMemory)
 
     @property
     def usage_shard(self) -> int:

@@ -29,7 +29,7 @@ from engine.errors import EngineError
 from engine.nodes import Role
 from engine.supervisor import DatabaseGone
 from postroom import config, logs, workers
-from postroom.startup import open_runtime, settle_heap
+from postroom.startup import open_runtime, return_large_blocks, settle_heap
 from storage import migrations, nodes
 from storage.database import open_database
 
@@ -100,6 +100,8 @@ async def _serve(
 ) -> None:
     # Here, not at the top: the other commands start without the HTTP and SMTP front doors.
     from postroom.service import serve
+
+    return_large_blocks()
 
     async with trio.open_nursery() as nursery:
         service = await nursery.start(

@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import trio
 
 from engine.errors import StorageFull
+from engine.mail import structure
+from engine.message_memory import MessageMemory
 from engine.smtp.replies import (
     S421_SHUTTING_DOWN,
     S421_TIMEOUT,
@@ -43,9 +45,17 @@ from engine.smtp.server import (
     SmtpServer,
     StartTlsRequested,
 )
+from relay.spool import SPOOL_AT, Spool
 
 log = logging.getLogger("postroom.relay")
 _RECEIVE_SIZE = 65536
+# What a session receiving message data holds of the budget: what it keeps before spooling,
+# the octets of one read, and the machine's working copies of them.
+READING = SPOOL_AT + 3 * _RECEIVE_SIZE
+# How long a whole message waits for room in the budget before the client is told 452 and
+# keeps it (its timeout for this reply is 10 minutes, RFC 5321 4.5.3.2.6).
+MEMORY_WAIT = 120.0
+S421_NO_MEMORY = SmtpReply.of(421, "4.3.1 Insufficient system resources, closing channel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +125,39 @@ async def drive(
     shutdown: ShutdownSignal,
     tally: Tally,
     stressed: Callable[[], bool] = _never_stressed,
+    memory: MessageMemory | None = None,
 ) -> None:
     """Run one SMTP conversation to its end; closes nothing (the caller owns the stream).
-    `stressed` says whether the listener is under stress now (shorter idle time)."""
+    `stressed` says whether the listener is under stress now (shorter idle time); `memory`
+    is the process's budget of message bytes (engine/message_memory.py)."""
+    incoming = _Incoming(memory or MessageMemory())
+    try:
+        await _converse(stream, server, handler, tls, timeouts, shutdown, tally, stressed, incoming)
+    finally:
+        incoming.done()
+
+
+async def _converse(
+    stream: trio.abc.Stream,
+    server: SmtpServer,
+    handler: SessionHandler,
+    tls: ssl.SSLContext | None,
+    timeouts: Timeouts,
+    shutdown: ShutdownSignal,
+    tally: Tally,
+    stressed: Callable[[], bool],
+    incoming: _Incoming,
+) -> None:
     with trio.move_on_after(timeouts.session) as whole:
         while True:
             event = server.next_event()
             if event is NEED_DATA:
                 await _flush(stream, server)
+                if server.state is ServerState.DATA and not await incoming.make_room(
+                    server, timeouts.data
+                ):
+                    server.close_with(S421_NO_MEMORY)
+                    continue
                 data = await _receive(stream, server, _wait(server, timeouts, stressed), shutdown)
                 if data is not None:
                     server.receive_data(data)
@@ -138,15 +173,73 @@ async def drive(
                     await stream.do_handshake()
                 server.tls_started()
             elif isinstance(event, MessageRefused):
+                incoming.done()
                 tally.message_done(accepted=False)
-            else:
-                reply = await _decide(handler, event)
-                if isinstance(event, MessageData):
-                    tally.message_done(accepted=reply.is_success)
+            elif isinstance(event, MessageData):
+                reply = await _message(handler, event, incoming)
+                tally.message_done(accepted=reply.is_success)
                 server.respond(reply)
+            else:
+                server.respond(await _decide(handler, event))
     if whole.cancelled_caught:
         server.close_with(S421_TIMEOUT)
         await _flush(stream, server)
+
+
+class _Incoming:
+    """The message a session is receiving: its spool, and what it holds of the budget."""
+
+    def __init__(self, memory: MessageMemory) -> None:
+        self._memory = memory
+        self._spool = Spool()
+        self._reading = 0  # the budget held while message data is read
+        self._working = 0  # the budget held while the whole message is worked on
+
+    async def make_room(self, server: SmtpServer, seconds: float) -> bool:
+        """Before message data is read: spool what the machine holds past SPOOL_AT, and
+        hold this session's share of the budget for reading (waiting at most `seconds`);
+        whether it is held."""
+        if server.message_bytes_held >= SPOOL_AT:
+            await self._spool.write(server.take_message_data())
+        if not self._reading:
+            with trio.move_on_after(seconds):
+                await self._memory.acquire(READING)
+                self._reading = READING
+        return bool(self._reading)
+
+    async def whole(self, event: MessageData, seconds: float) -> MessageData | None:
+        """The event with the whole message, once the budget has room for working on it
+        (waiting at most `seconds`); None if it had none."""
+        self._memory.release(self._reading)
+        self._reading = 0
+        cost = self._memory.cost(self._spool.size + len(event.data))
+        with trio.move_on_after(seconds):
+            await self._memory.acquire(cost)
+            self._working = cost
+        if not self._working:
+            return None
+        return replace(event, data=await self._spool.read_with(event.data))
+
+    def done(self) -> None:
+        """The message is answered (or the session ended): give everything back."""
+        self._memory.release(self._reading + self._working)
+        self._reading = self._working = 0
+        self._spool.discard()
+
+
+async def _message(handler: SessionHandler, event: MessageData, incoming: _Incoming) -> SmtpReply:
+    """The reply to a whole message: 452 when memory stays short, 554 5.6.0 when its
+    structure breaks a bound (engine/mail/structure.py), else the handler's."""
+    try:
+        whole = await incoming.whole(event, MEMORY_WAIT)
+        if whole is None:
+            return S452_STORAGE_FULL
+        problem = structure.problem(whole.data)
+        if problem is not None:
+            return SmtpReply.of(554, f"5.6.0 Message refused: {problem}")
+        return await _decide(handler, whole)
+    finally:
+        incoming.done()
 
 
 async def _decide(

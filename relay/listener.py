@@ -22,6 +22,7 @@ from functools import partial
 import trio
 
 from engine.accounts.login_limits import client_group
+from engine.message_memory import MessageMemory
 from engine.smtp.replies import SmtpReply
 from engine.smtp.server import ServerPolicy, SmtpServer
 from relay.connection import SessionHandler, ShutdownSignal, Timeouts, drive
@@ -81,9 +82,10 @@ class SmtpListener:
         max_per_client: int = MAX_PER_CLIENT,
         reserved: int = RESERVED,
         timeouts: Timeouts | None = None,
+        memory: MessageMemory | None = None,
     ) -> None:
         """`handler_factory` makes the `SessionHandler` of one connection from its client's
-        address."""
+        address; `memory` is the process's budget of message bytes, shared by its listeners."""
         self.name = name
         self._address = address
         self._policy = policy
@@ -93,6 +95,7 @@ class SmtpListener:
         self._max_per_client = max_per_client
         self._reserved = min(reserved, max_connections - 1)
         self._timeouts = timeouts or Timeouts()
+        self._memory = memory or MessageMemory()
         self._shutdown = ShutdownSignal()
         self._stopped = trio.Event()
         self._open = 0
@@ -180,6 +183,7 @@ class SmtpListener:
                     shutdown=self._shutdown,
                     tally=self,
                     stressed=self.under_stress,
+                    memory=self._memory,
                 )
             finally:
                 self._open -= 1

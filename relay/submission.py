@@ -108,4 +108,5 @@ def submission_listener(
         tls=tls,
         max_per_client=max_per_client,
         timeouts=timeouts,
+        memory=rt.message_memory,
     )

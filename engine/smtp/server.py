@@ -128,7 +128,8 @@ class RcptTo:
 @dataclass(frozen=True, slots=True)
 class MessageData:
     """Request: the message content, dot-unstuffed, CRLF line endings, for the accepted
-    recipients; answer 250 only once it is stored. The transaction ends either way."""
+    recipients; answer 250 only once it is stored. The transaction ends either way.
+    `data` is what came after the last `take_message_data`: all of it if none was taken."""
 
     mail_from: str
     recipients: tuple[str, ...]
@@ -248,6 +249,16 @@ class SmtpServer:
         self._authenticated = None
         self._reset()
         self._state = _S.CONNECTED
+
+    @property
+    def message_bytes_held(self) -> int:
+        """Octets of the message being received that the machine holds (0 outside DATA)."""
+        return self._data.held if self._state is _S.DATA else 0
+
+    def take_message_data(self) -> bytes:
+        """During DATA: the message content received so far, handed over (to be spooled);
+        the machine keeps none of it, and `MessageData` carries only what follows."""
+        return self._data.take() if self._state is _S.DATA else b""
 
     def close_with(self, reply: SmtpReply) -> None:
         """The server hangs up with `reply` (a 421: time-out, shutting down, too busy)."""
@@ -635,6 +646,7 @@ class _DataReader:
 
     def start(self) -> None:
         self._parts: list[bytes] = []
+        self.held = 0  # octets in _parts
         self._size = 0
         self._problem: SmtpReply | None = None
         self._line_start = True  # the buffer starts at the beginning of a line
@@ -649,7 +661,7 @@ class _DataReader:
         if end >= 0:
             self._take(bytes(buffer[:end]))
             del buffer[:after]
-            data = b"".join(self._parts)
+            data = self.take()
             problem = self._problem
             self.start()
             return data, problem
@@ -686,8 +698,17 @@ class _DataReader:
         if self._line_start and unstuffed.startswith(b"."):
             unstuffed = unstuffed[1:]
         self._parts.append(unstuffed)
+        self.held += len(unstuffed)
+
+    def take(self) -> bytes:
+        """The unstuffed data kept so far, handed over and forgotten."""
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        self._parts = []
+        self.held = 0
+        return data
 
     def _fail(self, problem: SmtpReply) -> None:
         if self._problem is None:
             self._problem = problem
         self._parts = []
+        self.held = 0
