@@ -89,11 +89,13 @@ def insert_message(
             "id": message_id,
             "sender": envelope_from,
             "rcpts": to_json(list(recipients)),
-            "content": data,
+            "content": data if tx.inline_octets(data) else b"",
             "size": len(data),
             "at": at,
         },
     )
+    if not tx.inline_octets(data):
+        tx.write_octets("inbound_messages", "content", "id", message_id, data)
     tx.execute_many(
         "INSERT INTO forward_jobs (id, message_id, forward_id, workspace_id, original_to, kind,"
         " target, status, attempt, next_attempt_at, created_at, updated_at) VALUES (:id, :msg,"

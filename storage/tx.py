@@ -19,6 +19,8 @@ Row = dict[str, Any]
 Params = Mapping[str, Any]
 Dialect = Literal["sqlite", "postgresql"]
 
+# Octets bound as one parameter at most, on SQLite; larger values are written in pieces.
+_INLINE_OCTETS = 1024 * 1024
 _NAMED_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -76,6 +78,32 @@ class Tx:
             return
         with self._conn.pipeline():
             yield
+
+    def inline_octets(self, data: bytes) -> bool:
+        """Whether `data` may be bound as a parameter; if not, store a placeholder (an empty
+        value) and then `write_octets`. On SQLite a bound value stays copied in the cached
+        statement until it runs again: a 34 MiB message would be held for nothing."""
+        return self.dialect != "sqlite" or len(data) <= _INLINE_OCTETS
+
+    def write_octets(self, table: str, column: str, key_column: str, key: str, data: bytes) -> None:
+        """Set `column` of the row whose `key_column` is `key` to `data`, in pieces on
+        SQLite (incremental blob I/O: nothing stays bound). The names are the code's own."""
+        if self.dialect != "sqlite":
+            self.execute(
+                f"UPDATE {table} SET {column} = :data WHERE {key_column} = :key",
+                {"data": data, "key": key},
+            )
+            return
+        self._conn.execute(
+            f"UPDATE {table} SET {column} = zeroblob(?) WHERE {key_column} = ?", (len(data), key)
+        )
+        rowid = self._conn.execute(
+            f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)
+        ).fetchone()[0]
+        view = memoryview(data)
+        with self._conn.blobopen(table, column, rowid) as blob:
+            for start in range(0, len(data), _INLINE_OCTETS):
+                blob.write(view[start : start + _INLINE_OCTETS])
 
     def _sql(self, sql: str) -> str:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql

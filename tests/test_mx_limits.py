@@ -137,4 +137,7 @@ async def test_a_large_message_is_spooled_and_forwarded_intact(
     assert code == 250
     [received] = await smtp_sink.wait_for_messages(1)
     assert received.data.endswith(body)  # dots stuffed and unstuffed at every hop
-    assert service.running.runtime.message_memory.statistics().held == 0
+    memory = service.running.runtime.message_memory
+    with trio.fail_after(10):  # the delivery round gives its share back with its outcome
+        while memory.statistics().held:  # noqa: ASYNC110 - no event to wait on
+            await trio.sleep(0.01)
