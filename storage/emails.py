@@ -391,7 +391,7 @@ def with_raw(
 
 def raw_of(tx: Tx, email_id: str) -> bytes | None:
     """The submitted message of one email sent as given (None if it has none)."""
-    row = tx.one("SELECT data FROM raw_messages WHERE email_id = :id", {"id": email_id})
+    row = tx.octets("SELECT data FROM raw_messages WHERE email_id = :id", {"id": email_id})
     return None if row is None else bytes(row["data"])
 
 

@@ -160,7 +160,7 @@ def _message(row: Row) -> InboundMessage:
 
 def content(tx: Tx, message_id: str) -> bytes | None:
     """The octets of one message, or None when it is gone."""
-    row = tx.one("SELECT content, data FROM inbound_messages WHERE id = :id", {"id": message_id})
+    row = tx.octets("SELECT content, data FROM inbound_messages WHERE id = :id", {"id": message_id})
     return None if row is None else content_of(row)
 
 

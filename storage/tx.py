@@ -52,7 +52,7 @@ def _inserts(sql: str) -> bool:
 class Tx:
     """Runs statements inside the current transaction of one connection."""
 
-    __slots__ = ("_conn", "dialect", "inserted", "notes", "sealer")
+    __slots__ = ("_conn", "dialect", "inserted", "large", "notes", "sealer")
 
     def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer) -> None:
         self._conn = conn
@@ -62,6 +62,10 @@ class Tx:
         # Whether the unit stored new rows: what proves a full database has room again (an
         # UPDATE, such as a heartbeat, can fit in place while every insert is refused).
         self.inserted = False
+        # Whether the unit moved a value over _INLINE_OCTETS: libpq keeps its buffers as
+        # large as the largest message it carried, so the engine then closes the connection
+        # rather than keep that memory in the pool.
+        self.large = False
 
     def notify(self, topic: str) -> None:
         """Announce, once this unit of work is committed, that it made work of `topic`
@@ -83,7 +87,25 @@ class Tx:
         """Whether `data` may be bound as a parameter; if not, store a placeholder (an empty
         value) and then `write_octets`. On SQLite a bound value stays copied in the cached
         statement until it runs again: a 34 MiB message would be held for nothing."""
-        return self.dialect != "sqlite" or len(data) <= _INLINE_OCTETS
+        small = len(data) <= _INLINE_OCTETS
+        self.large = self.large or not small
+        return self.dialect != "sqlite" or small
+
+    def octets(self, sql: str, params: Params) -> Row | None:
+        """The first row of a query reading large values (bytes columns): fetched in binary
+        on PostgreSQL (in text, bytea comes as hex, twice its size)."""
+        if self.dialect == "sqlite":
+            row = self._conn.execute(sql, params).fetchone()
+        else:
+            with self._conn.cursor(binary=True) as cursor:
+                row = cursor.execute(self._sql(sql), params).fetchone()
+        if row is None:
+            return None
+        found = dict(row)
+        self.large = self.large or any(
+            isinstance(v, bytes | memoryview) and len(v) > _INLINE_OCTETS for v in found.values()
+        )
+        return found
 
     def write_octets(self, table: str, column: str, key_column: str, key: str, data: bytes) -> None:
         """Set `column` of the row whose `key_column` is `key` to `data`, in pieces on
