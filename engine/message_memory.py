@@ -17,7 +17,7 @@ without leaking a grant.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -27,6 +27,7 @@ import trio
 # messages fit together; Postfix holds none of a message in memory, Exim a 8 KiB buffer.
 LIMIT = 64 * 1024 * 1024
 COPIES = 2
+LARGE_GRANT = 8 * 1024 * 1024  # a grant this large makes the budget's next idle moment call on_idle
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,10 @@ class MessageMemory:
         self._limit = limit
         self._held = 0
         self._waiting: deque[tuple[int, trio.Event]] = deque()
+        self._large_since_idle = False
+        # Called when the budget falls idle after a large grant: the composition root gives
+        # the process's freed memory back to the system there (postroom/startup.py).
+        self.on_idle: Callable[[], None] | None = None
 
     def cost(self, size: int) -> int:
         """What working on a message of `size` bytes takes from the budget."""
@@ -53,6 +58,7 @@ class MessageMemory:
     async def acquire(self, amount: int) -> None:
         """Take `amount` (at most the limit) from the budget, waiting for it in turn."""
         amount = min(amount, self._limit)
+        self._large_since_idle = self._large_since_idle or amount >= LARGE_GRANT
         if not self._waiting and self._held + amount <= self._limit:
             self._held += amount
             await trio.lowlevel.checkpoint()
@@ -73,6 +79,10 @@ class MessageMemory:
         """Give back what an `acquire` of `amount` took."""
         self._held -= min(amount, self._limit)
         self._grant()
+        if not self._held and self._large_since_idle:
+            self._large_since_idle = False
+            if self.on_idle is not None:
+                self.on_idle()
 
     @asynccontextmanager
     async def holding(self, amount: int) -> AsyncIterator[None]:

@@ -29,7 +29,7 @@ from engine.errors import EngineError
 from engine.nodes import Role
 from engine.supervisor import DatabaseGone
 from postroom import config, logs, workers
-from postroom.startup import open_runtime, return_large_blocks, settle_heap
+from postroom.startup import open_runtime, return_large_blocks, settle_heap, trim_heap
 from storage import migrations, nodes
 from storage.database import open_database
 
@@ -107,6 +107,7 @@ async def _serve(
         service = await nursery.start(
             partial(serve, settings, reuse_port=reuse_port, role=role, instance=instance)
         )
+        service.runtime.message_memory.on_idle = trim_heap
         settle_heap()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:

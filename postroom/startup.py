@@ -86,3 +86,13 @@ def return_large_blocks() -> None:
         return
     mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK)
     mallopt(_M_TRIM_THRESHOLD, 2 * LARGE_BLOCK)
+
+
+def trim_heap() -> None:
+    """Give the pages of freed memory in every malloc arena back to the system (each thread
+    that worked on a large message has an arena of its own, trimmed only at its top).
+    Called when the message memory budget falls idle after a large message; a few ms."""
+    path = ctypes.util.find_library("c")
+    trim = None if path is None else getattr(ctypes.CDLL(path), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
