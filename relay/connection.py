@@ -2,14 +2,21 @@
 
 Every decision about the protocol is `engine.smtp.server.SmtpServer`'s; every decision
 about mail is the listener's `SessionHandler`'s. This loop only reads, writes, waits and
-wraps the stream in TLS when the machine asks for it. Rules: each read has a deadline (a
-command `command`, a piece of message data `data`, RFC 5321 4.5.3.2), and the whole
-conversation `session`, so a slow or silent client cannot hold a connection for ever; a
-session that has neither authenticated nor opened a transaction is idle and gets far less
-(`idle`, or `idle_under_stress` while the listener is more than half full, as Postfix's
-smtpd_timeout does under stress), so idle connections cannot hold the places; foreign errors (a broken socket, a failed handshake) end the
-connection quietly; an unexpected error in a handler is logged and answered 451, never
-allowed to take the listener down.
+wraps the stream in TLS when the machine asks for it. Rules:
+- Each read has a deadline (a command `command`, a piece of message data `data`, RFC 5321
+  4.5.3.2), and the whole conversation `session`, so a slow or silent client cannot hold a
+  connection for ever; a session that has neither authenticated nor opened a transaction is
+  idle and gets far less (`idle`, or `idle_under_stress` while the listener is more than
+  half full, as Postfix's smtpd_timeout does under stress).
+- Message data never piles up in memory: past `SPOOL_AT` it goes to the session's spool
+  (relay/spool.py); reading it takes `READING` from the process's budget of message bytes
+  (engine/message_memory.py), and the whole message is read back only when the budget has
+  room for working on it: a session waits, and after `MEMORY_WAIT` is told 452 4.3.1. A
+  message whose structure breaks a bound (engine/mail/structure.py) is refused with 554
+  5.6.0 before any handler parses it.
+- Foreign errors (a broken socket, a failed handshake) end the connection quietly; an
+  unexpected error in a handler is logged and answered 451, never allowed to take the
+  listener down.
 """
 
 from __future__ import annotations
