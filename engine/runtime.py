@@ -17,6 +17,7 @@ from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
 from engine.delivery.policies import Caps
 from engine.faults import FaultLog
+from engine.message_memory import MessageMemory
 from engine.wakeups import WakeupHub
 from storage.database import Database
 from storage.idempotency import Unsettled
@@ -50,6 +51,8 @@ class Runtime:
     delivery_caps: Caps = field(default_factory=Caps)
     # Idempotency claims whose request ended in a database outage, settled by the next beat.
     unsettled_claims: Unsettled = field(default_factory=Unsettled)
+    # The bytes of message data this process holds in memory at once, all work together.
+    message_memory: MessageMemory = field(default_factory=MessageMemory)
 
     @property
     def usage_shard(self) -> int:

@@ -30,7 +30,7 @@ from engine.errors import EngineError
 from engine.nodes import Role
 from engine.supervisor import DatabaseGone
 from postroom import config, health, logs, workers
-from postroom.startup import open_runtime, settle_heap
+from postroom.startup import open_runtime, return_large_blocks, settle_heap, trim_heap
 from storage import migrations, nodes
 from storage.database import open_database
 
@@ -105,10 +105,13 @@ async def _serve(
     # Here, not at the top: the other commands start without the HTTP and SMTP front doors.
     from postroom.service import serve
 
+    return_large_blocks()
+
     async with trio.open_nursery() as nursery:
         service = await nursery.start(
             partial(serve, settings, reuse_port=reuse_port, role=role, instance=instance)
         )
+        service.runtime.message_memory.on_idle = trim_heap
         settle_heap()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:

@@ -166,6 +166,7 @@ async def _front_doors(
     for listener in smtp_listeners:
         listener.reuse_port = reuse_port
         metrics.add_source(listener.name, listener)
+    metrics.add_source("message_memory", rt.message_memory)  # held, waiting, limit (bytes)
     app = create_app(rt, supervisor, metrics, settings.metrics_token)
     app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
     mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining

@@ -65,5 +65,11 @@ def inbound_listener(
         hostname=rt.smtp_host, max_message_size=MAX_MESSAGE_SIZE, tls_available=tls is not None
     )
     return SmtpListener(
-        "inbound", address, policy, lambda: InboundSession(rt), tls=tls, timeouts=timeouts
+        "inbound",
+        address,
+        policy,
+        lambda client: InboundSession(rt),
+        tls=tls,
+        timeouts=timeouts,
+        memory=rt.message_memory,
     )

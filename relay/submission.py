@@ -1,5 +1,6 @@
 """The submission relay (POSTROOM_SUBMISSION_LISTEN, 587 in production): STARTTLS, AUTH
-with an SMTP credential, then mail from the credential's domain, under the API's rules.
+with an SMTP credential (failures limited per username and client address: 454), then mail
+from the credential's domain, under the API's rules.
 
 Thin: each step asks one engine function (engine/accounts/smtp_credentials.py to authenticate,
 engine/sending/submission.py for senders, suppressions, the plan and storing) and turns its answer
@@ -17,6 +18,7 @@ from engine.smtp.replies import (
     S235_AUTH_OK,
     S250_RECIPIENT_OK,
     S250_SENDER_OK,
+    S454_TOO_MANY_AUTH_FAILURES,
     S535_AUTH_FAILED,
     SmtpReply,
 )
@@ -36,14 +38,19 @@ def _refused(reason: str) -> SmtpReply:
 class SubmissionSession:
     """One client connection's decisions; the credential it authenticated as."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, client: str) -> None:
         self._rt = rt
+        self._client = client  # the peer address, for the limits on failed AUTH
         self._submitter: submission.Submitter | None = None
 
     async def authenticate(self, event: AuthAttempt) -> SmtpReply:
-        submitter = await submission.authenticate(self._rt, event.username, event.password)
+        submitter = await submission.authenticate(
+            self._rt, event.username, event.password, self._client
+        )
         if submitter is None:
             return S535_AUTH_FAILED  # the same for unknown, wrong and deactivated
+        if isinstance(submitter, submission.TooManyFailures):
+            return S454_TOO_MANY_AUTH_FAILURES
         self._submitter = submitter
         return S235_AUTH_OK
 
@@ -97,8 +104,9 @@ def submission_listener(
         "submission",
         address,
         policy,
-        lambda: SubmissionSession(rt),
+        lambda client: SubmissionSession(rt, client),
         tls=tls,
         max_per_client=max_per_client,
         timeouts=timeouts,
+        memory=rt.message_memory,
     )

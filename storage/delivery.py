@@ -45,13 +45,17 @@ class RoundData:
 
     emails: list[tuple[Email, Domain | None, dict[str, str]]]
     unreadable: dict[str, Unreadable]
+    large: dict[str, int]  # emails whose submitted message was left out: its size
 
 
-def load_round(tx: Tx, recipients: Sequence[Recipient]) -> RoundData:
-    """The emails of a round's recipients, with their domains and late suppressions."""
+def load_round(
+    tx: Tx, recipients: Sequence[Recipient], larger_than: int | None = None
+) -> RoundData:
+    """The emails of a round's recipients, with their domains and late suppressions;
+    submitted messages of more than `larger_than` octets are left out (`RoundData.large`)."""
     email_ids = list(dict.fromkeys(r.email_id for r in recipients))
     found, unreadable = emails.readable_by_ids(tx, email_ids)
-    found = emails.with_raw(tx, found)
+    found, large = emails.with_raw(tx, found, larger_than)
     sending = _domains(tx, {(e.workspace_id, e.domain_id) for e in found.values()})
     late = _suppressed_since_accepted(tx, found, recipients)
     return RoundData(
@@ -60,6 +64,7 @@ def load_round(tx: Tx, recipients: Sequence[Recipient]) -> RoundData:
             for email in found.values()
         ],
         unreadable,
+        large,
     )
 
 

@@ -352,23 +352,56 @@ def readable_by_ids(
 
 def insert_raw(tx: Tx, email_id: str, data: bytes) -> None:
     """Keep the message of an email that is sent as given (inserted with the email)."""
+    inline = tx.inline_octets(data)
     tx.execute(
         "INSERT INTO raw_messages (email_id, data) VALUES (:id, :data)",
-        {"id": email_id, "data": data},
+        {"id": email_id, "data": data if inline else b""},
     )
+    if not inline:
+        tx.write_octets("raw_messages", "data", "email_id", email_id, data)
 
 
-def with_raw(tx: Tx, found: dict[str, Email]) -> dict[str, Email]:
-    """The same emails, those sent as given carrying their message (`Email.raw`)."""
+def with_raw(
+    tx: Tx, found: dict[str, Email], larger_than: int | None = None
+) -> tuple[dict[str, Email], dict[str, int]]:
+    """The same emails, those sent as given carrying their message (`Email.raw`); with
+    `larger_than`, messages of more octets are left out and their sizes returned instead
+    (by email id), to be read one at a time (`raw_of`)."""
     if not found:
-        return found
-    names = {f"id{i}": email_id for i, email_id in enumerate(found)}
-    placeholders = ", ".join(f":{name}" for name in names)
+        return found, {}
+    placeholders, names = in_list("id", list(found))
+    large: dict[str, int] = {}
+    if larger_than is not None:
+        rows = tx.all(
+            "SELECT email_id, LENGTH(data) AS size FROM raw_messages"
+            f" WHERE email_id IN ({placeholders})",
+            names,
+        )
+        large = {r["email_id"]: int(r["size"]) for r in rows if int(r["size"]) > larger_than}
+        small = [email_id for email_id in found if email_id not in large]
+        if not small:
+            return found, large
+        placeholders, names = in_list("id", small)
     rows = tx.all(
         f"SELECT email_id, data FROM raw_messages WHERE email_id IN ({placeholders})", names
     )
     raw = {row["email_id"]: bytes(row["data"]) for row in rows}
-    return {i: replace(e, raw=raw[i]) if i in raw else e for i, e in found.items()}
+    return {i: replace(e, raw=raw[i]) if i in raw else e for i, e in found.items()}, large
+
+
+def raw_of(tx: Tx, email_id: str) -> bytes | None:
+    """The submitted message of one email sent as given (None if it has none)."""
+    row = tx.octets("SELECT data FROM raw_messages WHERE email_id = :id", {"id": email_id})
+    return None if row is None else bytes(row["data"])
+
+
+def give_back(tx: Tx, recipients: Sequence[Recipient], node: str) -> None:
+    """Release the leases of claimed recipients left untried (due again at once)."""
+    tx.execute_many(
+        "UPDATE email_recipients SET lease_until = NULL, leased_by = NULL"
+        " WHERE email_id = :email_id AND address = :address AND leased_by = :node",
+        ({"email_id": r.email_id, "address": r.address, "node": node} for r in recipients),
+    )
 
 
 def recipients_of(tx: Tx, email_id: str) -> list[Recipient]:

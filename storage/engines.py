@@ -510,9 +510,13 @@ class PostgresEngine:
         attempt = 1
         while True:
             try:
-                with self.space.refusals(), self._pool.connection() as conn, conn.transaction():
-                    tx = Tx(conn, "postgresql", self.sealer)
-                    return body(conn, tx), tx.inserted
+                with self.space.refusals(), self._pool.connection() as conn:
+                    with conn.transaction():
+                        tx = Tx(conn, "postgresql", self.sealer)
+                        done = body(conn, tx), tx.inserted
+                    if tx.large:
+                        conn.close()  # its buffers grew to the value's size: the pool replaces it
+                    return done
             except Exception as exc:
                 if not _conflicted(exc) or attempt == CONFLICT_ATTEMPTS:
                     raise
@@ -576,7 +580,9 @@ class PostgresEngine:
                     results.append(result)
                 return results
             finally:
-                if not conn.broken:
+                if tx.large:
+                    conn.close()  # its buffers grew to the value's size: the pool replaces it
+                elif not conn.broken:
                     conn.autocommit = False  # as the pool's other users expect it
 
     def probe(self, renew: bool) -> None:

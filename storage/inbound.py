@@ -4,8 +4,10 @@ A message is stored with one job per destination (an email address or a URL) of 
 active forward it was addressed to, in the transaction that commits it, so the listener's
 250 means the work exists. The forwarder claims due jobs with leases (`FOR UPDATE SKIP
 LOCKED` on PostgreSQL), as delivery does: two nodes never run one job, and a dead node's
-leases lapse. The raw message is kept as base64 text: it may hold any octet, and one text
-column reads the same on both engines.
+leases lapse. The raw message is kept as it came (`content`, BYTEA), so storing it holds no
+second copy; rows from before migration 0026 have it as base64 text (`data`). Claiming
+jobs reads their messages without the content (`messages(..., content=False)`): the forwarder
+reads one message's content when its memory budget has room (`content`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ class InboundMessage:
     id: str
     envelope_from: str
     recipients: list[str]
-    data: bytes
+    data: bytes  # empty when read without the content
     received_at: datetime
+    size: int = 0  # octets of the message
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +83,19 @@ def insert_message(
     message_id = new_id()
     at = timestamp(now)
     tx.execute(
-        "INSERT INTO inbound_messages (id, envelope_from, recipients, data, size_bytes,"
-        " received_at) VALUES (:id, :sender, :rcpts, :data, :size, :at)",
+        "INSERT INTO inbound_messages (id, envelope_from, recipients, data, content, size_bytes,"
+        " received_at) VALUES (:id, :sender, :rcpts, '', :content, :size, :at)",
         {
             "id": message_id,
             "sender": envelope_from,
             "rcpts": to_json(list(recipients)),
-            "data": base64.b64encode(data).decode("ascii"),
+            "content": data if tx.inline_octets(data) else b"",
             "size": len(data),
             "at": at,
         },
     )
+    if not tx.inline_octets(data):
+        tx.write_octets("inbound_messages", "content", "id", message_id, data)
     tx.execute_many(
         "INSERT INTO forward_jobs (id, message_id, forward_id, workspace_id, original_to, kind,"
         " target, status, attempt, next_attempt_at, created_at, updated_at) VALUES (:id, :msg,"
@@ -114,15 +119,16 @@ def insert_message(
 
 
 def messages(
-    tx: Tx, message_ids: Sequence[str]
+    tx: Tx, message_ids: Sequence[str], *, content: bool = True
 ) -> tuple[dict[str, InboundMessage], dict[str, str]]:
-    """The messages with these ids, in one query; and why each of the others cannot be had
-    (gone, or a stored row that cannot be read)."""
+    """The messages with these ids, in one query (without their octets unless `content`);
+    and why each of the others cannot be had (gone, or a stored row that cannot be read)."""
     if not message_ids:
         return {}, {}
     names = {f"id{i}": message_id for i, message_id in enumerate(set(message_ids))}
     placeholders = ", ".join(f":{name}" for name in names)
-    rows = tx.all(f"SELECT * FROM inbound_messages WHERE id IN ({placeholders})", names)
+    columns = "*" if content else "id, envelope_from, recipients, size_bytes, received_at"
+    rows = tx.all(f"SELECT {columns} FROM inbound_messages WHERE id IN ({placeholders})", names)
     found: dict[str, InboundMessage] = {}
     missing = {message_id: "the inbound message is gone" for message_id in names.values()}
     for row in rows:
@@ -134,14 +140,28 @@ def messages(
     return found, missing
 
 
+def content_of(row: Row) -> bytes:
+    """The octets of a message row read with its `content` and `data` columns."""
+    if row["content"] is not None:
+        return bytes(row["content"])
+    return base64.b64decode(row["data"])  # stored before migration 0026
+
+
 def _message(row: Row) -> InboundMessage:
     return InboundMessage(
         id=row["id"],
         envelope_from=row["envelope_from"],
         recipients=from_json(row["recipients"]),
-        data=base64.b64decode(row["data"]),
+        data=content_of(row) if "content" in row else b"",
         received_at=parse_timestamp(row["received_at"]),
+        size=int(row["size_bytes"]),
     )
+
+
+def content(tx: Tx, message_id: str) -> bytes | None:
+    """The octets of one message, or None when it is gone."""
+    row = tx.octets("SELECT content, data FROM inbound_messages WHERE id = :id", {"id": message_id})
+    return None if row is None else content_of(row)
 
 
 def _job(row: Row) -> Job:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from storage import inbound
 from storage.codec import from_json, timestamp, to_json
 from storage.tx import Tx
 
@@ -207,14 +208,14 @@ def inbound_batch(
     """Rewrite the address out of the next inbound messages kept for this workspace's
     forwards (stored as base64, so read one by one rather than found with LIKE)."""
     rows = tx.all(
-        "SELECT m.id, m.envelope_from, m.recipients, m.data FROM inbound_messages m"
+        "SELECT m.id, m.envelope_from, m.recipients, m.data, m.content FROM inbound_messages m"
         " WHERE m.id > :after AND EXISTS (SELECT 1 FROM forward_jobs j"
         " WHERE j.message_id = m.id AND j.workspace_id = :ws) ORDER BY m.id LIMIT :limit",
         {"ws": workspace_id, "after": after, "limit": limit},
     )
     touched = 0
     for row in rows:
-        data = base64.b64decode(row["data"])
+        data = inbound.content_of(row)
         rewritten = rewrite(data)
         sender, recipients = rewrite(row["envelope_from"]), rewrite(row["recipients"])
         if (rewritten, sender, recipients) == (data, row["envelope_from"], row["recipients"]):
@@ -222,11 +223,11 @@ def inbound_batch(
         touched += 1
         tx.execute(
             "UPDATE inbound_messages SET envelope_from = :sender, recipients = :rcpts,"
-            " data = :data, size_bytes = :size WHERE id = :id",
+            " data = '', content = :content, size_bytes = :size WHERE id = :id",
             {
                 "sender": sender,
                 "rcpts": recipients,
-                "data": base64.b64encode(rewritten).decode("ascii"),
+                "content": rewritten,
                 "size": len(rewritten),
                 "id": row["id"],
             },

@@ -37,6 +37,15 @@ def count(tx: Tx, key: str, now: datetime, new_window_ends: datetime) -> tuple[i
     return int(row["attempts"]), parse_timestamp(row["window_ends"])
 
 
+def attempts(tx: Tx, key: str, now: datetime) -> int:
+    """The attempts counted under `key` in its window (0 when it has none, or it ended)."""
+    row = tx.one(
+        "SELECT attempts FROM rate_limits WHERE limit_key = :key AND window_ends > :now",
+        {"key": key, "now": timestamp(now)},
+    )
+    return 0 if row is None else int(row["attempts"])
+
+
 def forget(tx: Tx, key: str) -> None:
     """Drop a key's count (its window starts afresh at its next attempt)."""
     tx.execute("DELETE FROM rate_limits WHERE limit_key = :key", {"key": key})

@@ -19,6 +19,8 @@ Row = dict[str, Any]
 Params = Mapping[str, Any]
 Dialect = Literal["sqlite", "postgresql"]
 
+# Octets bound as one parameter at most, on SQLite; larger values are written in pieces.
+_INLINE_OCTETS = 1024 * 1024
 _NAMED_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -50,7 +52,7 @@ def _inserts(sql: str) -> bool:
 class Tx:
     """Runs statements inside the current transaction of one connection."""
 
-    __slots__ = ("_conn", "dialect", "inserted", "notes", "sealer")
+    __slots__ = ("_conn", "dialect", "inserted", "large", "notes", "sealer")
 
     def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer) -> None:
         self._conn = conn
@@ -60,6 +62,10 @@ class Tx:
         # Whether the unit stored new rows: what proves a full database has room again (an
         # UPDATE, such as a heartbeat, can fit in place while every insert is refused).
         self.inserted = False
+        # Whether the unit moved a value over _INLINE_OCTETS: libpq keeps its buffers as
+        # large as the largest message it carried, so the engine then closes the connection
+        # rather than keep that memory in the pool.
+        self.large = False
 
     def notify(self, topic: str) -> None:
         """Announce, once this unit of work is committed, that it made work of `topic`
@@ -76,6 +82,50 @@ class Tx:
             return
         with self._conn.pipeline():
             yield
+
+    def inline_octets(self, data: bytes) -> bool:
+        """Whether `data` may be bound as a parameter; if not, store a placeholder (an empty
+        value) and then `write_octets`. On SQLite a bound value stays copied in the cached
+        statement until it runs again: a 34 MiB message would be held for nothing."""
+        small = len(data) <= _INLINE_OCTETS
+        self.large = self.large or not small
+        return self.dialect != "sqlite" or small
+
+    def octets(self, sql: str, params: Params) -> Row | None:
+        """The first row of a query reading large values (bytes columns): fetched in binary
+        on PostgreSQL (in text, bytea comes as hex, twice its size)."""
+        if self.dialect == "sqlite":
+            row = self._conn.execute(sql, params).fetchone()
+        else:
+            with self._conn.cursor(binary=True) as cursor:
+                row = cursor.execute(self._sql(sql), params).fetchone()
+        if row is None:
+            return None
+        found = dict(row)
+        self.large = self.large or any(
+            isinstance(v, bytes | memoryview) and len(v) > _INLINE_OCTETS for v in found.values()
+        )
+        return found
+
+    def write_octets(self, table: str, column: str, key_column: str, key: str, data: bytes) -> None:
+        """Set `column` of the row whose `key_column` is `key` to `data`, in pieces on
+        SQLite (incremental blob I/O: nothing stays bound). The names are the code's own."""
+        if self.dialect != "sqlite":
+            self.execute(
+                f"UPDATE {table} SET {column} = :data WHERE {key_column} = :key",
+                {"data": data, "key": key},
+            )
+            return
+        self._conn.execute(
+            f"UPDATE {table} SET {column} = zeroblob(?) WHERE {key_column} = ?", (len(data), key)
+        )
+        rowid = self._conn.execute(
+            f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)
+        ).fetchone()[0]
+        view = memoryview(data)
+        with self._conn.blobopen(table, column, rowid) as blob:
+            for start in range(0, len(data), _INLINE_OCTETS):
+                blob.write(view[start : start + _INLINE_OCTETS])
 
     def _sql(self, sql: str) -> str:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql

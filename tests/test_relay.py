@@ -483,7 +483,7 @@ async def test_connections_over_the_limit_are_told_421_and_counted(nursery: trio
         "test",
         ("127.0.0.1", 0),
         policy,
-        lambda: InboundSession(cast(Runtime, None)),
+        lambda client: InboundSession(cast(Runtime, None)),
         tls=None,
         max_connections=1,
     )

@@ -23,6 +23,11 @@ slots, and the open connections, from one round to the next while another round 
 and gives them back with the outcomes of the last one; a node finding every slot taken
 elsewhere claims nothing and waits for a release.
 
+A round carries at most one submitted message larger than `LARGE`, read and built only once
+the process's memory budget has room for it (engine/message_memory.py); the recipients of
+other large ones go back for the next rounds (issue 28: large forwarded mail must not be
+held many times over at once).
+
 When nothing is due it sleeps until the next retry or until woken; after `IDLE_EXIT` with no
 work at all it returns, and the router starts it again when work arrives.
 """
@@ -33,7 +38,7 @@ import logging
 import ssl
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -75,6 +80,7 @@ from storage.suppressions import Suppression
 from storage.tx import Tx
 
 BATCH = 200
+LARGE = 1024 * 1024  # octets of a submitted message that make it one round's large one
 CONNECTIONS = policies.DEFAULT_CONNECTIONS  # per destination across every node, by default
 IDLE_EXIT = timedelta(minutes=5)
 SLOTS_POLL = timedelta(seconds=1)  # all slots taken elsewhere: look again at least this often
@@ -304,6 +310,7 @@ class DomainQueue:
         # The router's rounds this queue holds; any still held when it stops (a round cut
         # short by cancellation or an error) are given back, so the router never loses them.
         self._round_tokens: set[object] = set()
+        self._round_memory: dict[object, int] = {}  # a round's share of the memory budget
 
     def wake(self) -> None:
         self._woken.set()
@@ -394,7 +401,9 @@ class DomainQueue:
         by_email: dict[str, list[Recipient]] = defaultdict(list)
         for recipient in claim.recipients:
             by_email[recipient.email_id].append(recipient)
-        data = await self._rt.db.read(delivery.load_round, claim.recipients)
+        data = await self._rt.db.read(delivery.load_round, claim.recipients, LARGE)
+        if data.large:
+            data = await self._take_large(data, by_email, token)
         links = LinkSettings(self._rt.public_url, self._rt.secret_key)
         built = await trio.to_thread.run_sync(
             build_all, [(email, domain) for email, domain, _ in data.emails], links
@@ -415,8 +424,35 @@ class DomainQueue:
                 else:
                     recipients.append(recipient)
             if recipients and isinstance(message, WireMessage):
-                work.append(_Transfer(email, recipients, message))
+                # The submitted message is in the built one now: not kept twice.
+                work.append(_Transfer(replace(email, raw=None), recipients, message))
         return _Prepared(claim, outcome, work, token)
+
+    async def _take_large(
+        self, data: delivery.RoundData, by_email: dict[str, list[Recipient]], token: object
+    ) -> delivery.RoundData:
+        """Keep one submitted message larger than LARGE in the round, read once the
+        process's memory budget has room for it (held until the round ends, with its
+        `token`); the recipients of the others go back, due at once, for the next rounds:
+        eight 34 MiB messages are never read, built and signed at once."""
+        kept = next(iter(data.large))
+        put_back = [r for i in data.large if i != kept for r in by_email[i]]
+        if put_back:
+            await self._rt.db.write(emails.give_back, put_back, self._rt.node)
+        memory = self._rt.message_memory
+        cost = memory.cost(data.large[kept])
+        await memory.acquire(cost)
+        self._round_memory[token] = cost
+        raw = await self._rt.db.read(emails.raw_of, kept)
+        return replace(
+            data,
+            emails=[
+                (replace(email, raw=raw) if email.id == kept else email, domain, late)
+                for email, domain, late in data.emails
+                if email.id == kept or email.id not in data.large
+            ],
+            large={},
+        )
 
     # -- sending and recording ---------------------------------------------------------
 
@@ -508,6 +544,7 @@ class DomainQueue:
         return token
 
     def _give_round(self, token: object) -> None:
+        self._rt.message_memory.release(self._round_memory.pop(token, 0))
         self._round_tokens.discard(token)
         self._rounds_in_flight.release_on_behalf_of(token)
 

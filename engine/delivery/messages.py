@@ -48,7 +48,8 @@ def as_given(email: Email) -> bytes:
         raise ValueError("the email has no submitted message")
     data = to_crlf(email.raw)
     end = data.find(b"\r\n\r\n")
-    header, body = (data, b"") if end < 0 else (data[: end + 2], data[end + 2 :])
+    # The body as a view: it is copied once, into the message returned.
+    header, body = (data, b"") if end < 0 else (data[: end + 2], memoryview(data)[end + 2 :])
     kept: list[bytes] = []
     names: set[bytes] = set()
     dropping = False
@@ -67,7 +68,7 @@ def as_given(email: Email) -> bytes:
         added.append(f"Message-ID: {email.message_id}\r\n".encode())
     if b"date" not in names:
         added.append(f"Date: {format_datetime(email.created_at)}\r\n".encode())
-    return b"".join(added + kept) + body
+    return b"".join([*added, *kept, body])
 
 
 def signed(message: bytes, domain: Domain) -> bytes:

@@ -2,7 +2,8 @@
 
 Work lives in the database (`forward_jobs`, written with the message before the inbound
 server answered 250) and is claimed with leases, so a restart resumes it and two nodes never
-run one job. An email destination becomes an email of the forward's workspace through
+run one job. A job reads its message's content only once the process's memory budget has
+room for it (engine/message_memory.py). An email destination becomes an email of the forward's workspace through
 `raw_mail.store_raw` (source "forward"), in the same unit of work as the job's outcome and
 its log entry, so a copy is queued exactly once; delivery then signs it with the forward
 domain's key and sends it from that email's bounce address. A destination address on the
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def _claim(tx: Tx, now: datetime, node: str, limit: int) -> Claimed[Work]:
     policy = faults.policy(now)
     claimed = inbound.claim_due(tx, now, now + LEASE, node, limit, policy)
     jobs = claimed.items
-    stored, missing = inbound.messages(tx, [job.message_id for job in jobs])
+    # Without their content: a claim of 200 jobs must not read 200 large messages at once.
+    stored, missing = inbound.messages(tx, [job.message_id for job in jobs], content=False)
     unreadable = [Fault(j.id, missing[j.message_id]) for j in jobs if j.message_id in missing]
     quarantined = inbound.JOBS.record_faults(tx, unreadable, now, policy)
     return Claimed(
@@ -121,7 +123,12 @@ def _email_one(
 def _emailed(
     tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int
 ) -> RawMail | None:
-    queued = _email_one(tx, job, message, now, shard)
+    data = inbound.content(tx, message.id)
+    if data is None:  # gone since the claim (retention): nothing to send
+        reason = "the inbound message is gone"
+        inbound.record_outcomes(tx, [Outcome(job.id, "failed", None, reason)], now)
+        return None
+    queued = _email_one(tx, job, replace(message, data=data), now, shard)
     inbound.finish(tx, [job.message_id])
     return queued
 
@@ -162,6 +169,11 @@ class Forwarder:
 
     async def work(self, item: Work) -> None:
         job, message = item
+        # The message is read whole and copied once: wait for room in the process's budget.
+        async with self._rt.message_memory.holding(self._rt.message_memory.cost(message.size)):
+            await self._work(job, message)
+
+    async def _work(self, job: Job, message: InboundMessage) -> None:
         if job.kind == "email":
             rt = self._rt
             queued = await rt.db.write(_emailed, job, message, rt.clock.now(), rt.usage_shard)
@@ -170,7 +182,12 @@ class Forwarder:
             else:
                 self._counts["emailed"] += 1
             return
-        outcome = await self._attempt(job, message)
+        data = await self._rt.db.read(inbound.content, message.id)
+        if data is None:
+            outcome = Outcome(job.id, "failed", None, "the inbound message is gone")
+        else:
+            message = replace(message, data=data)
+            outcome = await self._attempt(job, message)
         await self._rt.db.write(_posted, job, message, outcome, self._rt.clock.now())
 
     async def _attempt(self, job: Job, message: InboundMessage) -> Outcome:

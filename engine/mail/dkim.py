@@ -82,9 +82,9 @@ def sign(
         message += b"\r\n"
     end_of_header = message.find(b"\r\n\r\n")
     if end_of_header == -1:
-        header_block, body = message, b""
+        header_block, body_start = message, len(message)
     else:
-        header_block, body = message[: end_of_header + 2], message[end_of_header + 4 :]
+        header_block, body_start = message[: end_of_header + 2], end_of_header + 4
     fields = relaxed_header(header_block)
     signed = [name.lower().encode() for name in SIGNED_HEADERS]
     signed = [name for name in signed if name in fields]
@@ -100,7 +100,7 @@ def sign(
     ]
     if timestamp is not None:
         tags.append((b"t", str(int(timestamp.timestamp())).encode()))
-    body_hash = hashlib.sha256(relaxed_body(body)).digest()
+    body_hash = _body_hash(message, body_start)
     tags += [(b"h", b" : ".join(signed)), (b"bh", base64.b64encode(body_hash))]
     # Folded before hashing: what is hashed is the header exactly as sent, minus b='s value
     # (empty here), canonicalised like the others but without its CRLF (RFC 6376 3.7).
@@ -157,6 +157,21 @@ def relaxed_header(header_block: bytes) -> dict[bytes, bytes]:
 def _relaxed_value(value: bytes) -> bytes:
     """An unfolded field value in relaxed canonical form (the line ends already removed)."""
     return _WHITESPACE_RUN.sub(b" ", _LINE_END.sub(b"", value)).strip()
+
+
+def _body_hash(message: bytes, start: int) -> bytes:
+    """The SHA-256 of the relaxed body of `message` (from `start`), without copying it when
+    it needs no change but its trailing empty lines (base64 attachments never do): a large
+    message is then hashed where it lies."""
+    if any(message.find(run, start) >= 0 for run in (b"\t", b"  ", b" \r\n")):
+        return hashlib.sha256(relaxed_body(message[start:])).digest()
+    end = len(message)
+    while end - 2 >= start and message.startswith(b"\r\n", end - 2):
+        end -= 2
+    hasher = hashlib.sha256(memoryview(message)[start:end])
+    if end > start:
+        hasher.update(b"\r\n")
+    return hasher.digest()
 
 
 def relaxed_body(body: bytes) -> bytes:

@@ -71,7 +71,7 @@ def forwarded_copy(data: bytes, source: str, destination: str) -> bytes:
     trace = (f"X-Original-To: {source}\r\nX-Forwarded-For: {source} {destination}\r\n").encode(
         "ascii"
     )
-    return trace + header + data[end:]
+    return b"".join([trace, header, memoryview(data)[end:]])  # the body copied once
 
 
 def _decoded(name: str, raw: str) -> str:

@@ -1,7 +1,9 @@
 """The rules of SMTP submission: who may send what through the relay, once authenticated.
 
 The same rules as the API, applied at the SMTP step where a client can best be told:
-- AUTH reads the credential with the domain's active senders and the month's volume in
+- AUTH is refused unchecked (454) once the username or the client address has failed too
+  often (engine/accounts/login_limits.py: failures counted in the database, on every node);
+  otherwise it reads the credential with the domain's active senders and the month's volume in
   one unit of work (`authenticate`), so MAIL FROM is checked without the database: it must
   be an active registered sender on the credential's verified domain, and the plan's
   monthly volume must have room. Both are checked again, against the database of the
@@ -35,6 +37,7 @@ from typing import Any
 import outcome
 
 from engine import plans
+from engine.accounts import login_limits
 from engine.accounts import smtp_credentials as credentials
 from engine.errors import Conflict
 from engine.mail import address_list
@@ -56,6 +59,11 @@ RECHECK_AFTER = timedelta(seconds=1)
 @dataclass(frozen=True, slots=True)
 class Accepted:
     email_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TooManyFailures:
+    """AUTH refused without a look at the password: too many failures (the relay: 454)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +113,35 @@ def _candidates(tx: Tx, username: str, now: datetime) -> list[Submitter]:
     ]
 
 
-async def authenticate(rt: Runtime, username: str, password: str) -> Submitter | None:
+def _limited_candidates(
+    tx: Tx, name: str | None, who: login_limits.Attempt, now: datetime
+) -> tuple[bool, int, list[Submitter]]:
+    refused, failures = login_limits.relay_failures(tx, who, now)
+    if refused or name is None:
+        return refused, failures, []
+    return refused, failures, _candidates(tx, name, now)
+
+
+async def authenticate(
+    rt: Runtime, username: str, password: str, client: str | None
+) -> Submitter | TooManyFailures | None:
     """The connection's submitter for these credentials, or None (the relay says 535 for
-    unknown, wrong, deactivated, and a credential whose domain is gone or unverified)."""
+    unknown, wrong, deactivated, and a credential whose domain is gone or unverified), or
+    TooManyFailures when the username or the client address `client` failed too often."""
+    who = login_limits.relay_attempt(username, client)
+    now = rt.clock.now()
     name = credentials.usable_username(username)
-    if name is None or not password:
-        return None
-    candidates = await rt.db.read(_candidates, name, rt.clock.now())
-    login = credentials.match([c.login for c in candidates], password)
+    refused, failures, candidates = await rt.db.read(_limited_candidates, name, who, now)
+    if refused:
+        return TooManyFailures()
+    login = None
+    if password:
+        login = credentials.match([c.login for c in candidates], password)
     if login is None or not login.domain_verified:
+        await rt.db.write(login_limits.relay_failed, who, now)
         return None
+    if failures:
+        await rt.db.write(login_limits.succeeded, who)
     return next(c for c in candidates if c.login is login)
 
 

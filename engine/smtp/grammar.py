@@ -129,7 +129,12 @@ def check_helo_name(name: str) -> str:
 
 
 def to_crlf(data: bytes) -> bytes:
-    """``data`` with every line ending (CRLF, a bare CR, a bare LF) made CRLF."""
+    """``data`` with every line ending (CRLF, a bare CR, a bare LF) made CRLF; ``data``
+    itself, not a copy, when it has only CRLF already (what SMTP brought in: a large
+    message is not held twice for nothing)."""
+    crlf = data.count(b"\r\n")
+    if data.count(b"\r") == crlf and data.count(b"\n") == crlf:
+        return data
     return _LINE_ENDING.sub(b"\r\n", data)
 
 

@@ -98,6 +98,9 @@ S354_START_DATA = SmtpReply.of(354, "End data with <CR><LF>.<CR><LF>")
 S421_SHUTTING_DOWN = SmtpReply.of(421, "4.3.2 Service shutting down, closing channel")
 S421_TIMEOUT = SmtpReply.of(421, "4.4.2 Timeout, closing channel")
 S421_TOO_MANY_ERRORS = SmtpReply.of(421, "4.7.0 Too many errors, closing channel")
+S421_TOO_MANY_COMMANDS = SmtpReply.of(
+    421, "4.7.0 Too many commands without a message, closing channel"
+)
 S450_MAILBOX_BUSY = SmtpReply.of(450, "4.2.0 Mailbox unavailable, try again later")
 S451_LOCAL_ERROR = SmtpReply.of(451, "4.3.0 Local error in processing, try again later")
 S451_DATABASE_UNAVAILABLE = SmtpReply.of(
@@ -106,6 +109,9 @@ S451_DATABASE_UNAVAILABLE = SmtpReply.of(
 S452_TOO_MANY_RECIPIENTS = SmtpReply.of(452, "4.5.3 Too many recipients")
 S452_STORAGE_FULL = SmtpReply.of(452, "4.3.1 Insufficient system storage, try again later")
 S454_TLS_UNAVAILABLE = SmtpReply.of(454, "4.7.0 TLS not available")
+S454_TOO_MANY_AUTH_FAILURES = SmtpReply.of(
+    454, "4.7.0 Too many failed authentications, try again later"
+)
 
 # Permanent: the client erred or the request is refused for good
 S500_UNRECOGNIZED = SmtpReply.of(500, "5.5.2 Command not recognized")

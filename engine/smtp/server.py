@@ -24,6 +24,8 @@ Rules that keep it safe:
   dropped, and input is ignored until `tls_started`, which resets the session to before
   EHLO.
 - AUTH is offered and accepted only under TLS unless the policy allows it in plaintext.
+- A connection cannot be kept open by talk alone: more than `MAX_JUNK` commands that move
+  no mail between two accepted messages end it with 421, as `MAX_ERRORS` refusals do.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from engine.smtp.replies import (
     S334_PASSWORD,
     S334_USERNAME,
     S354_START_DATA,
+    S421_TOO_MANY_COMMANDS,
     S421_TOO_MANY_ERRORS,
     S452_TOO_MANY_RECIPIENTS,
     S454_TLS_UNAVAILABLE,
@@ -81,6 +84,10 @@ from engine.smtp.replies import (
 MAX_COMMAND_LINE = 512  # octets with CRLF (RFC 5321 4.5.3.1.4)
 MAX_DATA_LINE = 1000  # octets with CRLF (4.5.3.1.6)
 MAX_ERRORS = 20  # refused commands before the server hangs up (421)
+# Commands that move no mail (NOOP, RSET, VRFY, HELP, EHLO/HELO, unknown ones) allowed
+# between two accepted messages: they only keep a connection open. Postfix starts counting
+# them as errors after 100 (smtpd_junk_command_limit); 20 leaves a real client ample room.
+MAX_JUNK = 20
 
 # A path: "<" then no angle brackets, spaces or controls, ">" (a source route "@a,@b:" is
 # allowed and ignored, RFC 5321 3.3). Non-ASCII needs SMTPUTF8, which is not offered.
@@ -121,7 +128,8 @@ class RcptTo:
 @dataclass(frozen=True, slots=True)
 class MessageData:
     """Request: the message content, dot-unstuffed, CRLF line endings, for the accepted
-    recipients; answer 250 only once it is stored. The transaction ends either way."""
+    recipients; answer 250 only once it is stored. The transaction ends either way.
+    `data` is what came after the last `take_message_data`: all of it if none was taken."""
 
     mail_from: str
     recipients: tuple[str, ...]
@@ -194,6 +202,7 @@ class SmtpServer:
         self._eof = False
         self._skipping_line = False  # discarding the rest of an over-long command line
         self._errors = 0
+        self._junk = 0  # commands that moved no mail since the last accepted message
         self._tls_active = tls_active
         self._authenticated: str | None = None
         self._pending: Request | None = None
@@ -240,6 +249,16 @@ class SmtpServer:
         self._authenticated = None
         self._reset()
         self._state = _S.CONNECTED
+
+    @property
+    def message_bytes_held(self) -> int:
+        """Octets of the message being received that the machine holds (0 outside DATA)."""
+        return self._data.held if self._state is _S.DATA else 0
+
+    def take_message_data(self) -> bytes:
+        """During DATA: the message content received so far, handed over (to be spooled);
+        the machine keeps none of it, and `MessageData` carries only what follows."""
+        return self._data.take() if self._state is _S.DATA else b""
 
     def close_with(self, reply: SmtpReply) -> None:
         """The server hangs up with `reply` (a 421: time-out, shutting down, too busy)."""
@@ -295,6 +314,8 @@ class SmtpServer:
             self._state = _S.RCPT
         elif isinstance(request, MessageData):
             self._reset()
+            if reply.is_success:
+                self._junk = 0
         if reply.code == 421:
             self._state = _S.CLOSED
 
@@ -332,6 +353,11 @@ class SmtpServer:
         verb = verb.upper()
         argument = argument.strip()
         handler = self._HANDLERS.get(verb)
+        if handler is None or verb in _JUNK:
+            self._junk += 1
+            if self._junk > MAX_JUNK:
+                self.close_with(S421_TOO_MANY_COMMANDS)
+                return None
         if handler is None:
             self._refuse(S500_UNRECOGNIZED)
             return None
@@ -596,6 +622,9 @@ class SmtpServer:
             self.close_with(S421_TOO_MANY_ERRORS)
 
 
+_JUNK = frozenset({"NOOP", "RSET", "VRFY", "HELP", "EHLO", "HELO", "EXPN", "BDAT"})
+
+
 def _b64(line: str) -> str | None:
     if line == "=":  # an empty initial response (RFC 4954 4)
         return ""
@@ -617,6 +646,7 @@ class _DataReader:
 
     def start(self) -> None:
         self._parts: list[bytes] = []
+        self.held = 0  # octets in _parts
         self._size = 0
         self._problem: SmtpReply | None = None
         self._line_start = True  # the buffer starts at the beginning of a line
@@ -631,7 +661,7 @@ class _DataReader:
         if end >= 0:
             self._take(bytes(buffer[:end]))
             del buffer[:after]
-            data = b"".join(self._parts)
+            data = self.take()
             problem = self._problem
             self.start()
             return data, problem
@@ -668,8 +698,17 @@ class _DataReader:
         if self._line_start and unstuffed.startswith(b"."):
             unstuffed = unstuffed[1:]
         self._parts.append(unstuffed)
+        self.held += len(unstuffed)
+
+    def take(self) -> bytes:
+        """The unstuffed data kept so far, handed over and forgotten."""
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        self._parts = []
+        self.held = 0
+        return data
 
     def _fail(self, problem: SmtpReply) -> None:
         if self._problem is None:
             self._problem = problem
         self._parts = []
+        self.held = 0
