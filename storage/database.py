@@ -195,6 +195,11 @@ class Database:
             self._deliver_notes()
         return result
 
+    async def checkpoint(self) -> None:
+        """Empty SQLite's write-ahead log into the database file (after an erasure, so no old
+        page holding what was erased stays in the log); nothing on PostgreSQL."""
+        await trio.to_thread.run_sync(self._engine.checkpoint)
+
     def use_master_key(self, sealer: Sealer) -> None:
         """Seal and unseal secrets at rest with `sealer` from now on (set once at start-up)."""
         self._engine.sealer = sealer

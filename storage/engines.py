@@ -162,6 +162,11 @@ class StorageEngine(Protocol):
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any: ...
 
+    def checkpoint(self) -> None:
+        """Move what the write-ahead log holds into the database and empty the log, where the
+        engine's files are its own (SQLite); nothing where they are not (PostgreSQL)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -312,6 +317,9 @@ class SQLiteEngine:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
+        # Deleted and overwritten content is zeroed, not left in free space where a rewrite
+        # (an erasure) would not reach it.
+        conn.execute("PRAGMA secure_delete=ON")
         return conn
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
@@ -408,6 +416,10 @@ class SQLiteEngine:
                     conn.execute("COMMIT")
         finally:
             self._readers.put(conn)
+
+    def checkpoint(self) -> None:
+        with self._write_lock, self._other_processes_wait():
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close(self) -> None:
         if self._writers_file is not None:
@@ -544,6 +556,9 @@ class PostgresEngine:
             finally:
                 if not conn.broken:
                     conn.autocommit = False  # as the pool's other users expect it
+
+    def checkpoint(self) -> None:
+        return  # the server's files and its write-ahead log are PostgreSQL's to manage
 
     def close(self) -> None:
         if self._listener is not None:
