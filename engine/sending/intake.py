@@ -252,7 +252,8 @@ def attempt_suppressed(
             suppressions.open_override_window(tx, workspace_id, email, now)
         if verdict is not Verdict.ALLOW_ONCE and rejection is None:
             rejection = (
-                "a recipient's address was erased on request: it is never sent to again"
+                "a recipient is suppressed: its address was erased on request and is never"
+                " sent to again"
                 if reason == suppressions.ERASED
                 else f"{email} is suppressed ({reason}); a retry within 24 hours of the first"
                 " rejection is delivered once"
