@@ -318,7 +318,7 @@ class SQLiteEngine:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
         # Deleted and overwritten content is zeroed, not left in free space where a rewrite
-        # (an erasure) would not reach it.
+        # (an erasure) would not reach it. Debian's SQLite is built with it on; others not.
         conn.execute("PRAGMA secure_delete=ON")
         return conn
 
