@@ -22,7 +22,7 @@ import binascii
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -94,9 +94,10 @@ class Erasure:
     workspace_id: str
     address: str
     replacement: str
+    rewrite: Rewrite = field(init=False, repr=False, compare=False)
 
-    def rewrite(self, value: Any) -> Any:
-        return rewriter(self.replacement, self.address)(value)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rewrite", rewriter(self.replacement, self.address))
 
     @property
     def params(self) -> dict[str, str]:
@@ -107,11 +108,20 @@ class Erasure:
 # One batch of a pass: (tx, erasure, after, limit) -> Batch.
 Pass = Callable[[Tx, Erasure, str, int], Batch]
 
+# The address only where it stands whole: not the end of a longer one (`joann@x.org` when
+# erasing `ann@x.org`; the characters that commonly make local parts) nor on a longer label
+# (`ann@x.organic`). Followed by a dot it is erased: that may be `ann@x.org.uk`, but it is as
+# often a sentence's end or a file name (`ann@x.org.pdf`), and erasing too much is the safe
+# side.
+_BEFORE = r"(?<![A-Za-z0-9._+-])"
+_AFTER = r"(?![A-Za-z0-9-])"
+
 
 def rewriter(replacement: str, address: str) -> Rewrite:
-    """The function that replaces `address` (any case) by `replacement` in text or bytes."""
-    pattern = re.compile(re.escape(address), re.IGNORECASE)
-    raw = re.compile(re.escape(address.encode()), re.IGNORECASE)
+    """The function that replaces `address` (any case, standing whole) by `replacement` in
+    text or bytes."""
+    pattern = re.compile(_BEFORE + re.escape(address) + _AFTER, re.IGNORECASE)
+    raw = re.compile((_BEFORE + re.escape(address) + _AFTER).encode(), re.IGNORECASE)
 
     def text(value: Any) -> Any:
         if isinstance(value, str):
@@ -185,6 +195,7 @@ def emails_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
     rewrite = erasure.rewrite
     columns = ", ".join(_EMAIL_TEXT_COLUMNS)
     sets = ", ".join(f"{c} = :{c}" for c in _EMAIL_TEXT_COLUMNS)
+    touched = 0
     for email_id in ids:
         row = tx.one(
             f"SELECT {columns} FROM emails WHERE id = :id AND workspace_id = :ws",
@@ -192,14 +203,15 @@ def emails_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
         )
         if row is None:
             continue
-        tx.execute(
-            f"UPDATE emails SET {sets} WHERE id = :id",
-            {**{c: rewrite(row[c]) for c in _EMAIL_TEXT_COLUMNS}, "id": email_id},
-        )
-        tx.execute(
+        rewritten = {c: rewrite(row[c]) for c in _EMAIL_TEXT_COLUMNS}
+        was_recipient = tx.execute(
             "UPDATE email_recipients SET address = :ph WHERE email_id = :id AND address = :e",
             {"ph": erasure.replacement, "id": email_id, "e": erasure.address},
         )
+        if not was_recipient and all(rewritten[c] == row[c] for c in _EMAIL_TEXT_COLUMNS):
+            continue  # LIKE found a longer address that holds this one: not its email
+        touched += 1
+        tx.execute(f"UPDATE emails SET {sets} WHERE id = :id", {**rewritten, "id": email_id})
         for recipient in tx.all(
             "SELECT address, last_response, last_fault FROM email_recipients WHERE email_id = :id",
             {"id": email_id},
@@ -232,7 +244,7 @@ def emails_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
                 "UPDATE raw_messages SET data = :data WHERE email_id = :id",
                 {"data": rewrite(raw["data"]), "id": email_id},
             )
-    return _batch(ids, limit, len(ids))
+    return _batch(ids, limit, touched)
 
 
 def _rows_pass(
@@ -256,7 +268,12 @@ def _rows_pass(
             f" AND ({where}) AND {key} > :after ORDER BY {key} LIMIT :limit",
             {**erasure.params, "after": after, "limit": limit},
         )
+        touched = 0
         for row in rows:
+            rewritten = {c: erasure.rewrite(row[c]) for c in columns}
+            if all(rewritten[c] == row[c] for c in columns):
+                continue  # LIKE found a longer address that holds this one: not its row
+            touched += 1
             if delete:
                 tx.execute(
                     f"DELETE FROM {table} WHERE {scope} AND {key} = :row_key",
@@ -266,13 +283,9 @@ def _rows_pass(
             sets = ", ".join(f"{c} = :{c}" for c in columns)
             tx.execute(
                 f"UPDATE {table} SET {sets} WHERE {scope} AND {key} = :row_key",
-                {
-                    **{c: erasure.rewrite(row[c]) for c in columns},
-                    "ws": erasure.workspace_id,
-                    "row_key": row["row_key"],
-                },
+                {**rewritten, "ws": erasure.workspace_id, "row_key": row["row_key"]},
             )
-        return _batch([str(row["row_key"]) for row in rows], limit, len(rows))
+        return _batch([str(row["row_key"]) for row in rows], limit, touched)
 
     return batch
 

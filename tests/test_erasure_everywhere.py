@@ -235,7 +235,19 @@ async def test_the_kept_hash_is_keyed_and_bad_input_is_422(
         assert refused.json()["errors"][0]["loc"] == ["body", "email"]
     assert (await client.get(f"/v1/contacts/{listed['id']}")).json()["contact_count"] == 1
 
+    # Only the address standing whole is erased, and only what held it is counted.
+    texts = [f"Ask {ANN} or jo{ANN}.", f"Ask jo{ANN} or {ANN}s"]
+    templates = []
+    for text in texts:
+        made = await client.post("/v1/templates/", json={"name": "t", "text_body": text})
+        assert made.status_code == 201, made.text
+        templates.append(made.json()["id"])
+
     erased = (await client.post("/v1/privacy/erase", json={"email": ANN})).json()
+    assert erased["contacts"] == 1 and erased["templates"] == 1
+    stand_in = f"erased-{erased['suppression_hash'].split(':')[1][:16]}@erased.invalid"
+    kept = [(await client.get(f"/v1/templates/{t}")).json()["text_body"] for t in templates]
+    assert kept == [f"Ask {stand_in} or jo{ANN}.", texts[1]]
     ws = account.workspace_id
     plain = hashlib.sha256(f"{ws}:{ANN}".encode()).hexdigest()
     assert erased["suppression_hash"].startswith("hmac-sha256:")
