@@ -185,6 +185,9 @@ async def test_erasure_leaves_the_address_in_no_table_and_no_file(
         again = await client.post("/v1/emails/", json=sends[3] | {"to": [{"email": ANN}]})
         assert again.json()["status"] == "rejected", again.text
         assert ANN not in again.text
+    async with mcp_client(service, account.api_key) as agent:
+        preview = await call(agent, "send_email", **draft)
+        assert preview["confirmation_token"] is None and preview["issues"]
     clock.jump(3600 + 20)  # the complaint that was due: gone with the outcome
     await trio.sleep(0.5)
 
