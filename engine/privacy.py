@@ -20,6 +20,8 @@ import trio.lowlevel
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.runtime import Principal, Runtime
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
 from storage import privacy
 from storage.tx import Tx
 
@@ -49,7 +51,10 @@ async def erase(rt: Runtime, who: Principal, address: str) -> Erased:
     address = normalize_email(address.strip(), "email")
     ws = who.workspace_id
     hashed: str = await rt.db.write(privacy.keep_suppressed, ws, address, rt.clock.now())
-    erasure = privacy.Erasure(ws, address, privacy.placeholder(hashed))
+    cancel = statuses.recipients_move(Trigger.CANCEL, (*statuses.WAITING, statuses.HELD))
+    erasure = privacy.Erasure(
+        ws, address, privacy.placeholder(hashed), cancel, statuses.SUMMARISE, rt.clock.now()
+    )
     contacts: int = await rt.db.write(privacy.erase_contacts, ws, address)
     touched: dict[str, int] = {}
     for name, batch in privacy.PASSES:

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from storage.codec import contains, from_json, timestamp, to_json
+from storage import emails
+from storage.codec import contains, from_json, in_list, timestamp, to_json
+from storage.emails import Move, Summary
 from storage.tx import Tx
 
 PLACEHOLDER_DOMAIN = "erased.invalid"
@@ -94,6 +96,11 @@ class Erasure:
     workspace_id: str
     address: str
     replacement: str
+    # The engine's rules: the move that cancels a recipient still to be tried (the address
+    # is suppressed, its placeholder is no one's), and how its email is then summarised.
+    cancel: Move
+    summary: Summary
+    now: datetime
     rewrite: Rewrite = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -181,7 +188,8 @@ def emails_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
     """Rewrite the next emails that name the address anywhere in their fields (a recipient,
     the author of a forwarded copy, a reply-to, a mention in the subject or a body): fields,
     recipients and their servers' replies, attachments, the raw message; the sandbox's
-    captured copies (test mail) are deleted whole."""
+    captured copies (test mail) are deleted whole. A recipient still to be tried (queued,
+    deferred, scheduled, held) is cancelled first, and its email summarised again."""
     ids = [
         str(row["id"])
         for row in tx.all(
@@ -204,6 +212,14 @@ def emails_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
         if row is None:
             continue
         rewritten = {c: rewrite(row[c]) for c in _EMAIL_TEXT_COLUMNS}
+        waiting, waiting_params = in_list("s", erasure.cancel.from_)
+        cancelled = tx.execute(
+            "UPDATE email_recipients SET status = :to, next_attempt_at = NULL"
+            f" WHERE email_id = :id AND address = :e AND status IN ({waiting})",
+            {"to": erasure.cancel.to, "id": email_id, "e": erasure.address, **waiting_params},
+        )
+        if cancelled:
+            emails.summarise(tx, [email_id], erasure.now, erasure.summary)
         was_recipient = tx.execute(
             "UPDATE email_recipients SET address = :ph WHERE email_id = :id AND address = :e",
             {"ph": erasure.replacement, "id": email_id, "e": erasure.address},

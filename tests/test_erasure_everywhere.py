@@ -215,6 +215,27 @@ async def test_an_erased_address_is_never_overridden(
     assert smtp_sink.messages == []
 
 
+async def test_mail_still_to_be_tried_is_cancelled_by_erasure(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "erase.example")
+    smtp_sink.fail_first(ANN, 5, code=451)
+    sent = (await account.client.post("/v1/emails/", json=message([ANN, BOB]))).json()
+    await wait_for_status(account, sent["id"], ("deferred",))
+    assert (await account.client.post("/v1/privacy/erase", json={"email": ANN})).json()[
+        "emails"
+    ] == 1
+    email = await wait_for_status(account, sent["id"])
+    assert email["status"] == "delivered"  # to Bob; Ann's part is cancelled, not pending
+    assert {r["status"] for r in email["recipients"]} == {"delivered", "cancelled"}
+    clock.jump(3600)  # past every back-off step that could still come
+    await trio.sleep(0.3)
+    assert [m.rcpt_to for m in smtp_sink.messages] == [(BOB,)]
+    detail = await account.client.get(f"/v1/emails/{sent['id']}")
+    assert ANN not in detail.text
+
+
 def _plant_legacy_erasure(tx: Tx, workspace_id: str, address: str) -> None:
     digest = hashlib.sha256(f"{workspace_id}:{address}".encode()).hexdigest()
     tx.execute(
