@@ -67,11 +67,6 @@ def legacy_hash(workspace_id: str, address: str) -> str:
     return LEGACY_PREFIX + digest
 
 
-def is_erasure(stored: str) -> bool:
-    """Whether a suppression list entry is an erased address's hash, not an address."""
-    return stored.startswith((HASH_PREFIX, LEGACY_PREFIX))
-
-
 def placeholder(hashed: str) -> str:
     """The address that stands in for an erased one wherever it was written."""
     digest = hashed.partition(":")[2]
