@@ -2,7 +2,8 @@
 
 Routes are private unless marked `@public`. Cookie sessions must prove same origin on unsafe
 methods (CSRF): their `Origin` header must equal the public URL's origin. Platform-admin
-routes additionally need `is_admin` and a re-authentication less than five minutes old.
+routes additionally need `is_admin` and a re-authentication less than five minutes old. A
+sandbox test key reaches only what api/test_keys.py allows it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 from quart import Quart, Response, current_app, g, request
 
+from api import test_keys
 from engine.accounts import users
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
@@ -105,7 +107,11 @@ def install(app: Quart, rt: Runtime) -> None:
             return
         authorization = request.headers.get("Authorization")
         if authorization is not None:
-            g.principal = await authenticate_key(rt, bearer_credential(authorization))
+            who = await authenticate_key(rt, bearer_credential(authorization))
+            if who.test_key:
+                changes = request.method not in _SAFE_METHODS
+                test_keys.refuse_outside_sandbox(endpoint or "", changes)
+            g.principal = who
             return
         token = request.cookies.get(SESSION_COOKIE)
         if token is None and getattr(view, "_postroom_credential_optional", False):

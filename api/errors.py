@@ -3,7 +3,8 @@
 Engine errors map to statuses by type; HTTP errors raised by Quart (unknown route, wrong
 method, body too large) get the same body, so no client ever sees an HTML error page. A
 database with no room left is 507 `storage_full` with `Retry-After`: nothing was stored, and
-the same request can succeed once space returns.
+the same request can succeed once space returns. A database that cannot be reached is 503
+`database_unavailable` with `Retry-After`, answered at once while storage knows it is gone.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from engine.errors import (
     Unauthorized,
     Unprocessable,
 )
-from storage.errors import is_outage
+from storage.errors import DatabaseUnreachable, is_outage
 
 log = logging.getLogger("postroom.api")
 
@@ -100,7 +101,8 @@ def answer_of(exc: Exception) -> ErrorAnswer:
         status = exc.code or 500
         answer = _answer(status, http_error_code(status), exc.description or exc.name)
     elif is_outage(exc):  # not a bug of ours: the client may try again shortly
-        log.error("database unavailable: %s", exc)
+        if not isinstance(exc, DatabaseUnreachable):  # that one storage logs once, not per call
+            log.error("database unavailable: %s", exc)
         answer = _answer(
             503, "database_unavailable", "the database is unavailable; try again shortly"
         )

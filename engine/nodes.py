@@ -8,9 +8,14 @@ has not beaten for `DEAD_AFTER` is dead: the first live node to notice frees eve
 held and wakes every node to look again, so its accepted mail is taken over in seconds
 instead of when a long lease lapses. A clean stop gives back only the node's own leases.
 
-A node that was itself silent that long (a paused process, a clock jump in tests) does not
-judge others at that beat; one that finds it was declared dead re-registers and carries on
-(what it held was freed and may be worked twice: the price of a stall, counted by the tests).
+A database outage is not a node death: every node is silent through it. So a node judges
+others only once it has itself reached the database without a break for `DEAD_AFTER` (its
+beats went through, none failed, none came late), and then only those silent for `DEAD_AFTER`
+within that time: a node is declared dead only after the database was reachable long enough
+for it to miss its beats. A node just started, or back from an outage or a pause of its own
+(a clock jump in tests), waits that long before it judges. One that finds it was declared
+dead re-registers and carries on (what it held was freed and may be worked twice: the price
+of a stall, counted by the tests).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import trio
 from engine.contacts import bulk_send
 from engine.runtime import Runtime
 from engine.wakeups import RESCAN
-from storage import leaderships, nodes
+from storage import idempotency, leaderships, nodes
+from storage.errors import is_outage
 
 HEARTBEAT = timedelta(seconds=3)
 DEAD_AFTER = timedelta(seconds=15)
@@ -83,6 +89,9 @@ class NodeKeeper:
         self._beats = 0
         self._reaped = 0
         self._last_beat: datetime | None = None
+        # Since when this node has reached the database without a break; None: it has not
+        # since its start or its last failed beat. Kept across the supervisor's restarts.
+        self._reachable_since: datetime | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -95,18 +104,31 @@ class NodeKeeper:
         rt = self._rt
         now = rt.clock.now()
         published = self._published()
-        if not await rt.db.write(nodes.beat, rt.node, now, now + LEASE, published):
+        unsettled = rt.unsettled_claims.take()
+        try:
+            if unsettled:  # requests that ended in an outage: their keys can be used again
+                await rt.db.write(idempotency.settle, unsettled, rt.node)
+            alive = await rt.db.write(nodes.beat, rt.node, now, now + LEASE, published)
+        except Exception as exc:
+            if is_outage(exc):
+                self._reachable_since = None
+                for claim, stored in unsettled.items():  # not settled yet: at the next beat
+                    rt.unsettled_claims.claims.setdefault(claim, stored)
+            raise
+        if not alive:
             log.error(
                 "this node was declared dead by another (no heartbeat for %s s):"
                 " what it held was freed; registering again",
                 DEAD_AFTER.total_seconds(),
             )
             await rt.db.write(nodes.revive, rt.node, now)
-        silent = self._last_beat is not None and now - self._last_beat > DEAD_AFTER
+        late = self._last_beat is not None and now - self._last_beat > DEAD_AFTER
+        if self._reachable_since is None or late:
+            self._reachable_since = now
         self._last_beat = now
         self._beats += 1
-        if silent:
-            return
+        if now - self._reachable_since < DEAD_AFTER:
+            return  # not watched long enough to tell a dead node from a database outage
         reaped = await rt.db.write(nodes.reap, now - DEAD_AFTER, now)
         if reaped:
             self._reaped += len(reaped)

@@ -19,6 +19,7 @@ from engine.delivery.policies import Caps
 from engine.faults import FaultLog
 from engine.wakeups import WakeupHub
 from storage.database import Database
+from storage.idempotency import Unsettled
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class Runtime:
     sandbox: bool = False
     # POSTROOM_DELIVERY_MAX_*: operator-wide caps on every destination policy.
     delivery_caps: Caps = field(default_factory=Caps)
+    # Idempotency claims whose request ended in a database outage, settled by the next beat.
+    unsettled_claims: Unsettled = field(default_factory=Unsettled)
 
     @property
     def usage_shard(self) -> int:
@@ -64,3 +67,5 @@ class Principal:
     plan: str
     api_key_id: str | None = None
     session_id: str | None = None
+    # A sandbox test key (engine/sandbox/keys.py): acts only inside the sandbox.
+    test_key: bool = False

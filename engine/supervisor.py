@@ -7,10 +7,14 @@ actor is. Afterwards an actor that raises is logged with its traceback, counted 
 go on: no input can stop the process. Items are isolated one level down (engine/faults.py),
 so an actor raising at all means something beyond one item went wrong.
 
-The one thing worth stopping for is the database staying gone: when an actor raises and the
-database has not answered for `DATABASE_GRACE`, `DatabaseGone` ends the service with one
-clear line for the operator (systemd restarts it; nothing accepted is lost, it is all in the
-database). An actor that cannot start at all stops the start-up the same way.
+An actor that lost the database is started again as soon as storage's probe finds it back
+(storage/reachability.py), not after a back-off that grew through the outage: its node's
+heartbeat and its work resume with the database. The one thing worth stopping for is the
+database staying gone: when it has not answered a probe for `DATABASE_GRACE` without a break,
+`DatabaseGone` ends the service with one clear line for the operator (systemd restarts it;
+nothing accepted is lost, it is all in the database). How long it has been gone is storage's
+to know, and starts over whenever the database answers, so outages never add up. An actor
+that cannot start at all stops the start-up the same way.
 
 `statistics()` gathers each actor's frozen snapshot for `/metrics` and `/healthz`.
 """
@@ -24,13 +28,13 @@ import trio
 
 from engine.faults import FaultLog, FaultStatistics
 from storage.database import Database
-from storage.errors import is_outage
+from storage.errors import StorageFull, is_outage
 
 BACKOFF_FIRST = 1.0  # seconds
 BACKOFF_MAX = 60.0
 STABLE = 60.0  # seconds an actor must run before its back-off starts over
 DATABASE_GRACE = 60.0  # seconds the database may stay unreachable before the process stops
-PROBE_TIMEOUT = 5.0
+RECHECK = 1.0  # seconds between looks at a database that does not answer
 
 log = logging.getLogger("postroom.supervisor")
 
@@ -53,7 +57,6 @@ class Supervisor:
         self._db = db
         self._faults = fault_log
         self._running = False
-        self._database_down_since: float | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -88,36 +91,36 @@ class Supervisor:
 
     async def _restart_after(self, actor: Actor, exc: Exception, backoff: float) -> None:
         self._faults.restarted(actor.name)
-        if is_outage(exc):
+        if is_outage(exc) and not isinstance(exc, StorageFull):
             log.error(
-                "%s lost the database (%s); restarting in %.0f s", actor.name, _leaves(exc), backoff
+                "%s lost the database (%s); restarting when it answers", actor.name, _leaves(exc)
             )
-            await self._check_database()
+            if await self._until_database_answers():
+                backoff = BACKOFF_FIRST  # the outage was the fault, and it is over
+        elif is_outage(exc):
+            log.error("%s: %s; restarting in %.0f s", actor.name, _leaves(exc), backoff)
         else:
             log.error("%s raised; restarting in %.0f s", actor.name, backoff, exc_info=exc)
         await trio.sleep(backoff)
 
-    async def _check_database(self) -> None:
-        """Raise DatabaseGone once the database has not answered for DATABASE_GRACE."""
-        answered = False
-        with trio.move_on_after(PROBE_TIMEOUT):
-            try:
-                await self._db.read(_ping)
-                answered = True
-            except Exception as exc:
-                if not is_outage(exc):
-                    raise
-        now = trio.current_time()
-        if answered:
-            self._database_down_since = None
-            return
-        if self._database_down_since is None:
-            self._database_down_since = now
-        elif now - self._database_down_since > DATABASE_GRACE:
-            raise DatabaseGone(
-                f"the database has not answered for {DATABASE_GRACE:.0f} s; stopping"
-                " (check POSTROOM_DATABASE_URL and that the database is up, then start again)"
-            )
+    async def _until_database_answers(self) -> bool:
+        """Return once the database answers, True if it did not at first; raise DatabaseGone
+        once storage has found it gone for DATABASE_GRACE."""
+        waited = False
+        while not await self._db.answers():
+            waited = True
+            down_for = self._db.unreachable_for()
+            if down_for is not None and down_for > DATABASE_GRACE:
+                raise DatabaseGone(
+                    f"the database has not answered for {down_for:.0f} s; stopping"
+                    " (check POSTROOM_DATABASE_URL and that the database is up, then start again)"
+                )
+            if down_for is None:  # not known gone yet (the probe is looking): look again soon
+                await trio.sleep(RECHECK)
+            else:
+                with trio.move_on_after(RECHECK):
+                    await self._db.until_reachable()
+        return waited
 
     @property
     def running(self) -> bool:
@@ -143,7 +146,3 @@ def _leaves(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_leaves(inner) for inner in exc.exceptions)
     return f"{type(exc).__name__}: {exc}".strip()
-
-
-def _ping(tx: Any) -> Any:
-    return tx.value("SELECT 1")

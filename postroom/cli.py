@@ -1,8 +1,9 @@
-"""The `postroom` command: serve, migrate, list the nodes, and manage accounts.
+"""The `postroom` command: serve, migrate, list the nodes, check health, and manage accounts.
 
 Errors are one line naming what to fix (a setting, an existing account), with exit status 2
 for bad settings or arguments and 1 for anything else; never a traceback for an operator's
-mistake.
+mistake. Once `serve` runs, that line is its last log record (JSON by default), as a log
+collector expects; before the settings are read, and for the other commands, it is plain text.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.nodes import Role
 from engine.supervisor import DatabaseGone
-from postroom import config, logs, workers
+from postroom import config, health, logs, workers
 from postroom.startup import open_runtime, settle_heap
 from storage import migrations, nodes
 from storage.database import open_database
@@ -73,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--instance", help=argparse.SUPPRESS)  # the supervisor's, for /metrics
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("nodes", help="list the nodes sharing the database and what each holds")
+    commands.add_parser(
+        "health", help="ask the running service's /healthz (exit 0 when it answers 200)"
+    )
     mcp = commands.add_parser("mcp", help="the MCP door for a local client, on stdin/stdout")
     mcp.add_argument(
         "--stdio",
@@ -166,6 +170,8 @@ def _run(args: argparse.Namespace, settings: config.Settings) -> int:
         trio.run(_serve, settings, args.reuse_port, args.role, args.instance)
     elif args.command == "nodes":
         print(trio.run(_nodes, settings))
+    elif args.command == "health":
+        return health.probe(settings)
     elif args.command == "mcp":
         return _mcp_stdio(args, settings)
     elif args.command == "migrate":
@@ -236,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
         message = _operator_error(exc)
         if message is None:
             raise
-        print(f"postroom: {' '.join(message.split())}", file=sys.stderr)
+        line = " ".join(message.split())
+        if args.command == "serve":
+            # A service's stderr is its log: the line it stops with is a record like the
+            # others (JSON unless POSTROOM_LOG_FORMAT=text), so a collector parses it too.
+            log.error("%s", line, extra={"exit_status": 1})
+        else:
+            print(f"postroom: {line}", file=sys.stderr)
         code = 1
     sys.exit(code)

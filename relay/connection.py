@@ -7,7 +7,8 @@ command `command_timeout`, a piece of message data `data_timeout`, RFC 5321 4.5.
 the whole conversation `session_timeout`, so a slow or silent client cannot hold a
 connection for ever; foreign errors (a broken socket, a failed handshake) end the
 connection quietly; an unexpected error in a handler is logged and answered 451, never
-allowed to take the listener down.
+allowed to take the listener down. A database that cannot be reached is 451 4.3.0 too, at
+once while storage knows it is gone, and no traceback: the client keeps the message.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine.errors import StorageFull
 from engine.smtp.replies import (
     S421_SHUTTING_DOWN,
     S421_TIMEOUT,
+    S451_DATABASE_UNAVAILABLE,
     S451_LOCAL_ERROR,
     S452_STORAGE_FULL,
     SmtpReply,
@@ -40,6 +42,7 @@ from engine.smtp.server import (
     SmtpServer,
     StartTlsRequested,
 )
+from storage.errors import DatabaseUnreachable, is_outage
 
 log = logging.getLogger("postroom.relay")
 _RECEIVE_SIZE = 65536
@@ -149,7 +152,11 @@ async def _decide(
         return await handler.message(event)
     except StorageFull:  # nothing was stored; the client keeps the message and retries
         return S452_STORAGE_FULL
-    except Exception:
+    except Exception as exc:
+        if is_outage(exc):
+            if not isinstance(exc, DatabaseUnreachable):  # storage logs that one once
+                log.error("SMTP %s: database unavailable: %s", type(event).__name__, exc)
+            return S451_DATABASE_UNAVAILABLE
         log.exception("SMTP handler failed on %s", type(event).__name__)
         return S451_LOCAL_ERROR
 

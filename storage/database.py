@@ -11,6 +11,9 @@ their own writes.
 
 Topics of new work that committed units announced (`Tx.notify`) go to the `on_commit` hook
 (the engine's wake-ups) once committed; `listen` hands it those other nodes announced.
+
+While the database is known to be gone every call fails at once (storage/reachability.py), and
+an outage error of any call makes the prober look.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import trio
 
 from storage.engines import Job, StorageEngine, open_engine
 from storage.errors import StorageFull, is_outage
+from storage.reachability import Reachability
 from storage.sealing import Sealer
 from storage.tx import Dialect, Tx
 
@@ -35,6 +39,7 @@ P = ParamSpec("P")
 # Seconds a listening thread waits before returning: also how long a stop waits for it (the
 # thread is never abandoned, so its connection is always closed by the database's close).
 LISTEN_WAIT = 0.25
+LISTEN_RETRY = 1.0  # seconds between attempts to listen again after losing the connection
 log = logging.getLogger("postroom.storage")
 T = TypeVar("T")
 
@@ -136,10 +141,13 @@ def _in_caller_context(unit: Callable[..., T]) -> Callable[..., T]:
 class Database:
     """Async access to one storage engine."""
 
-    def __init__(self, engine: StorageEngine, reader: Batcher, writer: Batcher) -> None:
+    def __init__(
+        self, engine: StorageEngine, reader: Batcher, writer: Batcher, reach: Reachability
+    ) -> None:
         self._engine = engine
         self._reader = reader
         self._writer = writer
+        self._reach = reach
         self.dialect: Dialect = engine.dialect
         self._deliver: Callable[[set[str]], None] = lambda topics: None
 
@@ -160,13 +168,19 @@ class Database:
         failures = 0
         while True:
             try:
+                self._reach.check()
                 heard = await trio.to_thread.run_sync(self._engine.hear, LISTEN_WAIT)
             except Exception as exc:
                 if not is_outage(exc):
                     raise
+                self._reach.failed(exc)
                 failures += 1
-                log.warning("cannot listen for other nodes' work (%s); retrying", exc)
-                await trio.sleep(min(2.0**failures, 30.0))
+                if failures == 1:
+                    log.warning("cannot listen for other nodes' work (%s); retrying", exc)
+                # Back as soon as the database is: what was announced meanwhile is lost, and
+                # the first `hear` of a new connection has every actor look anew.
+                await trio.sleep(LISTEN_RETRY)
+                await self._reach.until_back()
                 continue
             failures = 0
             if heard is None:
@@ -176,21 +190,34 @@ class Database:
 
     async def read(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a read-only unit of work on a reader connection."""
-        result: T = await self._reader.submit((_in_caller_context(unit), args))
+        self._reach.check()
+        try:
+            result: T = await self._reader.submit((_in_caller_context(unit), args))
+        except Exception as exc:
+            self._reach.failed(exc)
+            raise
         return result
 
     async def write(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a unit of work through group commit; returns once it is durable."""
+        self._reach.check()
         try:
             result: T = await self._writer.submit((_in_caller_context(unit), args))
+        except Exception as exc:
+            self._reach.failed(exc)
+            raise
         finally:
             self._deliver_notes()
         return result
 
     async def transaction(self, unit: Callable[Concatenate[Tx, P], T], *args: Any) -> T:
         """Run a large unit of work in a transaction of its own (bulk work, migrations)."""
+        self._reach.check()
         try:
             result: T = await trio.to_thread.run_sync(self._engine.transaction, unit, args)
+        except Exception as exc:
+            self._reach.failed(exc)
+            raise
         finally:
             self._deliver_notes()
         return result
@@ -199,6 +226,24 @@ class Database:
         """Empty SQLite's write-ahead log into the database file (after an erasure, so no old
         page holding what was erased stays in the log); nothing on PostgreSQL."""
         await trio.to_thread.run_sync(self._engine.checkpoint)
+
+    async def answers(self) -> bool:
+        """Whether the database answers a trivial read now (False on an outage)."""
+        try:
+            await self.read(_ping)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            return False
+        return True
+
+    def unreachable_for(self) -> float | None:
+        """Seconds since a probe found the database gone; None while it answers."""
+        return self._reach.down_for()
+
+    async def until_reachable(self) -> None:
+        """Return once the database answers a probe (at once unless it is known to be gone)."""
+        await self._reach.until_back()
 
     def use_master_key(self, sealer: Sealer) -> None:
         """Seal and unseal secrets at rest with `sealer` from now on (set once at start-up)."""
@@ -224,15 +269,22 @@ async def open_database(url: str) -> AsyncIterator[Database]:
     try:
         reader = Batcher(engine.read_batch, workers=engine.reader_slots)
         writer = Batcher(engine.write_batch, workers=1)
+        reach = Reachability(engine.probe)
         async with trio.open_nursery() as nursery:
             await nursery.start(reader.run)
             await nursery.start(writer.run)
+            await nursery.start(reach.run)
             try:
-                yield Database(engine, reader, writer)
+                yield Database(engine, reader, writer, reach)
             finally:
                 reader.close()
                 writer.close()
+                reach.stop()
     finally:
         # Shielded: a service cancelled from outside still closes its connections.
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(engine.close)
+
+
+def _ping(tx: Tx) -> Any:
+    return tx.value("SELECT 1")

@@ -30,6 +30,8 @@ class Domain:
     verified_at: datetime | None
     bimi_svg: str | None = None
     bimi_enabled: bool = False
+    # Verified by the sandbox's mark, without DNS: valid only while its workspace is sandboxed.
+    sandbox_verified: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         verified_at=parse_optional_timestamp(row["verified_at"]),
         bimi_svg=row["bimi_svg"],
         bimi_enabled=bool(row["bimi_enabled"]),
+        sandbox_verified=bool(row["sandbox_verified"]),
     )
 
 
@@ -151,16 +154,14 @@ def pending_since(tx: Tx, after: datetime) -> list[Domain]:
     return [_domain(tx, row) for row in rows]
 
 
-def verified_elsewhere(tx: Tx, workspace_id: str, name: str) -> bool:
-    """Whether another workspace already sends as this domain name."""
-    return (
-        tx.value(
-            "SELECT 1 FROM domains WHERE name = :name AND status = 'verified'"
-            " AND workspace_id <> :ws",
-            {"name": name, "ws": workspace_id},
-        )
-        is not None
+def verified_elsewhere(tx: Tx, workspace_id: str, name: str) -> list[Domain]:
+    """Other workspaces' domains of this name that are verified (at most one: the index
+    `domains_verified_name`), by DNS or by a sandbox mark."""
+    rows = tx.all(
+        "SELECT * FROM domains WHERE name = :name AND status = 'verified' AND workspace_id <> :ws",
+        {"name": name, "ws": workspace_id},
     )
+    return [_domain(tx, row) for row in rows]
 
 
 def record_check(
@@ -170,11 +171,13 @@ def record_check(
     record_status: dict[str, str],
     checked_at: datetime,
     verified_at: datetime | None,
+    sandbox_verified: bool,
 ) -> None:
     tx.execute(
         "UPDATE domains SET status = :status, record_status = :records, checked_at = :checked,"
-        " verified_at = :verified WHERE id = :id",
+        " verified_at = :verified, sandbox_verified = :marked WHERE id = :id",
         {
+            "marked": sandbox_verified,
             "status": status,
             "records": to_json(record_status),
             "checked": timestamp(checked_at),

@@ -124,6 +124,19 @@ _SIGNALS_POLL = 0.05  # seconds
 # commits.
 _SIGNALS_KEPT = 1000
 _NOTIFY_BYTES = 7000  # PostgreSQL's payload limit is 8000 bytes
+POOL_WAIT = 5.0  # seconds work waits for a pooled PostgreSQL connection before it fails
+PROBE_CONNECT_TIMEOUT = 2  # seconds (libpq's minimum) a probe waits to connect
+# Every PostgreSQL connection gives up on a host that went silent (a power cut sends no
+# reset): connecting after PROBE_CONNECT_TIMEOUT, idle after about 10 s of unanswered
+# keep-alives, sending after 10 s unacknowledged.
+_CONNECTION_LIMITS: dict[str, Any] = {
+    "connect_timeout": PROBE_CONNECT_TIMEOUT,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,  # milliseconds
+}
 
 
 def notify_payloads(node: str, topics: set[str]) -> list[str]:
@@ -165,6 +178,12 @@ class StorageEngine(Protocol):
     def checkpoint(self) -> None:
         """Move what the write-ahead log holds into the database and empty the log, where the
         engine's files are its own (SQLite); nothing where they are not (PostgreSQL)."""
+        ...
+
+    def probe(self, renew: bool) -> None:
+        """Return when the database answers on a fresh connection, the engine's own
+        connections usable again (all of them new with `renew`: it was gone); raise,
+        quickly, when it does not answer."""
         ...
 
     def close(self) -> None: ...
@@ -421,6 +440,13 @@ class SQLiteEngine:
         with self._write_lock, self._other_processes_wait():
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
+    def probe(self, renew: bool) -> None:
+        conn = sqlite3.connect(self._path, timeout=PROBE_CONNECT_TIMEOUT)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+
     def close(self) -> None:
         if self._writers_file is not None:
             os.close(self._writers_file)
@@ -438,9 +464,6 @@ class PostgresEngine:
     dialect: Dialect = "postgresql"
 
     def __init__(self, url: str, pool_size: int = 8) -> None:
-        from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
-
         self.reader_slots = pool_size - 1
         self.sealer = NO_MASTER_KEY
         self.space = SpaceWatch()
@@ -448,14 +471,25 @@ class PostgresEngine:
         self.node = ""
         self._url = url
         self._listener: Any = None  # the connection that LISTENs, opened by the first `hear`
-        self._pool: ConnectionPool[Any] = ConnectionPool(
-            url,
+        self._pool_size = pool_size
+        self._pool = self._new_pool(10.0)
+
+    def _new_pool(self, timeout: float) -> Any:
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self._url,
             min_size=2,
-            max_size=pool_size,
-            kwargs={"row_factory": dict_row, "autocommit": False},
+            max_size=self._pool_size,
+            kwargs={"row_factory": dict_row, "autocommit": False, **_CONNECTION_LIMITS},
+            # Work waits this long for a connection, at most: the pool is as large as the work
+            # handed to it at once, so a longer wait means the database is not answering.
+            timeout=POOL_WAIT,
             open=False,
         )
-        self._pool.open(wait=True, timeout=10.0)
+        pool.open(wait=True, timeout=timeout)
+        return pool
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
         if len(jobs) == 1:
@@ -504,7 +538,7 @@ class PostgresEngine:
 
         heard: set[str] = set()
         if self._listener is None:
-            listener = psycopg.connect(self._url, autocommit=True)
+            listener = psycopg.connect(self._url, autocommit=True, **_CONNECTION_LIMITS)
             try:
                 listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
             except BaseException:
@@ -559,6 +593,21 @@ class PostgresEngine:
 
     def checkpoint(self) -> None:
         return  # the server's files and its write-ahead log are PostgreSQL's to manage
+
+    def probe(self, renew: bool) -> None:
+        import psycopg
+
+        with psycopg.connect(self._url, autocommit=True, **_CONNECTION_LIMITS) as conn:
+            conn.execute("SELECT 1")
+        if not renew:  # a dropped connection or two: replaced now, not by failed work
+            self._pool.check()
+            return
+        # Back from an outage: the pool's attempts to reconnect have backed off (by up to
+        # half a minute at a time), so a pool of fresh connections replaces it; work still
+        # waiting on the old one fails as an outage and is tried again by its caller.
+        fresh = self._new_pool(POOL_WAIT)
+        old, self._pool = self._pool, fresh
+        old.close(timeout=0)
 
     def close(self) -> None:
         if self._listener is not None:

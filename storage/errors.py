@@ -6,7 +6,9 @@ always `StorageFull`. Everything else passes through unchanged.
 
 `is_outage` tells a database that is unavailable (down, unreachable, full) from a unit of work
 that was wrong: an outage says nothing about the row being worked, so actors never count it
-against an item (engine/faults.py) and the supervisor waits it out.
+against an item (engine/faults.py) and the supervisor waits it out. `DatabaseUnreachable` is
+the one storage raises itself, at once, while it knows the database is gone
+(storage/reachability.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ class StorageFull(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(f"no space left for the database ({reason})")
         self.reason = reason
+
+
+class DatabaseUnreachable(Exception):
+    """Raised at once, without trying, for work handed to storage while the database is known
+    to be unreachable (the last probe found it gone): nothing was done, the caller may try
+    again once a probe finds it back."""
+
+    def __init__(self, down_for: float) -> None:
+        super().__init__(f"the database has not answered for {down_for:.0f} s")
+        self.down_for = down_for
 
 
 def storage_error(exc: BaseException) -> BaseException:
@@ -56,6 +68,7 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(
         exc,
         StorageFull
+        | DatabaseUnreachable
         | sqlite3.OperationalError
         | psycopg.OperationalError
         | psycopg.InterfaceError

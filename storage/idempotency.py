@@ -1,8 +1,14 @@
-"""Stored first responses of requests sent with an Idempotency-Key, per workspace."""
+"""Stored first responses of requests sent with an Idempotency-Key, per workspace.
+
+A claim whose request ended while the database was gone could be neither given back nor
+settled with its response; its node's heartbeat would renew it for ever, and every retry
+with that key would wait for ever. Such claims wait in the node's `Unsettled` until its next
+beat that reaches the database settles them (`settle`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -97,3 +103,24 @@ def unclaim(tx: Tx, workspace_id: str, key: str, node: str) -> None:
         " AND claimed_by = :node",
         {"ws": workspace_id, "key": key, "node": node},
     )
+
+
+@dataclass(slots=True)
+class Unsettled:
+    """Claims of this node whose request ended while the database was gone: by (workspace,
+    key), the response to store, or None to give the claim back. Filled by the requests,
+    emptied by the node's heartbeat (engine/nodes.py); both on the Trio thread."""
+
+    claims: dict[tuple[str, str], StoredResponse | None] = field(default_factory=dict)
+
+    def take(self) -> dict[tuple[str, str], StoredResponse | None]:
+        taken, self.claims = self.claims, {}
+        return taken
+
+
+def settle(tx: Tx, claims: dict[tuple[str, str], StoredResponse | None], node: str) -> None:
+    """Store the responses and give back the claims of requests that ended in an outage."""
+    for (workspace_id, key), stored in claims.items():
+        if stored is not None:
+            put(tx, workspace_id, key, stored)
+        unclaim(tx, workspace_id, key, node)

@@ -53,8 +53,11 @@ class Scheduled:
     due_at: datetime
 
 
-def is_sandboxed(tx: Tx, workspace_id: str) -> bool:
-    value = tx.value("SELECT sandbox FROM workspaces WHERE id = :id", {"id": workspace_id})
+def is_sandboxed(tx: Tx, workspace_id: str, *, lock: bool = False) -> bool:
+    """Whether the workspace is in the sandbox; `lock`: and hold its row until the unit ends
+    (on PostgreSQL), so a mark and a departure from the sandbox never interleave."""
+    suffix = " FOR UPDATE" if lock and tx.dialect == "postgresql" else ""
+    value = tx.value("SELECT sandbox FROM workspaces WHERE id = :id" + suffix, {"id": workspace_id})
     return bool(value)
 
 
@@ -94,13 +97,6 @@ def sandboxed_senders(
     return sandboxed, keys
 
 
-def mark_domain(tx: Tx, domain_id: str, sandbox_verified: bool) -> None:
-    tx.execute(
-        "UPDATE domains SET sandbox_verified = :on WHERE id = :id",
-        {"on": sandbox_verified, "id": domain_id},
-    )
-
-
 def sandbox_verified_domains(tx: Tx, workspace_id: str) -> list[tuple[str, str]]:
     """(id, name) of the workspace's domains the sandbox marked verified, oldest first."""
     rows = tx.all(
@@ -111,13 +107,15 @@ def sandbox_verified_domains(tx: Tx, workspace_id: str) -> list[tuple[str, str]]
     return [(str(row["id"]), str(row["name"])) for row in rows]
 
 
-def unverify_domain(tx: Tx, domain_id: str) -> None:
-    """Back to pending: the domain must now prove itself in DNS."""
-    tx.execute(
+def drop_mark(tx: Tx, domain_id: str, now: datetime) -> bool:
+    """Set a domain the sandbox marked verified back to pending, its DNS record to be looked
+    for again from now (engine/domains/checker.py); False when it bore no mark."""
+    changed = tx.execute(
         "UPDATE domains SET status = 'pending', record_status = '{}', verified_at = NULL,"
-        " sandbox_verified = FALSE WHERE id = :id",
-        {"id": domain_id},
+        " sandbox_verified = FALSE, pending_since = :now WHERE id = :id AND sandbox_verified",
+        {"now": timestamp(now), "id": domain_id},
     )
+    return changed == 1
 
 
 def mail_waiting(tx: Tx, workspace_id: str) -> int:

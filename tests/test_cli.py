@@ -45,6 +45,16 @@ def assert_one_line_error(stderr: str, *mentions: str) -> None:
         assert mention in lines[0], stderr
 
 
+def assert_stops_with_one_log_record(stderr: str, *mentions: str) -> None:
+    """`serve` stops with an error record in its log format (JSON), like every other line."""
+    assert "Traceback" not in stderr, stderr
+    records = [json.loads(line) for line in stderr.strip().splitlines()]
+    last = records[-1]
+    assert last["level"] == "error" and last["logger"] == "postroom", stderr
+    for mention in mentions:
+        assert mention in last["message"], stderr
+
+
 @pytest.fixture
 def sqlite_process(tmp_path: Path) -> Iterator[ServiceProcess]:
     """Like `service_process`, on SQLite only: for failures that happen before any database
@@ -186,10 +196,7 @@ def test_busy_api_address_stops_serve_with_one_line(sqlite_process: ServiceProce
         result = sqlite_process.cli("serve", check=False)
 
     assert result.returncode == 1
-    assert "Traceback" not in result.stderr, result.stderr
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("postroom: ")
-    assert "in use" in last_line
+    assert_stops_with_one_log_record(result.stderr, "in use")
 
 
 def test_unusable_database_stops_serve_with_one_line(
@@ -200,10 +207,7 @@ def test_unusable_database_stops_serve_with_one_line(
     result = sqlite_process.cli("serve", check=False)
 
     assert result.returncode == 1
-    assert "Traceback" not in result.stderr, result.stderr
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("postroom: ")
-    assert "POSTROOM_DATABASE_URL" in last_line
+    assert_stops_with_one_log_record(result.stderr, "POSTROOM_DATABASE_URL")
 
 
 @pytest.mark.parametrize(

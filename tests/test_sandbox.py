@@ -237,7 +237,7 @@ async def test_test_keys_act_only_in_sandbox_mode(service: Service) -> None:
     assert (await wait_for_status(account, email_id["id"]))["status"] == "delivered"
 
     refused = await tester.put("/v1/sandbox", json={"enabled": False})
-    assert refused.status_code == 403 and refused.json()["code"] == "test_key"
+    assert refused.status_code == 403 and refused.json()["code"] == "test_key_forbidden"
     left = await account.client.put("/v1/sandbox", json={"enabled": False})
     assert left.status_code == 200 and left.json()["enabled"] is False
     outside = await tester.get("/v1/emails/")

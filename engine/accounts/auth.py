@@ -40,9 +40,8 @@ async def authenticate_key(rt: Runtime, raw: str) -> Principal:
         await rt.db.write(api_keys.touch, holder.key_id, now)
     # A test key (engine/sandbox/keys.py) acts only while its workspace is in the sandbox,
     # through every door that takes API keys.
-    if raw.startswith(TEST_KEY_PREFIX) and not await rt.db.read(
-        sandbox.is_sandboxed, holder.workspace_id
-    ):
+    test_key = raw.startswith(TEST_KEY_PREFIX)
+    if test_key and not await rt.db.read(sandbox.is_sandboxed, holder.workspace_id):
         raise Forbidden(
             "test keys act only in sandbox mode, and this workspace is not in the sandbox",
             code="sandbox_only",
@@ -53,6 +52,7 @@ async def authenticate_key(rt: Runtime, raw: str) -> Principal:
         workspace_id=holder.workspace_id,
         plan=holder.plan,
         api_key_id=holder.key_id,
+        test_key=test_key,
     )
 
 

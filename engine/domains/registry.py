@@ -18,14 +18,17 @@ from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
 from engine.domains import dkim_keys
-from engine.errors import Conflict, NotFound
+from engine.errors import Conflict, Forbidden, NotFound
 from engine.runtime import Principal, Runtime
-from storage import domains
+from storage import domains, sandbox
 from storage.codec import new_id
 from storage.domains import Domain
 from storage.tx import Tx
 
 PENDING, VERIFIED, MISSING, FAILED = "pending", "verified", "missing", "failed"
+# Written into a marked domain's record statuses (and so its verification's log entry).
+MARKED = "marked verified by the sandbox, without DNS"
+SYSTEM_ACTOR = "postroom"  # the actor of a mark dropped by someone else's DNS proof
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,26 +234,35 @@ def record_verification(
     statuses: dict[str, str],
     now: datetime,
     log_every_check: bool,
+    *,
+    marked: bool = False,
 ) -> Domain:
-    """Record what a check found (`statuses` per record purpose) under the one rule."""
+    """Record what a check found (`statuses` per record purpose) under the one rule;
+    `marked`: the sandbox's mark instead of a DNS lookup."""
     current = domains.get(tx, domain.workspace_id, domain.id)
     if current is None:
         raise NotFound("domain not found")
     mismatch = statuses.pop("dkim_mismatch", None) is not None
     dkim = statuses["dkim"]
+    if current.sandbox_verified and not marked and dkim != VERIFIED:
+        return current  # a DNS check that proves nothing leaves a sandbox mark standing
     if dkim == VERIFIED:
-        if domains.verified_elsewhere(tx, current.workspace_id, current.name):
+        holders = domains.verified_elsewhere(tx, current.workspace_id, current.name)
+        # A mark yields to any holder; a DNS proof only to another DNS proof.
+        if any(marked or not holder.sandbox_verified for holder in holders):
             raise Conflict(
                 f"{current.name} is verified by another workspace; transfer it instead",
                 code="domain_taken",
             )
+        for holder in holders:
+            drop_mark(tx, holder, "verified in DNS by its owner elsewhere", SYSTEM_ACTOR, now)
         status = VERIFIED
     elif dkim == MISSING and (mismatch or current.status == VERIFIED):
         status = FAILED
     else:  # still absent, or DNS could not answer: nothing new was learned
         status = current.status
     verified_at = (current.verified_at or now) if status == VERIFIED else None
-    domains.record_check(tx, current.id, status, statuses, now, verified_at)
+    domains.record_check(tx, current.id, status, statuses, now, verified_at, marked)
     if log_every_check or status != current.status:
         action = "domain.verified" if status == VERIFIED else "domain.verification_failed"
         meta = {"status": status, "records": statuses}
@@ -258,6 +270,32 @@ def record_verification(
     updated = domains.get(tx, current.workspace_id, domain.id)
     assert updated is not None
     return updated
+
+
+def mark(tx: Tx, actor: str, workspace_id: str, domain_id: str, now: datetime) -> Domain:
+    """The sandbox's mark: verified without DNS, in a sandboxed workspace only (Forbidden
+    `sandbox_only` otherwise; Conflict `domain_taken` when another workspace holds the name).
+    A domain already proven in DNS keeps that proof."""
+    if not sandbox.is_sandboxed(tx, workspace_id, lock=True):
+        raise Forbidden("this workspace is not in sandbox mode", code="sandbox_only")
+    domain = domains.get(tx, workspace_id, domain_id)
+    if domain is None:
+        raise NotFound("domain not found")
+    if domain.status == VERIFIED and not domain.sandbox_verified:
+        return domain
+    statuses = {"dkim": VERIFIED, "sandbox": MARKED}
+    return record_verification(tx, actor, domain, statuses, now, True, marked=True)
+
+
+def drop_mark(tx: Tx, domain: Domain, reason: str, actor: str, now: datetime) -> bool:
+    """Set a sandbox-marked domain back to pending, telling its workspace why (`reason`);
+    False when it bore no mark."""
+    if not sandbox.drop_mark(tx, domain.id, now):
+        return False
+    meta = {"status": PENDING, "reason": reason}
+    change = Change("domain.pending", domain.name, domain.id, meta)
+    record(tx, domain.workspace_id, actor, change, now)
+    return True
 
 
 async def check(rt: Runtime, actor: str, domain: Domain, *, log_every_check: bool) -> Domain:
@@ -272,6 +310,9 @@ async def check(rt: Runtime, actor: str, domain: Domain, *, log_every_check: boo
 
 
 async def verify(rt: Runtime, who: Principal, domain_id: str) -> Domain:
-    """Check the domain's records now, on the principal's request."""
+    """Check the domain's records now, on the principal's request; in a sandboxed workspace,
+    mark it verified as the sandbox does (what POSTROOM_SANDBOX=on promises)."""
     domain = await get(rt, who, domain_id)
+    if await rt.db.read(sandbox.is_sandboxed, who.workspace_id):
+        return await rt.db.write(mark, who.user_email, who.workspace_id, domain.id, rt.clock.now())
     return await check(rt, who.user_email, domain, log_every_check=True)

@@ -1,9 +1,11 @@
 """Test keys (`svc_k_test_…`): API keys that act only while their workspace is in sandbox mode.
 
 An application can keep a test key in its test configuration: whatever it sends is captured,
-never delivered. Created in sandbox mode only, listed and deleted with the other keys; a
-request with one is refused (403 `sandbox_only`) once its workspace is not in the sandbox,
-and a test key can never take its workspace out of it.
+never delivered. Created in sandbox mode only (by a person or a full key, never by a test
+key), listed and deleted with the other keys; a request with one is refused (403
+`sandbox_only`) once its workspace is not in the sandbox, and whatever would outlive the
+sandbox (keys, credentials, webhooks, retention, erasure, transfers, leaving the sandbox …)
+is refused to it (403 `test_key_forbidden`, api/test_keys.py).
 """
 
 from __future__ import annotations

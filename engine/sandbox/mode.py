@@ -1,12 +1,13 @@
 """Sandbox mode of a workspace: switching it, and domains verified without DNS.
 
 In sandbox mode nothing a workspace sends leaves the machine (engine/sandbox/capture.py),
-so a domain may be marked verified without publishing anything, under the same rule as a
-DNS check (one workspace at a time holds a name verified). Because a marked name keeps
-other workspaces from verifying it, only a platform administrator puts a workspace in the
-sandbox (or the install does, for new workspaces, with POSTROOM_SANDBOX=on). Leaving it is
-refused while mail that would then go out for real still waits, and sets the domains the
-sandbox verified back to pending: from then on only DNS verifies them.
+so a domain may be marked verified without publishing anything (engine/domains/registry.py
+`mark`: valid only inside this workspace while it is sandboxed; a DNS proof elsewhere wins).
+Because a marked name keeps other sandboxed workspaces from marking it, only a platform
+administrator puts a workspace in the sandbox (or the install does, for new workspaces, with
+POSTROOM_SANDBOX=on). Leaving it is refused while mail that would then go out for real still
+waits, and sets the domains the sandbox verified back to pending: from then on only DNS
+verifies them. What a test key may do is decided at the API's door (api/test_keys.py).
 """
 
 from __future__ import annotations
@@ -15,17 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.accounts import users
-from engine.accounts.passwords import TEST_KEY_MARK
 from engine.activity import Change, record
 from engine.domains import registry
-from engine.errors import Conflict, Forbidden, NotFound
+from engine.errors import Conflict, Forbidden
 from engine.runtime import Principal, Runtime
-from storage import api_keys, domains, sandbox
+from storage import domains, sandbox
 from storage.domains import Domain
 from storage.tx import Tx
-
-# Written into the domain's record statuses (and so its verification's log entry).
-MARKED = "marked verified by the sandbox, without DNS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,25 +53,14 @@ def start_sandboxed(tx: Tx, workspace_id: str, name: str, actor: str, now: datet
     record(tx, workspace_id, actor, Change("sandbox.enabled", name, workspace_id, meta), now)
 
 
-def _refuse_test_key(tx: Tx, who: Principal) -> None:
-    """A test key acts only inside the sandbox: it may not change the mode."""
-    if who.api_key_id is None:
-        return
-    key = api_keys.get_active(tx, who.workspace_id, who.api_key_id)
-    if key is not None and key.key_prefix.startswith(TEST_KEY_MARK):
-        raise Forbidden("a test key cannot change sandbox mode", code="test_key")
-
-
 def _enable(tx: Tx, who: Principal, now: datetime) -> None:
-    _refuse_test_key(tx, who)
     if sandbox.set_sandboxed(tx, who.workspace_id, True):
         change = Change("sandbox.enabled", who.workspace_id, who.workspace_id)
         record(tx, who.workspace_id, who.user_email, change, now)
 
 
 def _disable(tx: Tx, who: Principal, now: datetime) -> None:
-    _refuse_test_key(tx, who)
-    if not sandbox.is_sandboxed(tx, who.workspace_id):
+    if not sandbox.is_sandboxed(tx, who.workspace_id, lock=True):
         return
     waiting = sandbox.mail_waiting(tx, who.workspace_id)
     if waiting:
@@ -86,15 +72,9 @@ def _disable(tx: Tx, who: Principal, now: datetime) -> None:
         )
     names = []
     for domain_id, name in sandbox.sandbox_verified_domains(tx, who.workspace_id):
-        sandbox.unverify_domain(tx, domain_id)
-        meta = {"status": registry.PENDING, "reason": "left the sandbox: verify it in DNS"}
-        record(
-            tx,
-            who.workspace_id,
-            who.user_email,
-            Change("domain.pending", name, domain_id, meta),
-            now,
-        )
+        domain = domains.get(tx, who.workspace_id, domain_id)
+        assert domain is not None
+        registry.drop_mark(tx, domain, "left the sandbox: verify it in DNS", who.user_email, now)
         names.append(name)
     sandbox.set_sandboxed(tx, who.workspace_id, False)
     meta_off = {"domains_pending": names}
@@ -112,24 +92,9 @@ async def switch(rt: Runtime, who: Principal, on: bool) -> SandboxState:
     return await state(rt, who)
 
 
-def _mark_verified(tx: Tx, who: Principal, domain_id: str, now: datetime) -> Domain:
-    require_sandbox(tx, who.workspace_id)
-    domain = domains.get(tx, who.workspace_id, domain_id)
-    if domain is None:
-        raise NotFound("domain not found")
-    statuses = {"dkim": registry.VERIFIED, "sandbox": MARKED}
-    verified = registry.record_verification(tx, who.user_email, domain, statuses, now, True)
-    sandbox.mark_domain(tx, domain.id, sandbox_verified=True)
-    return verified
-
-
 async def mark_verified(rt: Runtime, who: Principal, domain_id: str) -> Domain:
     """Mark a domain of a sandboxed workspace verified without DNS (Conflict `domain_taken`
-    when another workspace holds the name verified, as for a DNS check)."""
-    return await rt.db.write(_mark_verified, who, domain_id, rt.clock.now())
-
-
-async def is_sandbox_verified(rt: Runtime, who: Principal) -> set[str]:
-    """Ids of the workspace's domains the sandbox marked verified."""
-    found = await rt.db.read(sandbox.sandbox_verified_domains, who.workspace_id)
-    return {domain_id for domain_id, _ in found}
+    when another workspace holds the name verified)."""
+    return await rt.db.write(
+        registry.mark, who.user_email, who.workspace_id, domain_id, rt.clock.now()
+    )

@@ -22,6 +22,7 @@ from engine.errors import Conflict
 from engine.nodes import LEASE
 from engine.runtime import Principal, Runtime
 from storage import idempotency
+from storage.errors import is_outage
 from storage.idempotency import StoredResponse
 from storage.tx import Tx
 
@@ -94,9 +95,24 @@ async def once_in_workspace(
         response, status = await run()
     except BaseException:
         with trio.CancelScope(shield=True):
-            await rt.db.write(idempotency.unclaim, workspace_id, key, rt.node)
+            await _settle(rt, workspace_id, key, None)
         raise
     stored = StoredResponse(digest, response, status, now)
     with trio.CancelScope(shield=True):  # what was sent must be remembered
-        await rt.db.write(_store, workspace_id, key, stored, rt.node)
+        await _settle(rt, workspace_id, key, stored)
     return response, status
+
+
+async def _settle(rt: Runtime, workspace_id: str, key: str, stored: StoredResponse | None) -> None:
+    """Store the response (if any) and give the claim back; in an outage, leave both to the
+    node's next beat (storage/idempotency.py `Unsettled`): the response is still the true
+    answer, and a retry with the key waits for the claim, then finds the response stored."""
+    try:
+        if stored is None:
+            await rt.db.write(idempotency.unclaim, workspace_id, key, rt.node)
+        else:
+            await rt.db.write(_store, workspace_id, key, stored, rt.node)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        rt.unsettled_claims.claims[(workspace_id, key)] = stored

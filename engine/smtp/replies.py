@@ -100,6 +100,9 @@ S421_TIMEOUT = SmtpReply.of(421, "4.4.2 Timeout, closing channel")
 S421_TOO_MANY_ERRORS = SmtpReply.of(421, "4.7.0 Too many errors, closing channel")
 S450_MAILBOX_BUSY = SmtpReply.of(450, "4.2.0 Mailbox unavailable, try again later")
 S451_LOCAL_ERROR = SmtpReply.of(451, "4.3.0 Local error in processing, try again later")
+S451_DATABASE_UNAVAILABLE = SmtpReply.of(
+    451, "4.3.0 Mail system temporarily unavailable, try again later"
+)
 S452_TOO_MANY_RECIPIENTS = SmtpReply.of(452, "4.5.3 Too many recipients")
 S452_STORAGE_FULL = SmtpReply.of(452, "4.3.1 Insufficient system storage, try again later")
 S454_TLS_UNAVAILABLE = SmtpReply.of(454, "4.7.0 TLS not available")

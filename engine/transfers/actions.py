@@ -5,7 +5,8 @@ its activity entries on each side, and the mail announcing it (engine/transfers/
 commit together. Accept and stop tokens are random, stored as SHA-256 and used up when used.
 On completion the domain moves with its senders, forwards and BIMI settings; the previous
 owner's SMTP credentials for it are revoked; with `rotate_dkim` it gets a new DKIM key and is
-pending until the new record is published and verified.
+pending until the new record is published and verified. A domain the sandbox marked verified
+arrives pending whatever the path (the mark was valid only where it was made).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from engine.accounts.passwords import token_hash
 from engine.accounts.users import require_admin
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.domains import dkim_keys
+from engine.domains import dkim_keys, registry
 from engine.errors import (
     Conflict,
     EngineError,
@@ -411,8 +412,13 @@ async def accept_eligibility(rt: Runtime, who: Principal) -> Eligibility:
 def _move(
     tx: Tx, t: Transfer, to_org: str, key: NewDkimKey | None, actor: str, now: datetime
 ) -> None:
-    """Move the domain and everything of it to `to_org`; revoke the old owner's credentials."""
+    """Move the domain and everything of it to `to_org`; revoke the old owner's credentials;
+    drop a sandbox mark (every completion, the admin's force included, comes here)."""
     removed = transfers.move_domain(tx, t.domain_id, to_org, key, now)
+    moved = domains.get(tx, to_org, t.domain_id)
+    assert moved is not None
+    reason = "transferred: a sandbox mark is valid only where it was made; verify it in DNS"
+    registry.drop_mark(tx, moved, reason, actor, now)
     for duplicate_id, name in removed:
         change = Change("domain.deleted", name, duplicate_id, {"replaced_by_transfer": t.id})
         record(tx, to_org, actor, change, now)

@@ -38,6 +38,9 @@ class Node:
     cwd: Path
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    # `serve --workers`: one process (one pid) per node unless a test says; None: no such
+    # option (an earlier release's `serve`, tests/test_upgrade.py).
+    workers: int | None = 1
 
     @property
     def url(self) -> str:
@@ -53,7 +56,8 @@ class Node:
         self.log = self.cwd / f"node-{self.env['POSTROOM_API_LISTEN'].rsplit(':', 1)[1]}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "postroom", "serve", "--workers", "1"],  # one pid per node
+                [sys.executable, "-m", "postroom", "serve"]
+                + ([] if self.workers is None else ["--workers", str(self.workers)]),
                 env=self.env,
                 cwd=self.cwd,
                 stdout=out,
