@@ -1,12 +1,13 @@
 """Erasure of a person's address on request (GDPR art. 17): `POST /v1/privacy/erase`.
 
 The storage rules are in storage/privacy.py (what is deleted, what rewritten, the hash kept
-on the suppression list). Here: the address is normalised as everywhere (lower case); the
-hash goes on the suppression list first, so no mail reaches the address while the rest is
-rewritten; each pass then runs in batches of `BATCH` rows, one unit of work each, so a
+on the suppression list). Here: the address must be one (422 otherwise) and is normalised
+as everywhere (lower case); the hash goes on the suppression list first, so no mail reaches
+the address while the rest is rewritten; each pass then runs in batches of `BATCH` rows, one unit of work each, so a
 large history never holds the writer long; the activity-log entry, which names only the
 placeholder, comes last with what was touched. A request cut short leaves a partial erasure
-that the same request, made again, completes.
+that the same request, made again, completes. On SQLite the write-ahead log is checkpointed
+and truncated at the end, so the rewritten pages' old copies leave the files.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from datetime import datetime
 import trio.lowlevel
 
 from engine.activity import Change, record
-from engine.errors import Unprocessable
+from engine.addresses import normalize_email
 from engine.runtime import Principal, Runtime
+from engine.sending import statuses
+from engine.sending.statuses import Trigger
 from storage import privacy
 from storage.tx import Tx
 
@@ -35,32 +38,37 @@ class Erased:
     suppression_hash: str
 
 
-def _log(tx: Tx, who: Principal, address: str, erased: Erased, now: datetime) -> None:
+def _log(tx: Tx, who: Principal, erasure: privacy.Erasure, erased: Erased, now: datetime) -> None:
     meta = {"contacts": erased.contacts, **erased.touched}
-    ph = privacy.placeholder(who.workspace_id, address)
-    record(tx, who.workspace_id, who.user_email, Change("privacy.erased", ph, None, meta), now)
+    change = Change("privacy.erased", erasure.replacement, None, meta)
+    record(tx, who.workspace_id, who.user_email, change, now)
 
 
 async def erase(rt: Runtime, who: Principal, address: str) -> Erased:
     """Erase `address` from the workspace's data; what it touched."""
-    address = address.strip().lower()
-    if "@" not in address or address.endswith("@" + privacy.PLACEHOLDER_DOMAIN):
-        message = "email must be an address that is not already erased"
-        raise Unprocessable(message, errors=[{"loc": ["body", "email"], "msg": message}])
+    # Only a whole address: a pattern (`%@%`) or a fragment would rewrite what it matched
+    # of other addresses, and count rows it did not erase anything from.
+    address = normalize_email(address.strip(), "email")
     ws = who.workspace_id
     hashed: str = await rt.db.write(privacy.keep_suppressed, ws, address, rt.clock.now())
+    cancel = statuses.recipients_move(Trigger.CANCEL, (*statuses.WAITING, statuses.HELD))
+    erasure = privacy.Erasure(
+        ws, address, privacy.placeholder(hashed), cancel, statuses.SUMMARISE, rt.clock.now()
+    )
     contacts: int = await rt.db.write(privacy.erase_contacts, ws, address)
-    rewrite = privacy.rewriter(ws, address)
     touched: dict[str, int] = {}
     for name, batch in privacy.PASSES:
         touched[name], after = 0, ""
         while True:
-            done: privacy.Batch = await rt.db.write(batch, ws, address, rewrite, after, BATCH)
+            done: privacy.Batch = await rt.db.write(batch, erasure, after, BATCH)
             touched[name] += done.touched
             if done.after is None:
                 break
             after = done.after
             await trio.lowlevel.checkpoint()  # let the hot path's writes in between batches
     erased = Erased(contacts, touched, hashed)
-    await rt.db.write(_log, who, address, erased, rt.clock.now())
+    await rt.db.write(_log, who, erasure, erased, rt.clock.now())
+    # SQLite keeps the pages it rewrote in its write-ahead log until a checkpoint: copy them
+    # home and empty the log, so the old copies of the address leave the files now.
+    await rt.db.checkpoint()
     return erased

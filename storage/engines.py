@@ -175,6 +175,11 @@ class StorageEngine(Protocol):
 
     def transaction(self, unit: Unit, args: tuple[Any, ...]) -> Any: ...
 
+    def checkpoint(self) -> None:
+        """Move what the write-ahead log holds into the database and empty the log, where the
+        engine's files are its own (SQLite); nothing where they are not (PostgreSQL)."""
+        ...
+
     def probe(self, renew: bool) -> None:
         """Return when the database answers on a fresh connection, the engine's own
         connections usable again (all of them new with `renew`: it was gone); raise,
@@ -331,6 +336,9 @@ class SQLiteEngine:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
+        # Deleted and overwritten content is zeroed, not left in free space where a rewrite
+        # (an erasure) would not reach it. Debian's SQLite is built with it on; others not.
+        conn.execute("PRAGMA secure_delete=ON")
         return conn
 
     def write_batch(self, jobs: Sequence[Job]) -> list[outcome.Outcome[Any]]:
@@ -427,6 +435,10 @@ class SQLiteEngine:
                     conn.execute("COMMIT")
         finally:
             self._readers.put(conn)
+
+    def checkpoint(self) -> None:
+        with self._write_lock, self._other_processes_wait():
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def probe(self, renew: bool) -> None:
         conn = sqlite3.connect(self._path, timeout=PROBE_CONNECT_TIMEOUT)
@@ -584,6 +596,9 @@ class PostgresEngine:
                     conn.close()  # its buffers grew to the value's size: the pool replaces it
                 elif not conn.broken:
                     conn.autocommit = False  # as the pool's other users expect it
+
+    def checkpoint(self) -> None:
+        return  # the server's files and its write-ahead log are PostgreSQL's to manage
 
     def probe(self, renew: bool) -> None:
         import psycopg

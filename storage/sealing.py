@@ -5,11 +5,17 @@ stored as `enc:v1:<base64(nonce | ciphertext)>`. Its table, column and row are b
 associated data, so an altered value, or one copied to another row, does not open.
 Repositories seal on write and unseal on read with their transaction's `Sealer` (`tx.sealer`):
 nothing above storage ever sees a sealed value, nor can storage write a secret in clear.
+
+The same master key keys the fingerprints storage keeps in place of a value it must forget
+(`Sealer.fingerprint`: an erased address): HMAC-SHA256 under a key of its own, derived with
+its own label, so the fingerprint confirms a guessed value only to someone holding the key.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import os
 from dataclasses import dataclass
 
@@ -24,6 +30,7 @@ PREFIX = "enc:v1:"
 _NONCE_BYTES = 12
 # Names the purpose, so the same master key could never yield this key for anything else.
 _HKDF_INFO = b"postroom/secrets-at-rest/v1"
+_FINGERPRINT_INFO = b"postroom/fingerprints/v1"
 
 
 class SealingError(Exception):
@@ -55,15 +62,25 @@ def _bound(column: SealedColumn, row: str) -> bytes:
 class Sealer:
     """Seals and unseals values under one master key."""
 
-    __slots__ = ("_aead",)
+    __slots__ = ("_aead", "_fingerprint_key")
 
     def __init__(self, master_key: bytes | None) -> None:
         """A sealer for `master_key`; with None, one that refuses every value."""
         if master_key is None:
             self._aead = None
+            self._fingerprint_key = b""
             return
         hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO)
         self._aead = AESGCM(hkdf.derive(master_key))
+        hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_FINGERPRINT_INFO)
+        self._fingerprint_key = hkdf.derive(master_key)
+
+    def fingerprint(self, value: str) -> str:
+        """A keyed digest of `value` (hex): equal values give equal fingerprints, and only
+        the master key's holder can tell which value one stands for."""
+        if self._aead is None:
+            raise SealingError("storage was opened without a master key")
+        return hmac.new(self._fingerprint_key, value.encode(), hashlib.sha256).hexdigest()
 
     def _cipher(self) -> AESGCM:
         if self._aead is None:

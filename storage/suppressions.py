@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import contains, parse_optional_timestamp, parse_timestamp, timestamp
-from storage.privacy import address_hash
+from storage.privacy import address_hash, legacy_hash
 from storage.tx import Tx
 
 
@@ -123,16 +123,22 @@ def use_override(tx: Tx, workspace_id: str, email: str, at: datetime) -> None:
     )
 
 
-_CHUNK = 500  # addresses per IN list: well inside both engines' parameter limits
+_CHUNK = 250  # addresses per IN list (three entries each): inside both engines' limits
+# The reason `suppressed_among` gives an erased address, whatever reason its entry kept:
+# erasure is final (engine/suppressions/override.py never lifts it).
+ERASED = "erased"
 
 
 def suppressed_among(tx: Tx, workspace_id: str, emails: list[str]) -> dict[str, str]:
-    """Which of the addresses are suppressed, with the reason: one query per 500 addresses."""
+    """Which of the addresses are suppressed, with the reason (`ERASED` for an erased one):
+    one query per 250 addresses."""
     found: dict[str, str] = {}
     for start in range(0, len(emails), _CHUNK):
         chunk = emails[start : start + _CHUNK]
-        # An erased address is kept only as its hash (storage/privacy.py): look for both.
-        hashed = {address_hash(workspace_id, email): email for email in chunk}
+        # An erased address is kept only as its hash (storage/privacy.py), keyed or, from
+        # earlier releases, plain: look for all three.
+        hashed = {address_hash(tx, workspace_id, email): email for email in chunk}
+        hashed.update({legacy_hash(workspace_id, email): email for email in chunk})
         names = {f"e{i}": email for i, email in enumerate([*chunk, *hashed])}
         placeholders = ", ".join(f":{name}" for name in names)
         for row in tx.all(
@@ -141,5 +147,14 @@ def suppressed_among(tx: Tx, workspace_id: str, emails: list[str]) -> dict[str, 
             {"ws": workspace_id, **names},
         ):
             stored = str(row["email"])
-            found[hashed.get(stored, stored)] = row["reason"]
+            if stored in hashed:
+                found[hashed[stored]] = ERASED
+            else:
+                found.setdefault(stored, row["reason"])
     return found
+
+
+def erased_among(tx: Tx, workspace_id: str, emails: list[str]) -> list[str]:
+    """Which of the addresses were erased (their hash is on the suppression list)."""
+    found = suppressed_among(tx, workspace_id, emails)
+    return [email for email in emails if found.get(email) == ERASED]

@@ -48,7 +48,7 @@ async def test_erasure_rewrites_the_address_out_and_keeps_it_suppressed(
     assert touched["contacts"] == 1 and touched["emails"] == 1
     assert touched["events"] >= 2 and touched["webhook_deliveries"] == 1
     assert touched["activity_entries"] >= 1  # suppression.created named the address
-    assert touched["suppression_hash"].startswith("sha256:")
+    assert touched["suppression_hash"].startswith("hmac-sha256:")
 
     email = await client.get(f"/v1/emails/{sent['id']}")
     assert ANN not in email.text and "bob@erase.example" in email.text

@@ -23,13 +23,25 @@ class EraseBody(BaseModel):
 
 
 class ErasedOut(BaseModel):
+    """How many records of each kind the erasure deleted or rewrote."""
+
     contacts: int
     emails: int
     events: int
     webhook_deliveries: int
     activity_entries: int
     forward_logs: int
+    forward_jobs: int
     inbound_messages: int
+    sandbox_outcomes: int
+    saved_searches: int
+    agent_previews: int
+    idempotent_responses: int
+    delivery_incidents: int
+    templates: int
+    broadcasts: int
+    contact_lists: int
+    other_contacts: int
     suppression_hash: str  # what the suppression list keeps, so the address stays suppressed
 
 

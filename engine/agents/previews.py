@@ -26,7 +26,7 @@ from engine.runtime import Principal, Runtime
 from engine.sending import email_log, intake, statuses
 from engine.sending.intake import AttachmentIn, Issue, Mailbox, SendRequest, SendResult
 from engine.templates.variables import contact_values, render_subject
-from storage import contacts
+from storage import contacts, suppressions
 from storage.codec import parse_optional_timestamp, timestamp
 from storage.tx import Tx
 
@@ -111,7 +111,10 @@ async def preview_email(
     check_cap(policy, len(recipients))
     checked = await intake.validate(rt, who, req)
     confirmation = None
-    if checked.valid:
+    # A confirmation keeps the request: for an erased recipient it would write the address
+    # back, to send what is refused anyway (validation lists the recipient as suppressed).
+    erased = await rt.db.read(suppressions.erased_among, who.workspace_id, recipients)
+    if checked.valid and not erased:
         payload = _request_payload(req)
         confirmation = await _confirmable(rt, who, policy, SEND_EMAIL, payload, len(recipients))
     return Preview(

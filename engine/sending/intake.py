@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,7 +43,7 @@ from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.suppressions.override import OverrideState, Verdict, decide
 from engine.webhooks import outbox
-from storage import domains, emails, suppressions
+from storage import domains, emails, privacy, suppressions
 from storage.codec import new_id
 from storage.domains import Domain, Sender
 from storage.emails import Email, Event, Recipient
@@ -247,12 +247,15 @@ def attempt_suppressed(
     """
     rejection = None
     for email, reason in suppressed.items():
-        verdict = decide(overrides.get(email), now)
+        verdict = decide(overrides.get(email), now, reason)
         if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
             suppressions.open_override_window(tx, workspace_id, email, now)
         if verdict is not Verdict.ALLOW_ONCE and rejection is None:
             rejection = (
-                f"{email} is suppressed ({reason}); a retry within 24 hours of the first"
+                "a recipient is suppressed: its address was erased on request and is never"
+                " sent to again"
+                if reason == suppressions.ERASED
+                else f"{email} is suppressed ({reason}); a retry within 24 hours of the first"
                 " rejection is delivered once"
             )
     if rejection is None:
@@ -384,6 +387,47 @@ def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
     return record, recipient_rows, event
 
 
+def _without_erased(tx: Tx, new: NewEmail) -> NewEmail:
+    """A refused email as it may be stored: every address on it that was erased replaced by
+    its placeholder, wherever the sender wrote it (a refused send must not write back what
+    an erasure took out)."""
+    recipients = {box.email for box in (*new.to, *new.cc, *new.bcc)} | set(new.envelope)
+    for address in suppressions.erased_among(tx, new.workspace_id, sorted(recipients)):
+        hashed = privacy.address_hash(tx, new.workspace_id, address)
+        new = _rewritten(new, privacy.rewriter(privacy.placeholder(hashed), address))
+    return new
+
+
+def _rewritten(new: NewEmail, rewrite: privacy.Rewrite) -> NewEmail:
+    def boxes(found: tuple[Mailbox, ...]) -> tuple[Mailbox, ...]:
+        return tuple(Mailbox(rewrite(box.email), rewrite(box.name)) for box in found)
+
+    return replace(
+        new,
+        to=boxes(new.to),
+        cc=boxes(new.cc),
+        bcc=boxes(new.bcc),
+        reply_to=None if new.reply_to is None else boxes((new.reply_to,))[0],
+        from_name=rewrite(new.from_name),
+        subject=rewrite(new.subject),
+        html=rewrite(new.html),
+        text=rewrite(new.text),
+        headers={name: rewrite(value) for name, value in new.headers.items()},
+        tags=tuple(rewrite(tag) for tag in new.tags),
+        attachments=tuple(
+            replace(
+                a,
+                filename=rewrite(a.filename),
+                content_base64=privacy.rewrite_base64(a.content_base64, rewrite),
+            )
+            for a in new.attachments
+        ),
+        raw=rewrite(new.raw),
+        envelope=tuple(rewrite(address) for address in new.envelope),
+        rejection=rewrite(new.rejection),
+    )
+
+
 def store(
     tx: Tx,
     new: Sequence[NewEmail],
@@ -396,7 +440,7 @@ def store(
     them in the monthly volume, one update per workspace in the node's `volume_shard` (None:
     not counted: the caller reserved the volume, or it is the service's own mail); delivery
     hears of them once committed unless `announce` is off."""
-    built = [rows(item, now) for item in new]
+    built = [rows(_without_erased(tx, item) if item.rejection else item, now) for item in new]
     records = [email for email, _, _ in built]
     emails.insert(
         tx,
@@ -529,7 +573,7 @@ async def validate(rt: Runtime, who: Principal, req: SendRequest) -> Validation:
         ctx = await rt.db.read(_context, who.workspace_id, addresses, now)
         issues.extend(_context_issues(ctx, plan))
         for email, reason in ctx.suppressed.items():
-            if decide(ctx.overrides.get(email), now) is not Verdict.ALLOW_ONCE:
+            if decide(ctx.overrides.get(email), now, reason) is not Verdict.ALLOW_ONCE:
                 issues.append(Issue("to", f"{email} is suppressed ({reason})", raises=None))
     valid = all(issue.raises is None for issue in issues)
     return Validation(valid=valid, can_send=not issues, issues=issues)

@@ -1,24 +1,40 @@
-"""Open and click tracking and unsubscribe links: public, HMAC-signed tokens.
+"""Open and click tracking and unsubscribe links: public tokens, sealed and opaque.
 
 A token carries what it is for (open, click, unsubscribe), the email and the recipient (and
-the target URL of a click), signed with the service's secret key, so a link can neither be
-forged nor pointed elsewhere. Tracking is per email: an email to several recipients reports
-its first `to` address. Following a link records an event; unsubscribing also suppresses the
-address (reason `unsubscribe`). Opening the unsubscribe page changes nothing: only its POST
-(the RFC 8058 one-click request, or the page's button) does, so link scanners cannot
-unsubscribe anyone.
+the target URL of a click), sealed with AES-GCM under a key derived from the service's
+secret key: a link can neither be forged nor pointed elsewhere, and nobody who sees one (a
+forwardee, a log, a link scanner) reads the address in it. Tracking is per email: an email
+to several recipients reports its first `to` address. Following a link records an event;
+unsubscribing also suppresses the address (reason `unsubscribe`). Opening the unsubscribe
+page changes nothing: only its POST (the RFC 8058 one-click request, or the page's button)
+does, so link scanners cannot unsubscribe anyone. A link whose recipient was erased since
+(`POST /v1/privacy/erase`) still works for its reader but records nothing: it would write
+the address back.
+
+Releases before sealing signed readable tokens (`<base64 JSON>.<HMAC>`); those already in
+people's mailboxes are honoured while their email is younger than `LEGACY_LINKS`, then
+refused: the service makes no new ones, so after that no valid one is left.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import functools
 import hashlib
 import hmac
 import json
+import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from html import unescape
 from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from engine.errors import InvalidRequest, NotFound
 from engine.runtime import Runtime
@@ -30,10 +46,14 @@ from storage.suppressions import Suppression
 from storage.tx import Tx
 
 OPEN, CLICK, UNSUBSCRIBE = "o", "c", "u"
+LEGACY_LINKS = timedelta(days=90)
 _HREF = re.compile(r"""(<a\b[^>]*?\bhref\s*=\s*)(["'])(https?://[^"']+)\2""", re.IGNORECASE)
 # A click answers with the link's URL as its Location header, which a control character
 # breaks (a CR or LF would split it): such a link is not tracked, and such a token refused.
 _URL_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NONCE_BYTES = 12
+# Names the purpose, so the service's secret yields this key for nothing else.
+_LINK_KEY_INFO = b"postroom/tracking-links/v1"
 
 
 def _b64(data: bytes) -> str:
@@ -45,6 +65,8 @@ def _unb64(text: str) -> bytes:
 
 
 def sign(secret: str, payload: dict[str, str]) -> str:
+    """A readable token of `payload` signed with `secret` (what the MCP door's session ids
+    are; tracking links were, before they were sealed)."""
     body = _b64(json.dumps(payload, separators=(",", ":")).encode())
     mac = hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest()[:16]
     return f"{body}.{_b64(mac)}"
@@ -63,6 +85,32 @@ def verify(secret: str, token: str) -> dict[str, str] | None:
     return payload if isinstance(payload, dict) else None
 
 
+@functools.lru_cache(maxsize=4)
+def _link_cipher(secret: str) -> AESGCM:
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LINK_KEY_INFO)
+    return AESGCM(hkdf.derive(secret.encode()))
+
+
+def seal(secret: str, payload: dict[str, str]) -> str:
+    """An opaque token of `payload` (base64url of nonce and ciphertext: no `.` in it)."""
+    nonce = os.urandom(_NONCE_BYTES)
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return _b64(nonce + _link_cipher(secret).encrypt(nonce, body, _LINK_KEY_INFO))
+
+
+def unseal(secret: str, token: str) -> dict[str, str] | None:
+    """The payload a token sealed with `secret` holds, or None."""
+    try:
+        blob = _unb64(token)
+        opened = _link_cipher(secret).decrypt(
+            blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], _LINK_KEY_INFO
+        )
+        payload = json.loads(opened)
+    except (ValueError, binascii.Error, InvalidTag, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Links:
     """The tracking and unsubscribe URLs of one email."""
@@ -74,7 +122,7 @@ class Links:
 
     def _url(self, kind: str, **extra: str) -> str:
         payload = {"k": kind, "e": self.email_id, "r": self.recipient, **extra}
-        return f"{self.base}/t/{kind}/{sign(self.secret, payload)}"
+        return f"{self.base}/t/{kind}/{seal(self.secret, payload)}"
 
     @property
     def open(self) -> str:
@@ -93,9 +141,11 @@ def instrument_html(html: str, links: Links, *, opens: bool, clicks: bool) -> st
     if clicks:
 
         def track(m: re.Match[str]) -> str:
-            if _URL_CONTROL.search(m.group(3)):
+            # The attribute's value is HTML: `&amp;` in it is the URL's `&`.
+            url = unescape(m.group(3))
+            if _URL_CONTROL.search(url):
                 return m.group(0)
-            return f"{m.group(1)}{m.group(2)}{links.click(m.group(3))}{m.group(2)}"
+            return f"{m.group(1)}{m.group(2)}{links.click(url)}{m.group(2)}"
 
         html = _HREF.sub(track, html)
     if opens:
@@ -110,12 +160,23 @@ def _event(email: Email, kind: str, recipient: str, meta: dict[str, Any], now: d
     return Event(new_id(), email.id, email.workspace_id, kind, recipient, metadata, now)
 
 
-def _record(tx: Tx, payload: dict[str, str], meta: dict[str, Any], now: datetime) -> None:
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """What a followed link's token says, and whether it is a readable one of old."""
+
+    payload: dict[str, str]
+    legacy: bool
+
+
+def _record(tx: Tx, link: _Link, meta: dict[str, Any], now: datetime) -> None:
+    payload = link.payload
     found = emails.by_ids(tx, [payload["e"]])
     email = found.get(payload["e"])
-    if email is None:
+    if email is None or (link.legacy and email.created_at + LEGACY_LINKS < now):
         raise NotFound("unknown link")
     recipient = payload["r"]
+    if recipient not in {r.address for r in emails.recipients_of(tx, email.id)}:
+        return  # erased since the link was made: recording it would write the address back
     kind = {OPEN: "opened", CLICK: "clicked", UNSUBSCRIBE: "unsubscribed"}[payload["k"]]
     emails.insert_events(tx, [_event(email, kind, recipient, meta, now)], outbox.queue)
     if payload["k"] == UNSUBSCRIBE:
@@ -124,16 +185,17 @@ def _record(tx: Tx, payload: dict[str, str], meta: dict[str, Any], now: datetime
         )
 
 
-def _payload(rt: Runtime, token: str, kind: str) -> dict[str, str]:
-    payload = verify(rt.secret_key, token)
+def _link(rt: Runtime, token: str, kind: str) -> _Link:
+    legacy = "." in token
+    payload = verify(rt.secret_key, token) if legacy else unseal(rt.secret_key, token)
     if payload is None or payload.get("k") != kind or "e" not in payload or "r" not in payload:
         raise NotFound("unknown link")
-    return payload
+    return _Link(payload, legacy)
 
 
 async def opened(rt: Runtime, token: str, user_agent: str, ip: str) -> None:
-    payload = _payload(rt, token, OPEN)
-    await rt.db.write(_record, payload, {"user_agent": user_agent, "ip": ip}, rt.clock.now())
+    link = _link(rt, token, OPEN)
+    await rt.db.write(_record, link, {"user_agent": user_agent, "ip": ip}, rt.clock.now())
 
 
 async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
@@ -142,25 +204,27 @@ async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
     InvalidRequest when the URL holds a control character: such links are not tracked, but
     a message sent before they were refused may still carry one.
     """
-    payload = _payload(rt, token, CLICK)
-    url = payload.get("u", "")
+    link = _link(rt, token, CLICK)
+    url = link.payload.get("u", "")
+    if link.legacy:
+        url = unescape(url)  # made before `&amp;` was decoded: it went to the wrong URL
     if not url.startswith(("http://", "https://")):
         raise NotFound("unknown link")
     if _URL_CONTROL.search(url):
         raise InvalidRequest("the link's URL contains a control character", code="invalid_link")
     await rt.db.write(
-        _record, payload, {"url": url, "user_agent": user_agent, "ip": ip}, rt.clock.now()
+        _record, link, {"url": url, "user_agent": user_agent, "ip": ip}, rt.clock.now()
     )
     return url
 
 
 def check_unsubscribe(rt: Runtime, token: str) -> str:
     """The address an unsubscribe link is for (NotFound if the token is not valid)."""
-    return _payload(rt, token, UNSUBSCRIBE)["r"]
+    return _link(rt, token, UNSUBSCRIBE).payload["r"]
 
 
 async def unsubscribed(rt: Runtime, token: str, method: str) -> str:
     """Suppress the link's recipient and record it; the address."""
-    payload = _payload(rt, token, UNSUBSCRIBE)
-    await rt.db.write(_record, payload, {"method": method}, rt.clock.now())
-    return payload["r"]
+    link = _link(rt, token, UNSUBSCRIBE)
+    await rt.db.write(_record, link, {"method": method}, rt.clock.now())
+    return link.payload["r"]
