@@ -18,7 +18,7 @@ Counts = tuple[int, datetime, datetime]  # count, first_at, last_at
 
 def read(tx: Tx, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Counts]:
     """The counts of these (workspace id, address) keys that have any."""
-    hashed = {address_hash(ws, address): (ws, address) for ws, address in keys}
+    hashed = {address_hash(tx, ws, address): (ws, address) for ws, address in keys}
     if not hashed:
         return {}
     names, params = in_list("h", hashed)
@@ -45,7 +45,7 @@ def write(tx: Tx, counts: dict[tuple[str, str], Counts]) -> None:
         " count = excluded.count, first_at = excluded.first_at, last_at = excluded.last_at",
         [
             {
-                "h": address_hash(ws, address),
+                "h": address_hash(tx, ws, address),
                 "ws": ws,
                 "count": count,
                 "first": timestamp(first),
@@ -58,7 +58,7 @@ def write(tx: Tx, counts: dict[tuple[str, str], Counts]) -> None:
 
 def clear(tx: Tx, keys: Iterable[tuple[str, str]]) -> None:
     """Forget the counts of these (workspace id, address) keys: mail reached them."""
-    hashes = list(dict.fromkeys(address_hash(ws, address) for ws, address in keys))
+    hashes = list(dict.fromkeys(address_hash(tx, ws, address) for ws, address in keys))
     if hashes:
         names, params = in_list("h", hashes)
         tx.execute(f"DELETE FROM soft_bounces WHERE address_hash IN ({names})", params)
