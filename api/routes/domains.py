@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out
+from api.models import In, Out
 from api.validation import json_body
 from engine.domains import registry as domains
 from storage.domains import Domain
@@ -17,11 +17,11 @@ from storage.domains import Domain
 blueprint = Blueprint("domains", __name__, url_prefix="/v1/domains")
 
 
-class CreateDomain(BaseModel):
+class CreateDomain(In):
     name: str = Field(min_length=1, max_length=253)
 
 
-class UpdateDomain(BaseModel):
+class UpdateDomain(In):
     open_tracking: bool | None = None
     click_tracking: bool | None = None
 
