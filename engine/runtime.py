@@ -64,3 +64,12 @@ class Principal:
     plan: str
     api_key_id: str | None = None
     session_id: str | None = None
+
+    @property
+    def credential(self) -> str:
+        """The credential acting, `key:<id>` or `session:<id>`: what a grant made to this
+        caller (a confirmation token, an MCP session id) is bound to, so that it dies with
+        the key or the login session."""
+        if self.api_key_id is not None:
+            return f"key:{self.api_key_id}"
+        return f"session:{self.session_id}"
