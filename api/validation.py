@@ -3,8 +3,9 @@
 Bodies are parsed straight from bytes by pydantic (one pass in Rust). The models are also
 registered with quart-schema, so `/openapi.json` documents exactly what is enforced. A field
 a model does not know is refused (api/models.py `In`), named with the closest known name, in
-the API, the console's forms and the MCP door's tool arguments alike. The rules on every request body (size, closing a connection whose body was cut short) sit at the
-ASGI edge (`body_guard`), where they cost no per-request hook.
+the API, the console's forms and the MCP door's tool arguments alike. The rules on every
+request body (size, closing a connection whose body was cut short) sit at the ASGI edge
+(`body_guard`), where they cost no per-request hook.
 """
 
 from __future__ import annotations
