@@ -31,7 +31,9 @@ def unknown(response: httpx.Response, loc: list[Any], *named: str) -> str:
     return message
 
 
-async def test_a_misspelt_limit_is_refused_and_creates_no_policy(service: Service) -> None:
+async def test_misspelt_fields_and_parameters_are_refused_and_change_nothing(
+    service: Service,
+) -> None:
     account = await service.account("starter")
     before = (await account.client.get(POLICIES)).json()
     body = {"match": "x.example", "messages_per_minute": 30}
@@ -42,13 +44,12 @@ async def test_a_misspelt_limit_is_refused_and_creates_no_policy(service: Servic
     created = await account.client.post(POLICIES, json={"match": "x.example", "per_minute": 30})
     assert (created.status_code, created.json()["per_minute"]) == (201, 30)
 
-
-async def test_a_misnamed_mcp_policy_field_changes_nothing(service: Service) -> None:
-    account = await service.account()
     person = await logged_in(service, account)
-    response = await person.patch("/v1/mcp/policy", json={"mode": "send"})
-    unknown(response, ["body", "mode"], "mode")
+    unknown(await person.patch("/v1/mcp/policy", json={"mode": "send"}), ["body", "mode"], "mode")
     assert (await account.client.get("/v1/mcp/policy")).json()["policy"] == "read"
+
+    response = await account.client.get("/v1/emails/", params={"stauts": "bounced"})
+    assert "did you mean 'status'?" in unknown(response, ["query", "stauts"], "stauts")
 
 
 async def test_both_paths_of_sending_refuse_an_unknown_field_and_send_nothing(
@@ -75,14 +76,10 @@ async def test_both_paths_of_sending_refuse_an_unknown_field_and_send_nothing(
     assert (await account.client.get("/v1/emails/")).json() == []
 
 
-async def test_a_misspelt_query_parameter_is_refused(service: Service) -> None:
-    account = await service.account()
-    response = await account.client.get("/v1/emails/", params={"stauts": "bounced"})
-    assert "did you mean 'status'?" in unknown(response, ["query", "stauts"], "stauts")
-
-
-async def test_unknown_search_tokens_and_impossible_statuses_are_named(service: Service) -> None:
-    account = await service.account()
+async def test_unknown_search_tokens_and_impossible_statuses_are_named_in_every_door(
+    service: Service,
+) -> None:
+    account: Account = await service.account()
     search = "/v1/emails/search"
     cases: list[tuple[dict[str, str], list[Any], str]] = [
         ({"q": "status:foo"}, ["query", "q"], "foo"),
@@ -105,9 +102,6 @@ async def test_unknown_search_tokens_and_impossible_statuses_are_named(service: 
     assert page.status_code == 422
     assert "unknown status &#39;foo&#39;" in page.text and "No email matches" not in page.text
 
-
-async def test_mcp_search_and_tools_name_unknown_tokens_and_arguments(service: Service) -> None:
-    account: Account = await service.account()
     async with mcp_client(service, account.api_key) as client:
         error = await refused(client, "search_emails", q="status:foo source:mcp")
         assert error["code"] == "validation_error"
