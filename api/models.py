@@ -13,12 +13,20 @@ EmailText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3
 Tag = Annotated[str, StringConstraints(max_length=200)]
 
 
+class In(BaseModel):
+    """Base of request models (bodies and query strings): a field the model does not know is
+    refused with a 422 naming it (api/validation.py), never ignored, so a misspelt field is
+    never a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Out(BaseModel):
     """Base of response models: built from engine records by attribute."""
 
     model_config = ConfigDict(from_attributes=True)
 
 
-class PageQuery(BaseModel):
+class PageQuery(In):
     page: int = Field(0, ge=0, le=1_000_000)
     limit: int = Field(20, ge=1, le=100)

@@ -1,37 +1,66 @@
 """Request parsing: JSON bodies and query strings into pydantic models, or a 422.
 
 Bodies are parsed straight from bytes by pydantic (one pass in Rust). The models are also
-registered with quart-schema, so `/openapi.json` documents exactly what is enforced. The
-rules on every request body (size, closing a connection whose body was cut short) sit at the
-ASGI edge (`body_guard`), where they cost no per-request hook.
+registered with quart-schema, so `/openapi.json` documents exactly what is enforced. A field
+a model does not know is refused (api/models.py `In`), named with the closest known name, in
+the API, the console's forms and the MCP door's tool arguments alike. The rules on every
+request body (size, closing a connection whose body was cut short) sit at the ASGI edge
+(`body_guard`), where they cost no per-request hook.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import pydantic
+from pydantic_core import ErrorDetails
 from quart import Quart, request
 from quart_schema import document_querystring, document_request
 from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
 from api.errors import http_error_code
-from engine.errors import Unprocessable
+from engine.errors import Unprocessable, unknown_name
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 Handler = Callable[..., Awaitable[Any]]
 
 
-def _location(loc: tuple[int | str, ...], source: str) -> list[int | str]:
-    return [source, *loc]
+def _models_in(annotation: Any) -> list[type[pydantic.BaseModel]]:
+    """The models an annotation holds (`Address`, `list[Address]`, `Address | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return [annotation]
+    return [found for arg in get_args(annotation) for found in _models_in(arg)]
 
 
-def validation_error(exc: pydantic.ValidationError, source: str) -> Unprocessable:
-    """The 422 for a pydantic error, with one `{loc, msg}` per problem."""
-    errors = [{"loc": _location(e["loc"], source), "msg": e["msg"]} for e in exc.errors()]
+def known_fields(model: type[pydantic.BaseModel], path: Sequence[int | str]) -> list[str]:
+    """The field names of the object at `path` inside `model` (list indexes skipped)."""
+    models = [model]
+    for part in path:
+        if isinstance(part, int):
+            continue
+        inner = [m.model_fields[part].annotation for m in models if part in m.model_fields]
+        models = [found for annotation in inner for found in _models_in(annotation)]
+    return sorted({name for m in models for name in m.model_fields})
+
+
+def problem_message(error: ErrorDetails, model: type[pydantic.BaseModel] | None) -> str:
+    """The message for one pydantic problem; an unknown field is named, with the closest
+    known name of the object it was found in."""
+    loc = error["loc"]
+    if error["type"] == "extra_forbidden" and model is not None and loc:
+        return unknown_name("field", str(loc[-1]), known_fields(model, loc[:-1]))
+    return error["msg"]
+
+
+def validation_error(
+    exc: pydantic.ValidationError, source: str, model: type[pydantic.BaseModel] | None = None
+) -> Unprocessable:
+    """The 422 for a pydantic error, with one `{loc, msg}` per problem (`source` first in
+    each loc: body, query, arguments)."""
+    errors = [{"loc": [source, *e["loc"]], "msg": problem_message(e, model)} for e in exc.errors()]
     first = errors[0]
     where = ".".join(str(part) for part in first["loc"])
     return Unprocessable(f"{where}: {first['msg']}", errors=errors)
@@ -57,7 +86,7 @@ def parse_body(model: type[M], raw: str | bytes) -> M:
     try:
         return model.model_validate_json(raw)
     except pydantic.ValidationError as exc:
-        raise validation_error(exc, "body") from None
+        raise validation_error(exc, "body", model) from None
 
 
 def _require_json_content_type() -> None:
@@ -104,7 +133,7 @@ def query_args(model: type[M]) -> Callable[[Handler], Handler]:
             try:
                 query = model.model_validate(given)
             except pydantic.ValidationError as exc:
-                raise validation_error(exc, "query") from None
+                raise validation_error(exc, "query", model) from None
             return await handler(*args, query=query, **kwargs)
 
         return document_querystring(model)(wrapper)

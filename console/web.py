@@ -24,6 +24,7 @@ from quart import Blueprint, Response, current_app, g, redirect, render_template
 
 from api.auth import check_same_origin, runtime
 from api.errors import status_of
+from api.validation import problem_message
 from engine.accounts import users, workspaces
 from engine.accounts.auth import authenticate_session
 from engine.accounts.users import SESSION_COOKIE
@@ -168,7 +169,7 @@ def parse(model: type[M], data: Mapping[str, Any]) -> tuple[M | None, dict[str, 
         problems: dict[str, str] = {}
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else "form"
-            problems.setdefault(field, error["msg"])
+            problems.setdefault(field, problem_message(error, model))
         return None, problems
 
 

@@ -7,6 +7,8 @@ reply); engine code raises them and never speaks HTTP itself. Each carries a sna
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Any
 
 # Raised by storage (which knows nothing of the engine) for a write the disk has no room for;
@@ -95,3 +97,21 @@ class RateLimited(EngineError):
     def __init__(self, detail: str, *, retry_after: int, **extra: Any) -> None:
         super().__init__(detail, retry_after=retry_after, **extra)
         self.retry_after = retry_after
+
+
+def closest(name: str, known: Sequence[str]) -> str | None:
+    """The known name a misspelt `name` most likely meant: one it contains
+    (`messages_per_minute` -> `per_minute`), else the nearest spelling, else None."""
+    within = [k for k in known if len(k) > 2 and k in name.lower()]
+    if within:
+        return max(within, key=len)
+    found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_name(kind: str, name: str, known: Sequence[str]) -> str:
+    """What to say about an unknown field, argument or token: its name, and the closest
+    known name when there is one."""
+    guess = closest(name, known)
+    hint = f"; did you mean {guess!r}?" if guess else f"; known: {', '.join(known)}"
+    return f"unknown {kind} {name!r}{hint}"

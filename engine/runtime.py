@@ -72,3 +72,12 @@ class Principal:
     session_id: str | None = None
     # A sandbox test key (engine/sandbox/keys.py): acts only inside the sandbox.
     test_key: bool = False
+
+    @property
+    def credential(self) -> str:
+        """The credential acting, `key:<id>` or `session:<id>`: what a grant made to this
+        caller (a confirmation token, an MCP session id) is bound to, so that it dies with
+        the key or the login session."""
+        if self.api_key_id is not None:
+            return f"key:{self.api_key_id}"
+        return f"session:{self.session_id}"

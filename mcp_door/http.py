@@ -123,7 +123,7 @@ def _initializing_client(body: bytes) -> str | None:
 
 def _binding(who: Principal) -> str:
     """The credential a session id is bound to: the API key, or the login session."""
-    return f"{who.workspace_id}/{who.api_key_id or who.session_id}"
+    return f"{who.workspace_id}/{who.credential}"
 
 
 def _build_server(rt: Runtime) -> Server[Any]:

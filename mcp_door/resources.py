@@ -61,7 +61,8 @@ async def _template(rt: Runtime, who: Principal, template_id: str) -> Json:
 
 
 async def _saved_searches(rt: Runtime, who: Principal) -> Json:
-    return {"searches": await email_log.saved_searches(rt, who)}
+    found = await email_log.saved_searches(rt, who)
+    return {"searches": [shapes.saved_search(entry) for entry in found]}
 
 
 RESOURCES = (

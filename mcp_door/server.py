@@ -19,6 +19,7 @@ import pydantic
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from api.validation import validation_error
 from engine.agents import clients
 from engine.agents import policy as agent_policy
 from engine.agents.policy import READ, SEND
@@ -67,10 +68,7 @@ def _arguments(tool: Tool, raw: dict[str, Any] | None) -> pydantic.BaseModel:
     try:
         return tool.args.model_validate(arguments)
     except pydantic.ValidationError as exc:
-        errors = [{"loc": ["arguments", *e["loc"]], "msg": e["msg"]} for e in exc.errors()]
-        first = errors[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise Unprocessable(f"{where}: {first['msg']}", errors=errors) from None
+        raise validation_error(exc, "arguments", tool.args) from None
 
 
 def _listed(tool: Tool) -> types.Tool:

@@ -28,6 +28,7 @@ class Confirmation:
     token_hash: str
     workspace_id: str
     user_id: str
+    credential: str | None  # who may confirm: the key or session that previewed
     action: str
     payload: dict[str, Any]
     recipients: int
@@ -67,6 +68,7 @@ def _confirmation(row: Row) -> Confirmation:
         token_hash=row["token_hash"],
         workspace_id=row["workspace_id"],
         user_id=row["user_id"],
+        credential=row["credential"],
         action=row["action"],
         payload=from_json(row["payload"]),
         recipients=int(row["recipients"]),
@@ -78,13 +80,14 @@ def _confirmation(row: Row) -> Confirmation:
 
 def insert_confirmation(tx: Tx, confirmation: Confirmation) -> None:
     tx.execute(
-        "INSERT INTO agent_confirmations (token_hash, workspace_id, user_id, action, payload,"
-        " recipients, created_at, expires_at, used_at) VALUES (:hash, :ws, :user, :action,"
-        " :payload, :recipients, :created_at, :expires_at, NULL)",
+        "INSERT INTO agent_confirmations (token_hash, workspace_id, user_id, credential, action,"
+        " payload, recipients, created_at, expires_at, used_at) VALUES (:hash, :ws, :user,"
+        " :credential, :action, :payload, :recipients, :created_at, :expires_at, NULL)",
         {
             "hash": confirmation.token_hash,
             "ws": confirmation.workspace_id,
             "user": confirmation.user_id,
+            "credential": confirmation.credential,
             "action": confirmation.action,
             "payload": to_json(confirmation.payload),
             "recipients": confirmation.recipients,

@@ -48,7 +48,7 @@ async def test_stdio_client_searches_previews_confirms_and_is_attributed(
         assert {"search_emails", "send_email", "confirm"} <= names
         assert (await call(client, "search_emails", q="to:customer.example"))["emails"] == []
         preview = await call(client, "send_email", **draft(["ann@customer.example"]))
-        assert (preview["recipient_count"], preview["first_recipient"]) == (
+        assert (preview["recipient_count"], preview["untrusted"]["first_recipient"]) == (
             1,
             "ann@customer.example",
         )

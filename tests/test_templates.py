@@ -41,11 +41,15 @@ async def test_create_extracts_variables_from_the_bodies(service: Service) -> No
         html_body="<p>{{ first_name }}, your code is {{code}}. {{code}} again.</p>",
         text_body="Code {{code}} from {{Company Name}}",
         blocks_json={"blocks": [{"type": "text"}]},
-        variables=["ignored"],  # never taken from the client
     )
     assert set(created) == TEMPLATE_FIELDS
     assert created["variables"] == ["Company Name", "code", "first_name"]
     assert created["blocks_json"] == {"blocks": [{"type": "text"}]}
+    # The variables are the bodies': a client's own list is refused, never taken.
+    given = {"name": "Mine", "text_body": "{{code}}", "variables": ["ignored"]}
+    refused = await account.client.post("/v1/templates/", json=given)
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["loc"] == ["body", "variables"]
     assert created["created_at"] == created["updated_at"]
     read = await account.client.get(f"/v1/templates/{created['id']}")
     assert read.status_code == 200

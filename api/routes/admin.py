@@ -6,12 +6,11 @@ Only for users with `is_admin`, in a session re-authenticated within the last fi
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from quart import Blueprint, g
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText
+from api.models import EmailText, In
 from api.routes.transfers import TransferOut, render
 from api.validation import json_body
 from engine.transfers import actions as transfers
@@ -20,7 +19,7 @@ from engine.transfers.actions import ForceRequest
 blueprint = Blueprint("admin", __name__, url_prefix="/v1/admin")
 
 
-class ForceTransfer(BaseModel):
+class ForceTransfer(In):
     target_email: EmailText
     rotate_dkim: bool = True
 

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
 from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Name, Out
+from api.models import In, Name, Out
 from api.validation import json_body
 from engine.accounts import api_keys
 
 blueprint = Blueprint("api_keys", __name__, url_prefix="/v1/api-keys")
 
 
-class CreateApiKey(BaseModel):
+class CreateApiKey(In):
     name: Name
     permissions: list[str] | None = None
 

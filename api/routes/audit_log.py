@@ -10,14 +10,14 @@ from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out
+from api.models import In, Out
 from api.validation import query_args
 from engine import activity
 
 blueprint = Blueprint("audit_log", __name__, url_prefix="/v1/audit-log")
 
 
-class AuditQuery(BaseModel):
+class AuditQuery(In):
     range: Literal["24h", "7d", "30d", "90d"] = "30d"
     category: str | None = None
     limit: int = Field(100, ge=1, le=500)

@@ -11,7 +11,7 @@ from quart import Blueprint, Response, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText, Name, Out, Tag
+from api.models import EmailText, In, Name, Out, Tag
 from api.routes.emails import at_most_once
 from api.validation import json_body, query_args
 from engine.contacts import bulk_send, csv_import
@@ -26,13 +26,13 @@ Description = Field(None, max_length=2000)
 IconSeed = Field(None, max_length=200)
 
 
-class CreateList(BaseModel):
+class CreateList(In):
     name: Name
     description: str | None = Description
     icon_seed: str | None = IconSeed
 
 
-class UpdateList(BaseModel):
+class UpdateList(In):
     name: Name | None = None
     description: str | None = Description
     icon_seed: str | None = IconSeed
@@ -66,12 +66,12 @@ class ContactListDetailOut(ContactListOut):
     contacts: list[ContactOut]
 
 
-class ListQuery(BaseModel):
+class ListQuery(In):
     page: int = Field(0, ge=0, le=1_000_000)
     limit: int = Field(50, ge=1, le=200)
 
 
-class AddContact(BaseModel):
+class AddContact(In):
     email: EmailText
     name: str | None = Field(None, max_length=200)
     metadata: dict[str, Any] | None = Field(None, max_length=100)
@@ -83,7 +83,7 @@ class ImportOut(BaseModel):
     errors: list[str]
 
 
-class BulkSendBody(BaseModel):
+class BulkSendBody(In):
     contact_list_id: uuid.UUID
     sender_address_id: uuid.UUID
     subject: str = Field(min_length=1, max_length=998)

@@ -11,7 +11,7 @@ from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out
+from api.models import In, Out
 from api.validation import json_body, query_args
 from engine.contacts import bulk_send
 from engine.delivery import controls, forecast, policies
@@ -25,7 +25,7 @@ Connections = Field(None, ge=1, le=1000)
 Count = Field(None, ge=1, le=1_000_000_000)
 
 
-class CreatePolicy(BaseModel):
+class CreatePolicy(In):
     match: str = Field(min_length=1, max_length=255)
     domain_id: str | None = Field(None, max_length=64)
     max_connections: int | None = Connections
@@ -35,7 +35,7 @@ class CreatePolicy(BaseModel):
     per_day: int | None = Count
 
 
-class UpdatePolicy(BaseModel):
+class UpdatePolicy(In):
     """Only the fields given change; a limit given as null is cleared."""
 
     match: str | None = Field(None, min_length=1, max_length=255)
@@ -68,7 +68,7 @@ class PolicyList(BaseModel):
     caps: dict[str, int | None]
 
 
-class CreateRamp(BaseModel):
+class CreateRamp(In):
     domain_id: str = Field(min_length=1, max_length=64)
     first_day: int = Field(ge=1, le=1_000_000_000)
     factor: float = Field(2.0, ge=1.0, le=controls.MAX_FACTOR)
@@ -76,7 +76,7 @@ class CreateRamp(BaseModel):
     starts_on: date | None = None
 
 
-class UpdateRamp(BaseModel):
+class UpdateRamp(In):
     first_day: int | None = Field(None, ge=1, le=1_000_000_000)
     factor: float | None = Field(None, ge=1.0, le=controls.MAX_FACTOR)
     target_per_day: int | None = Field(None, ge=2, le=1_000_000_000)
@@ -97,7 +97,7 @@ class RampOut(BaseModel):
     updated_at: datetime
 
 
-class ForecastQuery(BaseModel):
+class ForecastQuery(In):
     broadcast_id: str | None = Field(None, max_length=64)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out
+from api.models import In, Out
 from api.validation import json_body
 from engine.domains import registry as domains
 from storage.domains import Domain
@@ -18,11 +18,11 @@ from storage.domains import Domain
 blueprint = Blueprint("domains", __name__, url_prefix="/v1/domains")
 
 
-class CreateDomain(BaseModel):
+class CreateDomain(In):
     name: str = Field(min_length=1, max_length=253)
 
 
-class UpdateDomain(BaseModel):
+class UpdateDomain(In):
     open_tracking: bool | None = None
     click_tracking: bool | None = None
     # Sign with Ed25519 beside RSA (RFC 8463); the first time makes the key and its record.

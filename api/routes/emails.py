@@ -14,8 +14,8 @@ from quart import Blueprint, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText, Out, PageQuery, Tag
-from api.validation import json_body, query_args
+from api.models import EmailText, In, Out, PageQuery, Tag
+from api.validation import json_body, problem_message, query_args
 from engine.errors import EngineError, Unprocessable
 from engine.runtime import Principal, Runtime
 from engine.sending import batch, email_log, idempotency, scheduling, statuses
@@ -38,18 +38,18 @@ class Sent:
     idempotency_key: str | None  # the header as sent
 
 
-class Address(BaseModel):
+class Address(In):
     email: EmailText
     name: str | None = Field(None, max_length=200)
 
 
-class Attachment(BaseModel):
+class Attachment(In):
     filename: str = Field(min_length=1, max_length=255)
     content_base64: str
     content_type: str = Field("application/octet-stream", max_length=200)
 
 
-class SendBody(BaseModel):
+class SendBody(In):
     from_: Address
     to: list[Address] = Field(max_length=50)
     subject: str = Field(max_length=998)
@@ -273,7 +273,7 @@ class SearchQuery(PageQuery):
     tag: Tag | None = None
 
 
-class UpdatesQuery(BaseModel):
+class UpdatesQuery(In):
     since: datetime
 
 
@@ -305,7 +305,7 @@ class BatchEntryOut(BaseModel):
     rejection_reason: str | None
 
 
-class SavedSearch(BaseModel):
+class SavedSearch(In):
     id: str = Field(default_factory=lambda: str(uuid.uuid4()), max_length=64)
     name: str = Field(min_length=1, max_length=100)
     query: str = Field("", max_length=1000)
@@ -315,7 +315,7 @@ class SavedSearch(BaseModel):
     source: str | None = Field(None, max_length=50)
 
 
-class SavedSearches(BaseModel):
+class SavedSearches(In):
     searches: list[SavedSearch] = Field(max_length=50)
 
 
@@ -324,7 +324,7 @@ async def _parse_entry(entry: dict[str, Any]) -> SendRequest | str:
         return await _request(runtime(), principal(), SendBody.model_validate(entry))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        return f"{'.'.join(str(p) for p in first['loc'])}: {problem_message(first, SendBody)}"
     except EngineError as exc:  # the entry's template is unknown or not available
         return exc.detail
 

@@ -14,7 +14,7 @@ from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out, PageQuery
+from api.models import In, Out, PageQuery
 from api.validation import json_body, query_args
 from engine.forwarding import rules as forwards
 from storage.forwards import Forward
@@ -24,7 +24,7 @@ blueprint = Blueprint("forwards", __name__, url_prefix="/v1/forwards")
 _UUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
-class CreateForward(BaseModel):
+class CreateForward(In):
     # Optional here so a missing field is the spec's 400, not the generic 422.
     source_email: str | None = Field(None, max_length=320)
     domain_id: str | None = Field(None, max_length=64)
@@ -32,7 +32,7 @@ class CreateForward(BaseModel):
     destination_urls: list[str] | None = None
 
 
-class UpdateForward(BaseModel):
+class UpdateForward(In):
     destination_emails: list[str] | None = None
     destination_urls: list[str] | None = None
     is_active: bool | None = None
@@ -66,7 +66,7 @@ class LogQuery(PageQuery):
     forward_id: str | None = Field(None, pattern=_UUID)
 
 
-class CountQuery(BaseModel):
+class CountQuery(In):
     forward_id: str | None = Field(None, pattern=_UUID)
 
 

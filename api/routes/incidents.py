@@ -10,13 +10,14 @@ from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
+from api.models import In
 from api.validation import query_args
 from engine.delivery import incidents
 
 blueprint = Blueprint("delivery_incidents", __name__, url_prefix="/v1/delivery")
 
 
-class IncidentQuery(BaseModel):
+class IncidentQuery(In):
     status: Literal["open", "resolved", "all"] = "open"
     limit: int = Field(50, ge=1, le=200)
 

@@ -13,6 +13,7 @@ from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
+from api.models import In
 from api.validation import json_body
 from engine.agents import policy
 from engine.agents.policy import McpPolicy
@@ -26,7 +27,7 @@ class PolicyOut(BaseModel):
     updated_at: datetime | None
 
 
-class PolicyChange(BaseModel):
+class PolicyChange(In):
     policy: str | None = Field(
         None, max_length=20, description="off, read or send; omitted: unchanged"
     )

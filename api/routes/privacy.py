@@ -10,7 +10,7 @@ from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText
+from api.models import EmailText, In
 from api.validation import json_body
 from engine import privacy, retention
 from engine.retention import Retention
@@ -18,7 +18,7 @@ from engine.retention import Retention
 blueprint = Blueprint("privacy", __name__, url_prefix="/v1/privacy")
 
 
-class EraseBody(BaseModel):
+class EraseBody(In):
     email: EmailText
 
 
@@ -61,7 +61,7 @@ class RetentionOut(BaseModel):
     plan_days: int = Field(description="the plan's period: the default and the longest")
 
 
-class RetentionChange(BaseModel):
+class RetentionChange(In):
     days: int | None = Field(description="1 to the plan's period; null: back to the plan's period")
 
 

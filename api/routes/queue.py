@@ -9,6 +9,7 @@ from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
+from api.models import In
 from api.validation import json_body
 from engine.sending import queue_actions
 from engine.sending.queue_actions import Action
@@ -16,7 +17,7 @@ from engine.sending.queue_actions import Action
 blueprint = Blueprint("queue", __name__, url_prefix="/v1/queue")
 
 
-class QueueAction(BaseModel):
+class QueueAction(In):
     q: str = Field(max_length=1000)
     action: Action
     dry_run: bool = False

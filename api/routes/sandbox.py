@@ -16,7 +16,7 @@ from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Name, Out, PageQuery
+from api.models import In, Name, Out, PageQuery
 from api.routes.api_keys import ApiKeyCreated
 from api.routes.domains import DomainOut, render
 from api.validation import json_body, query_args
@@ -37,11 +37,11 @@ class SandboxOut(BaseModel):
     scripts: list[ScriptOut]
 
 
-class SwitchSandbox(BaseModel):
+class SwitchSandbox(In):
     enabled: bool
 
 
-class CreateTestKey(BaseModel):
+class CreateTestKey(In):
     name: Name
 
 

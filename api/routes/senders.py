@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText, Out
+from api.models import EmailText, In, Out
 from api.validation import json_body
 from engine.domains import senders
 
 blueprint = Blueprint("senders", __name__, url_prefix="/v1/senders")
 
 
-class CreateSender(BaseModel):
+class CreateSender(In):
     email: EmailText
     name: str | None = Field(None, max_length=200)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from quart import Blueprint, Response, jsonify, request
 
 from api.auth import principal, public, runtime, set_session_cookie
-from api.models import EmailText
+from api.models import EmailText, In
 from api.validation import json_body
 from engine.accounts import users as accounts
 
@@ -26,12 +26,12 @@ def client_address() -> str | None:
     return client[0] if client else None
 
 
-class Login(BaseModel):
+class Login(In):
     email: EmailText
     password: str = Field(min_length=1, max_length=1024)
 
 
-class Reauth(BaseModel):
+class Reauth(In):
     password: str = Field(min_length=1, max_length=1024)
 
 

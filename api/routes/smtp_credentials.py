@@ -9,19 +9,18 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from pydantic import BaseModel
 from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out
+from api.models import In, Out
 from api.validation import json_body
 from engine.accounts import smtp_credentials
 
 blueprint = Blueprint("smtp_credentials", __name__, url_prefix="/v1/smtp-credentials")
 
 
-class CreateSmtpCredential(BaseModel):
+class CreateSmtpCredential(In):
     domain_id: UUID
 
 

@@ -9,14 +9,14 @@ from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import EmailText, Out, PageQuery
+from api.models import EmailText, In, Out, PageQuery
 from api.validation import json_body, query_args
 from engine.suppressions import entries as suppressions
 
 blueprint = Blueprint("suppressions", __name__, url_prefix="/v1/suppressions")
 
 
-class AddSuppression(BaseModel):
+class AddSuppression(In):
     email: EmailText
     reason: str = "manual"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Name, Out
+from api.models import In, Name, Out
 from api.validation import json_body
 from engine.templates import library as templates
 from storage.templates import Template
@@ -20,7 +20,7 @@ blueprint = Blueprint("templates", __name__, url_prefix="/v1/templates")
 BODY_MAX = 1_000_000  # characters per body; the request size limit applies as well
 
 
-class CreateTemplate(BaseModel):
+class CreateTemplate(In):
     name: Name
     subject: str = Field("", max_length=998)
     html_body: str = Field("", max_length=BODY_MAX)
@@ -28,7 +28,7 @@ class CreateTemplate(BaseModel):
     blocks_json: dict[str, Any] | None = None
 
 
-class UpdateTemplate(BaseModel):
+class UpdateTemplate(In):
     name: Name | None = None
     subject: str | None = Field(None, max_length=998)
     html_body: str | None = Field(None, max_length=BODY_MAX)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_request, document_response
 
 from api.auth import credential_optional, optional_principal, principal, public, runtime
-from api.models import EmailText, Out
+from api.models import EmailText, In, Out
 from api.validation import json_body, parse_body
 from engine.transfers import actions as transfers
 from engine.transfers import rules as transfer_rules
@@ -24,12 +24,12 @@ from storage.transfers import Transfer
 blueprint = Blueprint("transfers", __name__, url_prefix="/v1")
 
 
-class InitiateTransfer(BaseModel):
+class InitiateTransfer(In):
     target_email: EmailText
     note: str | None = Field(None, max_length=transfer_rules.NOTE_MAX)
 
 
-class AcceptTransfer(BaseModel):
+class AcceptTransfer(In):
     target_org_id: str | None = Field(None, max_length=100)
     rotate_dkim: bool = False
 

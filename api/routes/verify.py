@@ -7,13 +7,14 @@ from quart import Blueprint
 from quart_schema import document_response
 
 from api.auth import principal, runtime
+from api.models import In
 from api.validation import json_body
 from engine.delivery import verification
 
 blueprint = Blueprint("verify", __name__, url_prefix="/v1/verify")
 
 
-class VerifyBody(BaseModel):
+class VerifyBody(In):
     email: str = Field(min_length=1, max_length=320)
 
 

@@ -11,7 +11,7 @@ from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import Out, PageQuery
+from api.models import In, Out, PageQuery
 from api.validation import json_body, query_args
 from engine.webhooks import endpoints as webhooks
 from storage.webhooks import BasicAuth, Delivery, ReplayFilter, Webhook
@@ -24,7 +24,7 @@ DELIVERY_STATUSES = ("pending", "delivered", "retrying", "dead")
 Format = Literal["postroom", "listmonk", "sendgrid", "ses", "postmark"]  # profiles.FORMATS
 
 
-class BasicAuthIn(BaseModel):
+class BasicAuthIn(In):
     """Credentials the receiver expects, sent as `Authorization: Basic`; stored sealed and
     never shown again (responses carry the username only)."""
 
@@ -36,14 +36,14 @@ class BasicAuthIn(BaseModel):
         return BasicAuth(self.username, self.password)
 
 
-class CreateWebhook(BaseModel):
+class CreateWebhook(In):
     url: str = Field(min_length=1, max_length=2000)
     events: list[str] = Field(max_length=20)
     format: Format = "postroom"
     basic_auth: BasicAuthIn | None = None
 
 
-class UpdateWebhook(BaseModel):
+class UpdateWebhook(In):
     url: str | None = Field(None, min_length=1, max_length=2000)
     events: list[str] | None = Field(None, max_length=20)
     is_active: bool | None = None
@@ -99,7 +99,7 @@ class DeliveryQuery(PageQuery):
     status: Literal[DELIVERY_STATUSES] | None = None  # type: ignore[valid-type]
 
 
-class BulkReplay(BaseModel):
+class BulkReplay(In):
     status: Literal["dead", "delivered"] = "dead"
     since: AwareDatetime | None = None
     until: AwareDatetime | None = None

@@ -12,7 +12,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.emails import STATUSES, SavedSearch, SearchQuery
 from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
-from engine.errors import EngineError
+from engine.errors import EngineError, Unprocessable
 from engine.sandbox import mailbox
 from engine.sending import email_log, scheduling
 
@@ -32,8 +32,14 @@ async def _index(status: int = 200, **extra: Any) -> Response:
     query, problems = parse(SearchQuery, {**args, "limit": PAGE_SIZE})
     query = query or SearchQuery.model_validate({"limit": PAGE_SIZE})
     runtime, principal = rt(), who()
-    wanted = email_log.parse_query(query.q, query.status)
-    found = await email_log.search(runtime, principal, wanted, query.page, query.limit)
+    found = []
+    try:
+        wanted = email_log.parse_query(query.q, query.status)
+    except Unprocessable as exc:  # an unknown token or status: said, not read as "no match"
+        problems = {**problems_of(exc), **problems}
+        status = max(status, 422)
+    else:
+        found = await email_log.search(runtime, principal, wanted, query.page, query.limit)
     saved = await email_log.saved_searches(runtime, principal)
     extra.setdefault("problems", problems)
     return await page(

@@ -2,9 +2,11 @@
 
 A token is 256 random bits, shown once in the preview and stored only as its SHA-256 beside
 the exact action it confirms (its kind and payload, frozen at the preview: editing a template
-or a draft afterwards changes nothing). It is good for LIFETIME, for the user and workspace
-that previewed, and once: it is spent when `redeem` hands its action out, before the action
-runs, so a confirm that fails half-way or is retried never sends twice.
+or a draft afterwards changes nothing). It is good for LIFETIME, for the credential that
+previewed (that API key or login session, in its workspace: another key of the same user
+cannot confirm it, and it dies with its key or session), and once: it is spent when `redeem`
+hands its action out, before the action runs, so a confirm that fails half-way or is retried
+never sends twice.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ async def issue(
         token_hash=token_hash(token),
         workspace_id=who.workspace_id,
         user_id=who.user_id,
+        credential=who.credential,
         action=action,
         payload=payload,
         recipients=recipients,
@@ -71,8 +74,10 @@ async def issue(
 
 def _redeem(tx: Tx, who: Principal, policy: McpPolicy, hashed: str, now: datetime) -> Pending:
     found = agents.get_confirmation(tx, hashed)
-    # Another user's or workspace's token is as unknown as a made-up one.
-    if found is None or (found.workspace_id, found.user_id) != (who.workspace_id, who.user_id):
+    # Another credential's token (another user's or workspace's, or the same user's other key
+    # or session) is as unknown as a made-up one.
+    mine = (who.workspace_id, who.user_id, who.credential)
+    if found is None or (found.workspace_id, found.user_id, found.credential) != mine:
         raise NotFound(
             "unknown confirmation token: preview the action to get one", code="unknown_token"
         )
@@ -94,7 +99,7 @@ def _redeem(tx: Tx, who: Principal, policy: McpPolicy, hashed: str, now: datetim
 
 async def redeem(rt: Runtime, who: Principal, policy: McpPolicy, token: str) -> Pending:
     """Spend a token and hand out the action it confirms; NotFound (unknown, or another
-    user's), Conflict (already used), Gone (expired) or Forbidden (over the workspace's
+    credential's), Conflict (already used), Gone (expired) or Forbidden (over the workspace's
     recipient cap) otherwise."""
     if not token.startswith(PREFIX) or len(token) > 100:
         raise NotFound(

@@ -212,10 +212,11 @@ async def confirm(rt: Runtime, who: Principal, policy: McpPolicy, token: str) ->
     require(policy, SEND)
     pending = await confirmations.redeem(rt, who, policy, token)
     if pending.action == SEND_EMAIL:
-        sent = await intake.send(rt, who, _request_from(pending.payload), source=SOURCE)
+        request = _request_from(pending.payload)
+        sent = await intake.send(rt, who, request, source=SOURCE, logged=True)
         return Confirmed(SEND_EMAIL, email=sent)
     if pending.action == RETRY_EMAIL:
-        retried = await email_log.retry(rt, who, pending.payload["email_id"])
+        retried = await email_log.retry(rt, who, pending.payload["email_id"], logged=True)
         return Confirmed(RETRY_EMAIL, email=retried)
     req = _broadcast_from(pending.payload)
     audience = await rt.db.read(_audience, who.workspace_id, req.contact_list_id)

@@ -1,4 +1,4 @@
-"""What an agent may do to the suppression list: add anything, lift only manual entries.
+"""What an agent may do to the suppression list: add and lift manual entries only.
 
 A bounce, a complaint or an unsubscribe is the recipient's own word (lifting one can break
 the law on unsolicited mail); only a person decides to write to that address again, through
@@ -13,7 +13,10 @@ from engine.runtime import Principal, Runtime
 from engine.suppressions import entries
 from storage import suppressions
 
-LIFTABLE = ("manual",)
+# The reason of every entry an agent adds: one it may lift again. A bounce, a complaint or
+# an unsubscribe is what a recipient did, which an agent can only claim, never know.
+REASON = "manual"
+LIFTABLE = (REASON,)
 
 
 async def lift(rt: Runtime, who: Principal, email: str) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.errors import Conflict, NotFound
+from engine.errors import Conflict, NotFound, Unprocessable, unknown_name
 from engine.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult, send
@@ -24,21 +25,62 @@ _TOKENS = {
     "tag": "tags",
     "destination": "destinations",
 }
+# A word `name:value` whose name is a word of letters is a token; any other word (one in
+# double quotes, a URL, `12:30`, `Re:`) is free text.
+_TOKEN = re.compile(r"(?P<name>[A-Za-z_]+):(?P<value>.*)", re.S)
 
 
-def parse_query(q: str, status: str | None = None, tag: str | None = None) -> Search:
+def _refused(where: str, field: str, message: str) -> Unprocessable:
+    return Unprocessable(
+        f"{where}.{field}: {message}", errors=[{"loc": [where, field], "msg": message}]
+    )
+
+
+def _status(value: str, where: str, field: str) -> str:
+    if value not in statuses.EMAIL_STATUSES:
+        raise _refused(where, field, unknown_name("status", value, statuses.EMAIL_STATUSES))
+    return value
+
+
+def parse_query(
+    q: str, status: str | None = None, tag: str | None = None, *, where: str = "query"
+) -> Search:
     """The search a `q` string asks for: `to:`, `from:`, `status:`, `domain:` (the sending
     domain), `tag:`, `destination:` (a recipient domain, exactly) tokens, every other word
-    free text across sender, subject and recipients."""
+    free text across sender, subject and recipients; a word in double quotes is free text
+    even with a colon in it.
+
+    Unprocessable, naming the word, for a token nobody knows (`source:mcp`), a token with no
+    value, and a status no email can have (in `q` or in `status`): each would otherwise
+    match nothing and read as "no email matches". `where` is what the caller's door calls
+    the search's parameters (`query`, `arguments`), for the error's loc."""
     parts: dict[str, list[str]] = {name: [] for name in (*_TOKENS.values(), "words")}
     for word in q.split():
-        name, sep, value = word.partition(":")
-        if sep and name.lower() in _TOKENS and value:
-            parts[_TOKENS[name.lower()]].append(value)
-        else:
+        if len(word) > 1 and word.startswith('"') and word.endswith('"'):
+            parts["words"].append(word[1:-1])
+            continue
+        token = _TOKEN.fullmatch(word)
+        if token is None or token["value"].startswith("//"):
             parts["words"].append(word)
+            continue
+        name, value = token["name"].lower(), token["value"]
+        if name not in _TOKENS and not value:  # `Re:`, `Fwd:`: words of a subject
+            parts["words"].append(word)
+            continue
+        if name not in _TOKENS:
+            message = unknown_name("search token", f"{name}:", [f"{t}:" for t in _TOKENS])
+            raise _refused(
+                where, "q", f"{message} (put a word in double quotes to search for it as text)"
+            )
+        if not value:
+            raise _refused(
+                where, "q", f"search token {name}: needs a value, as in {name}:something"
+            )
+        if name == "status":
+            value = _status(value.lower(), where, "q")
+        parts[_TOKENS[name]].append(value)
     if status:
-        parts["status"].append(status)
+        parts["status"].append(_status(status, where, "status"))
     if tag:
         parts["tags"].append(tag)
     return Search(**parts)
@@ -86,8 +128,9 @@ def _mailboxes(entries: list[dict[str, str | None]]) -> tuple[Mailbox, ...]:
     return tuple(Mailbox(str(e["email"]), e.get("name")) for e in entries)
 
 
-async def retry(rt: Runtime, who: Principal, email_id: str) -> SendResult:
-    """Send a bounced, rejected or failed email again as a new email linked to it."""
+async def retry(rt: Runtime, who: Principal, email_id: str, *, logged: bool = False) -> SendResult:
+    """Send a bounced, rejected or failed email again as a new email linked to it (`logged`:
+    with its activity entry, as intake.send)."""
     original = (await detail(rt, who, email_id)).email
     if original.status not in statuses.RETRYABLE:
         raise Conflict(
@@ -110,7 +153,9 @@ async def retry(rt: Runtime, who: Principal, email_id: str) -> SendResult:
             for a in original.attachments
         ),
     )
-    return await send(rt, who, request, source=original.source, retry_of_id=original.id)
+    return await send(
+        rt, who, request, source=original.source, retry_of_id=original.id, logged=logged
+    )
 
 
 async def saved_searches(rt: Runtime, who: Principal) -> list[dict[str, Any]]:

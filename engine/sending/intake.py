@@ -27,6 +27,7 @@ from typing import Any
 import outcome
 
 from engine import plans
+from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.errors import (
     EngineError,
@@ -681,6 +682,28 @@ def _store_one(
     return result
 
 
+def _store_one_logged(
+    tx: Tx, who: Principal, checked: _Checked, plan: plans.Plan, now: datetime, shard: int
+) -> SendResult:
+    """`_store_one` and the email's activity entry (`email.sent`), in one unit of work that
+    runs alone, in its caller's context (so the entry says which door and client sent it)."""
+    result = _store_one(tx, who, checked, plan, now, shard)
+    addresses = checked.addresses
+    boxes = (*addresses.to, *addresses.cc, *addresses.bcc)
+    meta: dict[str, Any] = {
+        "status": result.status,
+        "recipients": len({box.email for box in boxes}),
+        "source": checked.source,
+    }
+    if checked.retry_of_id is not None:
+        meta["retry_of_id"] = checked.retry_of_id
+    subject = checked.req.subject or "(no subject)"
+    record(
+        tx, who.workspace_id, who.user_email, Change("email.sent", subject, result.id, meta), now
+    )
+    return result
+
+
 async def send(
     rt: Runtime,
     who: Principal,
@@ -688,12 +711,16 @@ async def send(
     *,
     source: str = "api",
     retry_of_id: str | None = None,
+    logged: bool = False,
 ) -> SendResult:
-    """Accept an email: stored durably before this returns; delivery is woken."""
+    """Accept an email: stored durably before this returns; delivery is woken. With
+    `logged`, the email writes its own activity entry: the emails an agent sends one by one
+    (the API's and the relay's are too many to log each; DESIGN.md section 3)."""
     now = rt.clock.now()
     plan = plans.plan(who.plan)
     checked = _checked(req, plan, now, source, retry_of_id)
-    result: SendResult = await rt.db.write(_store_one, who, checked, plan, now, rt.usage_shard)
+    unit = _store_one_logged if logged else _store_one
+    result: SendResult = await rt.db.write(unit, who, checked, plan, now, rt.usage_shard)
     return result
 
 

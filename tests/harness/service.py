@@ -116,14 +116,16 @@ def fresh_postgres_database(*, migrated: bool = False) -> Iterator[str]:
         pytest.skip(f"PostgreSQL not configured ({POSTGRES_ENV} unset): SQLite only")
     name = "postroom_test_" + secrets.token_hex(6)
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        try:
-            template = f" TEMPLATE {_postgres_template(admin_url)}" if migrated else ""
-            conn.execute(f"CREATE DATABASE {name}{template}")
-        except psycopg.errors.InvalidCatalogName:
-            # A run of another checkout with other migrations dropped our template as stale
-            # after this process had made it: make it again.
-            _postgres_template.cache_clear()
-            conn.execute(f"CREATE DATABASE {name} TEMPLATE {_postgres_template(admin_url)}")
+        if not migrated:
+            conn.execute(f"CREATE DATABASE {name}")
+        else:
+            try:
+                conn.execute(f"CREATE DATABASE {name} TEMPLATE {_postgres_template(admin_url)}")
+            except psycopg.errors.InvalidCatalogName:
+                # A run of another checkout (another schema) dropped it as stale between two
+                # of ours: build it again.
+                _postgres_template.cache_clear()
+                conn.execute(f"CREATE DATABASE {name} TEMPLATE {_postgres_template(admin_url)}")
     base, _, _ = admin_url.rpartition("/")
     try:
         yield f"{base}/{name}"
