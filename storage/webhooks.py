@@ -3,8 +3,9 @@
 Deliveries are the outbox of email events: `fan_out` writes one per subscribed active webhook
 inside the same unit of work that stores the events (engine/webhooks/outbox.py says which
 events and builds their payloads), so an event is never recorded without its deliveries, nor
-the other way round. The dispatcher claims due deliveries with a lease. A webhook's basic-auth credentials are sealed at rest (storage/sealing.py) and opened only
-in this module's reads.
+the other way round. The dispatcher claims due deliveries with a lease. A webhook's signing
+secret and basic-auth credentials are sealed at rest (storage/sealing.py) and opened only in
+this module's reads.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from storage.codec import (
     to_json,
 )
 from storage.leases import Claimed, FaultPolicy, LeasedTable
-from storage.sealing import WEBHOOK_BASIC_AUTH
+from storage.sealing import WEBHOOK_BASIC_AUTH, WEBHOOK_SECRET
 from storage.tx import Row, Tx
 
 
@@ -69,9 +70,11 @@ class Delivery:
     response_body: str | None
     created_at: datetime
     # The webhook's format and credentials, read with the delivery only when it is claimed
-    # for sending.
+    # for sending, and its URL now (the credentials are for that URL's origin, which a
+    # delivery queued before the URL changed may not share).
     send_format: str = "postroom"
     send_basic_auth: BasicAuth | None = field(default=None, repr=False)
+    webhook_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,7 @@ def _webhook(tx: Tx, row: Row) -> Webhook:
         workspace_id=row["workspace_id"],
         url=row["url"],
         events=from_json(row["events"]),
-        secret=row["secret"],
+        secret=tx.sealer.unseal(WEBHOOK_SECRET, row["id"], row["secret"]),
         is_active=bool(row["is_active"]),
         created_at=parse_timestamp(row["created_at"]),
         format=row["format"],
@@ -139,7 +142,7 @@ def insert(tx: Tx, webhook: Webhook) -> None:
             "ws": webhook.workspace_id,
             "url": webhook.url,
             "events": to_json(webhook.events),
-            "secret": webhook.secret,
+            "secret": tx.sealer.seal(WEBHOOK_SECRET, webhook.id, webhook.secret),
             "active": webhook.is_active,
             "format": webhook.format,
             "auth": _sealed_auth(tx, webhook.id, webhook.basic_auth),
@@ -333,9 +336,15 @@ DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "respons
 
 
 def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
-    auth = _opened_auth(tx, row["webhook_id"], row["webhook_basic_auth"])
-    delivery = replace(_delivery(row), send_format=row["webhook_format"], send_basic_auth=auth)
-    return delivery, str(row["webhook_secret"])
+    webhook_id = row["webhook_id"]
+    auth = _opened_auth(tx, webhook_id, row["webhook_basic_auth"])
+    delivery = replace(
+        _delivery(row),
+        send_format=row["webhook_format"],
+        send_basic_auth=auth,
+        webhook_url=row["webhook_url"],
+    )
+    return delivery, tx.sealer.unseal(WEBHOOK_SECRET, webhook_id, row["webhook_secret"])
 
 
 def claim_due(
@@ -352,7 +361,7 @@ def claim_due(
         faults,
         join=" JOIN webhooks w ON w.id = q.webhook_id",
         also=", w.secret AS webhook_secret, w.format AS webhook_format,"
-        " w.basic_auth AS webhook_basic_auth",
+        " w.basic_auth AS webhook_basic_auth, w.url AS webhook_url",
     )
 
 
