@@ -75,6 +75,7 @@ class Delivery:
     send_format: str = "postroom"
     send_basic_auth: BasicAuth | None = field(default=None, repr=False)
     webhook_url: str = ""
+    sandboxed: bool = False  # its workspace is in the sandbox: captured, never sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +344,7 @@ def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
         send_format=row["webhook_format"],
         send_basic_auth=auth,
         webhook_url=row["webhook_url"],
+        sandboxed=bool(row["workspace_sandbox"]),
     )
     return delivery, tx.sealer.unseal(WEBHOOK_SECRET, webhook_id, row["webhook_secret"])
 
@@ -350,7 +352,8 @@ def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
 def claim_due(
     tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int, faults: FaultPolicy
 ) -> Claimed[tuple[Delivery, str]]:
-    """Lease due deliveries, each with its webhook's secret (and format and credentials)."""
+    """Lease due deliveries, each with its webhook's secret (and format, credentials, URL and
+    whether its workspace is in the sandbox)."""
     return DELIVERIES.claim_due(
         tx,
         now,
@@ -359,9 +362,10 @@ def claim_due(
         limit,
         lambda row: _with_secret(tx, row),
         faults,
-        join=" JOIN webhooks w ON w.id = q.webhook_id",
+        join=" JOIN webhooks w ON w.id = q.webhook_id JOIN workspaces ws ON ws.id = q.workspace_id",
         also=", w.secret AS webhook_secret, w.format AS webhook_format,"
-        " w.basic_auth AS webhook_basic_auth, w.url AS webhook_url",
+        " w.basic_auth AS webhook_basic_auth, w.url AS webhook_url,"
+        " ws.sandbox AS workspace_sandbox",
     )
 
 
