@@ -234,6 +234,30 @@ def inbound_batch(
     return _batch([str(row["id"]) for row in rows], limit, touched)
 
 
+def sandbox_requests_batch(
+    tx: Tx, workspace_id: str, address: str, rewrite: Rewrite, after: str, limit: int
+) -> Batch:
+    """Rewrite the address out of the next POSTs the sandbox captured for this workspace
+    (bodies are bytes, so read one by one rather than found with LIKE)."""
+    rows = tx.all(
+        "SELECT id, url, headers, body FROM sandbox_posts WHERE workspace_id = :ws"
+        " AND id > :after ORDER BY id LIMIT :limit",
+        {"ws": workspace_id, "after": after, "limit": limit},
+    )
+    touched = 0
+    for row in rows:
+        body = bytes(row["body"])
+        changed = (rewrite(row["url"]), rewrite(row["headers"]), rewrite(body))
+        if changed == (row["url"], row["headers"], body):
+            continue
+        touched += 1
+        tx.execute(
+            "UPDATE sandbox_posts SET url = :url, headers = :headers, body = :body WHERE id = :id",
+            {"url": changed[0], "headers": changed[1], "body": changed[2], "id": row["id"]},
+        )
+    return _batch([str(row["id"]) for row in rows], limit, touched)
+
+
 # Every pass, by the name its count is answered under, in the order they run.
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("emails", emails_batch),
@@ -267,6 +291,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
         ),
     ),
     ("inbound_messages", inbound_batch),
+    ("sandbox_requests", sandbox_requests_batch),
 )
 
 

@@ -401,3 +401,11 @@ async def test_webhooks_forwards_and_transfer_notices_of_a_sandbox_never_leave(
     await trio.sleep(0.5)  # anything on its way out would have arrived by now
     assert https_receiver.requests == []
     assert smtp_sink.messages == []
+
+    # An erasure reaches the captured requests too.
+    erased = await account.client.post(
+        "/v1/privacy/erase", json={"email": "deliver@customer.example"}
+    )
+    assert erased.json()["sandbox_requests"] == 1
+    hooked = (await account.client.get(f"/v1/sandbox/requests/{by_kind['webhook']['id']}")).json()
+    assert "deliver@customer.example" not in hooked["body"]

@@ -30,6 +30,7 @@ class ErasedOut(BaseModel):
     activity_entries: int
     forward_logs: int
     inbound_messages: int
+    sandbox_requests: int  # webhook and forward POSTs the sandbox captured
     suppression_hash: str  # what the suppression list keeps, so the address stays suppressed
 
 
