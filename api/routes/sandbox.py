@@ -23,7 +23,7 @@ from api.models import Name, Out, PageQuery
 from api.routes.api_keys import ApiKeyCreated
 from api.routes.domains import DomainOut, render
 from api.validation import json_body, query_args
-from engine.sandbox import keys, mailbox, mode, requests, scripts
+from engine.sandbox import keys, mailbox, mode, posts, scripts
 from storage.sandbox import Captured, CapturedPost
 
 blueprint = Blueprint("sandbox", __name__, url_prefix="/v1/sandbox")
@@ -194,7 +194,7 @@ def _request(post: CapturedPost) -> CapturedRequestOut:
 @query_args(PageQuery)
 @document_response(CapturedRequestPage)
 async def captured_requests(query: PageQuery) -> dict[str, object]:
-    found, total = await requests.page(runtime(), principal(), query.page, query.limit)
+    found, total = await posts.page(runtime(), principal(), query.page, query.limit)
     page = CapturedRequestPage(
         items=[_request(p) for p in found], total=total, page=query.page, limit=query.limit
     )
@@ -204,7 +204,7 @@ async def captured_requests(query: PageQuery) -> dict[str, object]:
 @blueprint.get("/requests/<id:request_id>")
 @document_response(CapturedRequestDetailOut)
 async def captured_request(request_id: str) -> dict[str, object]:
-    found = await requests.request(runtime(), principal(), request_id)
+    found = await posts.request(runtime(), principal(), request_id)
     out = CapturedRequestDetailOut(
         **_request(found.post).model_dump(),
         headers=[HeaderOut(name=n, value=v) for n, v in found.post.headers],

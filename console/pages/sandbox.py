@@ -10,7 +10,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from console.web import FRAMED_CSP, form, go, page, problems_of, rt, who
 from engine.errors import EngineError
-from engine.sandbox import mailbox, mode, requests, scripts
+from engine.sandbox import mailbox, mode, posts, scripts
 
 blueprint = Blueprint("sandbox", __name__)
 
@@ -26,7 +26,7 @@ async def index(status: int = 200, problems: dict[str, str] | None = None) -> Re
     runtime, principal = rt(), who()
     page_number = max(0, request.args.get("page", 0, type=int) or 0)
     found, total = await mailbox.page(runtime, principal, None, page_number, PAGE_SIZE)
-    captured_requests, requests_total = await requests.page(runtime, principal, 0, PAGE_SIZE)
+    captured_requests, requests_total = await posts.page(runtime, principal, 0, PAGE_SIZE)
     return await page(
         "sandbox.html",
         status=status,
@@ -79,5 +79,5 @@ async def source(message_id: str) -> Response:
 
 @blueprint.get("/sandbox/requests/<id:request_id>")
 async def captured_request(request_id: str) -> Response:
-    found = await requests.request(rt(), who(), request_id)
+    found = await posts.request(rt(), who(), request_id)
     return await page("sandbox_request.html", title=f"Captured {found.post.kind} POST", found=found)

@@ -9,7 +9,7 @@ domain's key and sends it from that email's bounce address. A destination addres
 workspace's suppression list is not sent to. A URL destination gets the message as JSON
 (engine/mail/forwarding.py) in a POST, retried on the webhook schedule (1 m, 5 m, 30 m,
 2 h, 6 h, 24 h, 48 h; the 8th failure is final); for a workspace in the sandbox the POST is
-captured instead (engine/sandbox/requests.py), never sent. Every forwarded copy writes a
+captured instead (engine/sandbox/posts.py), never sent. Every forwarded copy writes a
 forward log entry and counts on its rule.
 """
 
@@ -31,7 +31,7 @@ from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
 from engine.nodes import LEASE
 from engine.runtime import Runtime
-from engine.sandbox import requests
+from engine.sandbox import posts
 from engine.sending import raw_mail
 from engine.sending.raw_mail import RawMail
 from storage import forwards, inbound, sandbox, suppressions
@@ -195,7 +195,7 @@ class Forwarder:
 
             self._counts["posted"] += 1
             request = (job.target, headers, body)
-            await requests.capture(rt, job.workspace_id, "forward", job.id, request, posted)
+            await posts.capture(rt, job.workspace_id, "forward", job.id, request, posted)
             return
         outcome = await self._attempt(job, body, headers)
         await rt.db.write(_posted, job, message, outcome, rt.clock.now())

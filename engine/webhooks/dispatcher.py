@@ -7,7 +7,7 @@ through one pooled keep-alive HTTP/1.1 client (engine/http1_client.py) holding a
 others. The body is sent exactly as stored, with `X-Webhook-Signature`: the hex HMAC-SHA256
 of that body keyed with the webhook's secret, and the webhook's basic-auth credentials only
 to the origin of the URL they were given with.
-A sandboxed workspace's deliveries are captured instead (engine/sandbox/requests.py), never
+A sandboxed workspace's deliveries are captured instead (engine/sandbox/posts.py), never
 sent. A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
 cannot be sent to — is a failed attempt, retried on the schedule of engine/outbound_http.py;
 the 8th failure makes the delivery `dead` (replayable). Each outcome is one unit of work
@@ -33,7 +33,7 @@ from engine import faults, outbound_http
 from engine.leased_worker import LeasedWorker
 from engine.nodes import LEASE
 from engine.runtime import Runtime
-from engine.sandbox import requests
+from engine.sandbox import posts
 from engine.webhooks import profiles
 from storage import webhooks
 from storage.leases import Claimed
@@ -114,15 +114,13 @@ class WebhookDispatcher:
     async def _capture(self, delivery: Delivery, headers: dict[str, str], body: bytes) -> None:
         """The POST of a sandboxed workspace: captured as sent, and delivered."""
         rt = self._rt
-        attempt = Attempt(delivery.id, "delivered", None, None, requests.ANSWER)
+        attempt = Attempt(delivery.id, "delivered", None, None, posts.ANSWER)
 
         def delivered(tx: Tx, now: datetime) -> None:
             webhooks.record_attempts(tx, [attempt], now)
 
         request = (delivery.endpoint_url, headers, body)
-        await requests.capture(
-            rt, delivery.workspace_id, "webhook", delivery.id, request, delivered
-        )
+        await posts.capture(rt, delivery.workspace_id, "webhook", delivery.id, request, delivered)
 
     @staticmethod
     def _same_origin(delivery: Delivery) -> bool:
