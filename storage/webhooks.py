@@ -336,9 +336,17 @@ def replay_matching(
 DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
 
 
-def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
+Opened = dict[str, tuple[str, BasicAuth | None]]  # webhook id -> its secret and credentials
+
+
+def _with_secret(tx: Tx, row: Row, opened: Opened) -> tuple[Delivery, str]:
     webhook_id = row["webhook_id"]
-    auth = _opened_auth(tx, webhook_id, row["webhook_basic_auth"])
+    if webhook_id not in opened:  # a claim opens each webhook's secrets once, not per delivery
+        opened[webhook_id] = (
+            tx.sealer.unseal(WEBHOOK_SECRET, webhook_id, row["webhook_secret"]),
+            _opened_auth(tx, webhook_id, row["webhook_basic_auth"]),
+        )
+    secret, auth = opened[webhook_id]
     delivery = replace(
         _delivery(row),
         send_format=row["webhook_format"],
@@ -346,7 +354,7 @@ def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
         webhook_url=row["webhook_url"],
         sandboxed=bool(row["workspace_sandbox"]),
     )
-    return delivery, tx.sealer.unseal(WEBHOOK_SECRET, webhook_id, row["webhook_secret"])
+    return delivery, secret
 
 
 def claim_due(
@@ -354,13 +362,14 @@ def claim_due(
 ) -> Claimed[tuple[Delivery, str]]:
     """Lease due deliveries, each with its webhook's secret (and format, credentials, URL and
     whether its workspace is in the sandbox)."""
+    opened: Opened = {}
     return DELIVERIES.claim_due(
         tx,
         now,
         lease_until,
         node,
         limit,
-        lambda row: _with_secret(tx, row),
+        lambda row: _with_secret(tx, row, opened),
         faults,
         join=" JOIN webhooks w ON w.id = q.webhook_id JOIN workspaces ws ON ws.id = q.workspace_id",
         also=", w.secret AS webhook_secret, w.format AS webhook_format,"
