@@ -136,6 +136,20 @@ def url_problem(url: str) -> str | None:
         return f"is not a valid URL: {exc}"
 
 
+Origin = tuple[str, str, int]  # scheme, host, port: who a request goes to
+
+
+def origin(url: str) -> Origin | None:
+    """The origin a URL is sent to, as the client reaches it (a default port written out, a
+    host's case folded); None when the URL cannot be read."""
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        return (parsed.scheme, parsed.host.lower(), port)
+    except (httpx.InvalidURL, ValueError):
+        return None
+
+
 def _invalid(field: str, message: str) -> Unprocessable:
     return Unprocessable(message, errors=[{"loc": ["body", field], "msg": message}])
 

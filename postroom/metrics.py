@@ -4,7 +4,9 @@ Nothing on the engine's hot path touches a metric object: each scrape asks the a
 frozen snapshot (delivery outcomes, what each domain queue has in flight, the accept -> 250
 histogram the router keeps as plain buckets) and counts the backlog in the database (one
 indexed GROUP BY per table, read by the `/metrics` route before the registry renders, so the
-scrape itself never blocks the event loop). The API's accept latency, request to 202 on the
+scrape itself never blocks the event loop). Destinations are labelled with a fixed
+vocabulary (engine/delivery/providers.py: the big mailbox providers, and `other`), never a
+recipient domain: no tenant's mail can grow the label sets or show its recipients' names. The API's accept latency, request to 202 on the
 send and batch endpoints, is the one figure observed as it happens, by an ASGI wrapper
 around the app.
 
@@ -35,6 +37,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from engine.delivery import providers
 from engine.delivery.latency import LatencySnapshot
 from engine.runtime import Runtime
 from engine.supervisor import Supervisor
@@ -128,6 +131,16 @@ def merged(workers: Iterable[Iterable[Metric]]) -> Iterator[Metric]:
         yield family
 
 
+def _by_provider(counts: Iterable[tuple[tuple[str, ...], int]]) -> dict[tuple[str, ...], int]:
+    """Counts keyed by a destination (first) and other labels, added up per provider label
+    (engine/delivery/providers.py), sorted: label sets no tenant's recipients can grow."""
+    summed: dict[tuple[str, ...], int] = {}
+    for (destination, *rest), count in counts:
+        key = (providers.label(destination), *rest)
+        summed[key] = summed.get(key, 0) + count
+    return dict(sorted(summed.items()))
+
+
 class ServiceCollector(Collector):
     def __init__(self, db: Database, supervisor: Supervisor, accept_latency: Histogram) -> None:
         self._db = db
@@ -194,11 +207,11 @@ class ServiceCollector(Collector):
     def _backlog(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
             "postroom_queue_depth",
-            "Recipients waiting for delivery, by recipient domain and status",
-            labels=["domain", "status"],
+            "Recipients waiting for delivery, by destination provider and status",
+            labels=["destination", "status"],
         )
-        for (domain, status), count in sorted(self.backlog.recipients.items()):
-            depth.add_metric([domain, status], count)
+        for (destination, status), count in _by_provider(self.backlog.recipients.items()).items():
+            depth.add_metric([destination, status], count)
         yield depth
         emails = GaugeMetricFamily(
             "postroom_emails_waiting", "Emails not yet done, by status", labels=["status"]
@@ -216,10 +229,11 @@ class ServiceCollector(Collector):
         yield hooks
         incidents = GaugeMetricFamily(
             "postroom_delivery_incidents_open",
-            "Open destination incidents (sender-side blocks, rate limits), by destination and kind",
+            "Open destination incidents (sender-side blocks, rate limits), by destination"
+            " provider and kind",
             labels=["destination", "kind"],
         )
-        for (destination, kind), count in sorted(self.backlog.incidents.items()):
+        for (destination, kind), count in _by_provider(self.backlog.incidents.items()).items():
             incidents.add_metric([destination, kind], count)
         yield incidents
 
@@ -250,11 +264,12 @@ class ServiceCollector(Collector):
         yield outcomes
         in_flight = GaugeMetricFamily(
             "postroom_delivery_in_flight",
-            "Recipients being delivered now, by recipient domain",
-            labels=["domain"],
+            "Recipients being delivered now, by destination provider",
+            labels=["destination"],
         )
-        for queue in stats.domains:
-            in_flight.add_metric([queue.domain], queue.in_flight)
+        flying = _by_provider(((q.domain,), q.in_flight) for q in stats.domains)
+        for (destination,), count in flying.items():
+            in_flight.add_metric([destination], count)
         yield in_flight
         if stats.delivery_latency is not None:
             yield _histogram(

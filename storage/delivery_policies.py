@@ -346,6 +346,24 @@ def slots_taken(tx: Tx, destination: str, limit: int, now: datetime) -> int:
     )
 
 
+def emails_in_flight(
+    tx: Tx, domain: str, workspace_id: str, domain_id: str | None, now: datetime
+) -> set[str]:
+    """Emails of a workspace (from one sending domain, when given) whose recipients at
+    `domain` a delivery round holds now, on any node: each has at most one connection."""
+    params = {"domain": domain, "ws": workspace_id, "now": timestamp(now)}
+    where = ""
+    if domain_id is not None:
+        where, params["d"] = " AND e.domain_id = :d", domain_id
+    rows = tx.all(
+        "SELECT DISTINCT r.email_id FROM email_recipients r JOIN emails e ON e.id = r.email_id"
+        " WHERE r.status IN ('queued', 'deferred') AND r.domain = :domain"
+        f" AND r.lease_until >= :now AND e.workspace_id = :ws{where}",
+        params,
+    )
+    return {str(row["email_id"]) for row in rows}
+
+
 def unlease(tx: Tx, keys: Sequence[tuple[str, str]]) -> None:
     """Give claimed recipients back untouched (the round could not get a connection)."""
     tx.execute_many(

@@ -333,6 +333,29 @@ def inbound_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
     return _batch([str(row["id"]) for row in rows], limit, touched)
 
 
+def sandbox_requests_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
+    """Rewrite the address out of the next POSTs the sandbox captured for this workspace
+    (bodies are bytes, so read one by one rather than found with LIKE)."""
+    rows = tx.all(
+        "SELECT id, url, headers, body FROM sandbox_posts WHERE workspace_id = :ws"
+        " AND id > :after ORDER BY id LIMIT :limit",
+        {"ws": erasure.workspace_id, "after": after, "limit": limit},
+    )
+    rewrite = erasure.rewrite
+    touched = 0
+    for row in rows:
+        body = bytes(row["body"])
+        changed = (rewrite(row["url"]), rewrite(row["headers"]), rewrite(body))
+        if changed == (row["url"], row["headers"], body):
+            continue
+        touched += 1
+        tx.execute(
+            "UPDATE sandbox_posts SET url = :url, headers = :headers, body = :body WHERE id = :id",
+            {"url": changed[0], "headers": changed[1], "body": changed[2], "id": row["id"]},
+        )
+    return _batch([str(row["id"]) for row in rows], limit, touched)
+
+
 _CONTACTS_OF_WORKSPACE = "list_id IN (SELECT id FROM contact_lists WHERE workspace_id = :ws)"
 
 # Every pass, by the name its count is answered under, in the order they run. Together with
@@ -390,6 +413,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
         "other_contacts",
         _rows_pass("contacts", ("name", "metadata"), scope=_CONTACTS_OF_WORKSPACE),
     ),
+    ("sandbox_requests", sandbox_requests_batch),
 )
 
 

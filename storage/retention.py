@@ -60,7 +60,12 @@ def set_days(tx: Tx, workspace_id: str, days: int | None) -> None:
 
 def purge_batch(tx: Tx, workspace_id: str, before: datetime, limit: int, now: datetime) -> int:
     """Purge the content of at most `limit` of the workspace's finished emails created
-    before `before`, oldest first; how many."""
+    before `before`, oldest first; how many. The sandbox's captured requests of that age
+    go with them."""
+    tx.execute(
+        "DELETE FROM sandbox_posts WHERE workspace_id = :ws AND created_at < :before",
+        {"ws": workspace_id, "before": timestamp(before)},
+    )
     finals = ", ".join(f"'{status}'" for status in _FINAL)
     ids = [
         str(row["id"])

@@ -1,4 +1,5 @@
-"""The sandbox: which workspaces are in it, the mail captured for them, and scripted outcomes.
+"""The sandbox: which workspaces are in it, the mail and HTTP POSTs captured for them, and
+scripted outcomes.
 
 A captured message keeps the signed bytes as delivery built them, apart from its summary
 columns so lists never read them. Scripted outcomes that fall due later (a complaint, an
@@ -39,6 +40,21 @@ class Captured:
     dkim: str  # "pass", or "fail: <why>"
     created_at: datetime
     data: bytes | None = None  # loaded for one message, never for lists
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedPost:
+    """An HTTP POST the sandbox took instead of its receiver (a webhook delivery, a forward
+    to a URL), as the receiver would have got it."""
+
+    id: str
+    workspace_id: str
+    kind: str  # webhook, forward
+    source_id: str  # the webhook delivery, or the forward job
+    url: str
+    headers: list[tuple[str, str]]
+    created_at: datetime
+    body: bytes | None = None  # loaded for one post, never for lists
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,3 +270,57 @@ def outcomes_of(tx: Tx, workspace_id: str, email_id: str) -> list[tuple[str, str
         {"ws": workspace_id, "email_id": email_id},
     )
     return [(str(r["recipient"]), str(r["kind"]), str(r["status"])) for r in rows]
+
+
+def capture_post(tx: Tx, post: CapturedPost) -> None:
+    tx.execute(
+        "INSERT INTO sandbox_posts (id, workspace_id, kind, source_id, url, headers, body,"
+        " created_at) VALUES (:id, :ws, :kind, :source, :url, :headers, :body, :at)",
+        {
+            "id": post.id,
+            "ws": post.workspace_id,
+            "kind": post.kind,
+            "source": post.source_id,
+            "url": post.url,
+            "headers": to_json([list(pair) for pair in post.headers]),
+            "body": post.body or b"",
+            "at": timestamp(post.created_at),
+        },
+    )
+
+
+def _post(row: Row) -> CapturedPost:
+    body = row.get("body")
+    return CapturedPost(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        kind=row["kind"],
+        source_id=row["source_id"],
+        url=row["url"],
+        headers=[(str(name), str(value)) for name, value in from_json(row["headers"])],
+        created_at=parse_timestamp(row["created_at"]),
+        body=None if body is None else bytes(body),
+    )
+
+
+def posts_page(
+    tx: Tx, workspace_id: str, offset: int, limit: int
+) -> tuple[list[CapturedPost], int]:
+    """Captured POSTs newest first, and how many there are."""
+    params: dict[str, object] = {"ws": workspace_id, "limit": limit, "offset": offset}
+    rows = tx.all(
+        "SELECT id, workspace_id, kind, source_id, url, headers, created_at FROM sandbox_posts"
+        " WHERE workspace_id = :ws ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset",
+        params,
+    )
+    total = int(tx.value("SELECT COUNT(*) FROM sandbox_posts WHERE workspace_id = :ws", params))
+    return [_post(row) for row in rows], total
+
+
+def post(tx: Tx, workspace_id: str, post_id: str) -> CapturedPost | None:
+    """One captured POST with its body."""
+    row = tx.one(
+        "SELECT * FROM sandbox_posts WHERE workspace_id = :ws AND id = :id",
+        {"ws": workspace_id, "id": post_id},
+    )
+    return None if row is None else _post(row)

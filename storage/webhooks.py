@@ -3,8 +3,9 @@
 Deliveries are the outbox of email events: `fan_out` writes one per subscribed active webhook
 inside the same unit of work that stores the events (engine/webhooks/outbox.py says which
 events and builds their payloads), so an event is never recorded without its deliveries, nor
-the other way round. The dispatcher claims due deliveries with a lease. A webhook's basic-auth credentials are sealed at rest (storage/sealing.py) and opened only
-in this module's reads.
+the other way round. The dispatcher claims due deliveries with a lease. A webhook's signing
+secret and basic-auth credentials are sealed at rest (storage/sealing.py) and opened only in
+this module's reads.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from storage.codec import (
     to_json,
 )
 from storage.leases import Claimed, FaultPolicy, LeasedTable
-from storage.sealing import WEBHOOK_BASIC_AUTH
+from storage.sealing import WEBHOOK_BASIC_AUTH, WEBHOOK_SECRET
 from storage.tx import Row, Tx
 
 
@@ -69,9 +70,12 @@ class Delivery:
     response_body: str | None
     created_at: datetime
     # The webhook's format and credentials, read with the delivery only when it is claimed
-    # for sending.
+    # for sending, and its URL now (the credentials are for that URL's origin, which a
+    # delivery queued before the URL changed may not share).
     send_format: str = "postroom"
     send_basic_auth: BasicAuth | None = field(default=None, repr=False)
+    webhook_url: str = ""
+    sandboxed: bool = False  # its workspace is in the sandbox: captured, never sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,7 @@ def _webhook(tx: Tx, row: Row) -> Webhook:
         workspace_id=row["workspace_id"],
         url=row["url"],
         events=from_json(row["events"]),
-        secret=row["secret"],
+        secret=tx.sealer.unseal(WEBHOOK_SECRET, row["id"], row["secret"]),
         is_active=bool(row["is_active"]),
         created_at=parse_timestamp(row["created_at"]),
         format=row["format"],
@@ -139,7 +143,7 @@ def insert(tx: Tx, webhook: Webhook) -> None:
             "ws": webhook.workspace_id,
             "url": webhook.url,
             "events": to_json(webhook.events),
-            "secret": webhook.secret,
+            "secret": tx.sealer.seal(WEBHOOK_SECRET, webhook.id, webhook.secret),
             "active": webhook.is_active,
             "format": webhook.format,
             "auth": _sealed_auth(tx, webhook.id, webhook.basic_auth),
@@ -332,27 +336,45 @@ def replay_matching(
 DELIVERIES = LeasedTable("webhook_deliveries", "next_retry_at", "dead", "response_body")
 
 
-def _with_secret(tx: Tx, row: Row) -> tuple[Delivery, str]:
-    auth = _opened_auth(tx, row["webhook_id"], row["webhook_basic_auth"])
-    delivery = replace(_delivery(row), send_format=row["webhook_format"], send_basic_auth=auth)
-    return delivery, str(row["webhook_secret"])
+Opened = dict[str, tuple[str, BasicAuth | None]]  # webhook id -> its secret and credentials
+
+
+def _with_secret(tx: Tx, row: Row, opened: Opened) -> tuple[Delivery, str]:
+    webhook_id = row["webhook_id"]
+    if webhook_id not in opened:  # a claim opens each webhook's secrets once, not per delivery
+        opened[webhook_id] = (
+            tx.sealer.unseal(WEBHOOK_SECRET, webhook_id, row["webhook_secret"]),
+            _opened_auth(tx, webhook_id, row["webhook_basic_auth"]),
+        )
+    secret, auth = opened[webhook_id]
+    delivery = replace(
+        _delivery(row),
+        send_format=row["webhook_format"],
+        send_basic_auth=auth,
+        webhook_url=row["webhook_url"],
+        sandboxed=bool(row["workspace_sandbox"]),
+    )
+    return delivery, secret
 
 
 def claim_due(
     tx: Tx, now: datetime, lease_until: datetime, node: str, limit: int, faults: FaultPolicy
 ) -> Claimed[tuple[Delivery, str]]:
-    """Lease due deliveries, each with its webhook's secret (and format and credentials)."""
+    """Lease due deliveries, each with its webhook's secret (and format, credentials, URL and
+    whether its workspace is in the sandbox)."""
+    opened: Opened = {}
     return DELIVERIES.claim_due(
         tx,
         now,
         lease_until,
         node,
         limit,
-        lambda row: _with_secret(tx, row),
+        lambda row: _with_secret(tx, row, opened),
         faults,
-        join=" JOIN webhooks w ON w.id = q.webhook_id",
+        join=" JOIN webhooks w ON w.id = q.webhook_id JOIN workspaces ws ON ws.id = q.workspace_id",
         also=", w.secret AS webhook_secret, w.format AS webhook_format,"
-        " w.basic_auth AS webhook_basic_auth",
+        " w.basic_auth AS webhook_basic_auth, w.url AS webhook_url,"
+        " ws.sandbox AS workspace_sandbox",
     )
 
 

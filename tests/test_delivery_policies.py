@@ -494,3 +494,45 @@ async def test_policy_and_ramp_validation(service: Service, dns_server: DnsServe
     assert {"delivery_policy.created", "delivery_policy.deleted", "delivery_ramp.created"} <= {
         entry["action"] for entry in log
     }
+
+
+async def _account_sending_from(service: Service, dns_server: DnsServer, domain: str) -> Account:
+    """A Business account whose verified domain is `domain`, with a sender hello@ on it."""
+    account = await service.account("business")
+    created = (await account.client.post("/v1/domains/", json={"name": domain})).json()
+    dkim = next(r for r in created["dns_records"] if r["purpose"] == "dkim")
+    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
+    verified = await account.client.post(f"/v1/domains/{created['id']}/verify")
+    assert verified.json()["status"] == "verified"
+    sender = await account.client.post("/v1/senders/", json={"email": f"hello@{domain}"})
+    assert sender.status_code == 201
+    return account
+
+
+async def test_one_workspaces_connection_limit_holds_its_own_mail_not_everyones(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    """Issue 28, item 9: the connection count was the smallest limit of a round's mail, so
+    one tenant's `max_connections: 1` made everyone's mail to that destination go one by one."""
+    strict = await _account_sending_from(service, dns_server, "strict.example.org")
+    other = await _account_sending_from(service, dns_server, "other.example.org")
+    route_mail(dns_server, "shared.example")
+    await _policy(strict, match="shared.example", max_connections=1)
+    smtp_sink.data_delay = 0.2  # transactions overlap when connections run side by side
+    send_at = _now(service) + timedelta(hours=1)
+    for account, domain, count in ((strict, "strict", 6), (other, "other", 12)):
+        batch = [
+            message(
+                f"r{i}@shared.example",
+                from_={"email": f"hello@{domain}.example.org"},
+                send_at=send_at.isoformat(),
+            )
+            for i in range(count)
+        ]
+        assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    _move_to(service, clock, _next_minute(send_at))
+
+    await smtp_sink.wait_for_messages(18, timeout=60)
+
+    assert smtp_sink.most_open_by_sender["strict.example.org"] == 1  # its own limit holds
+    assert smtp_sink.most_open_by_sender["other.example.org"] > 1  # and is not the others'

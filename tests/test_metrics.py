@@ -1,4 +1,4 @@
-"""`/metrics` after real sends: queue depth per recipient domain, delivery and webhook outcomes,
+"""`/metrics` after real sends: queue depth per destination provider (never a tenant's domain), delivery and webhook outcomes,
 the accept and delivery latency histograms, and the SMTP listeners' connections; and the
 bearer token that guards it when POSTROOM_METRICS_TOKEN is set."""
 
@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.accounts import users as accounts
+from engine.delivery import policies, providers
 from engine.nodes import NodeKeeper
 from postroom import config, metrics
 from postroom.service import RunningService, serve
@@ -67,7 +68,7 @@ async def test_metrics_show_depth_outcomes_and_latencies_after_sending(
     depth = {
         labels: value for (name, labels), value in samples.items() if name == "postroom_queue_depth"
     }
-    assert depth == {(("domain", "slow.example"), ("status", "deferred")): 1}
+    assert depth == {(("destination", "other"), ("status", "deferred")): 1}
     assert samples[("postroom_emails_waiting", (("status", "deferred"),))] == 1
     for outcome, count in (("delivered", 1), ("deferred", 1), ("bounced", 1), ("failed", 0)):
         assert samples[("postroom_deliveries_total", (("outcome", outcome),))] == count
@@ -198,3 +199,43 @@ async def test_a_fault_reading_the_figures_never_stops_the_heartbeat(service: Se
     [(node_after, _)] = [entry for entry in after if entry[0].id == rt.node]
     assert node_after.heartbeat_at > node_before.heartbeat_at
     assert node_after.state == "alive" and keeper.statistics().beats == 1
+
+
+async def test_one_tenants_recipient_domains_neither_grow_nor_show_in_the_metrics(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """Issue 28, item 9: 2,000 recipient domains once made 2,000 series (13 KB -> 139 KB)."""
+    account = await ready_account(service, dns_server, plan="business")
+    names = [f"tenant-{i}.example" for i in range(200)]  # fewer than 2,000 proves it as well
+    for name in [*names, "gmail.com"]:
+        dns_server.fail(name)  # DNS cannot answer: every recipient waits, deferred
+
+    def to(first: int) -> list[dict[str, str]]:
+        return [{"email": f"a@{name}"} for name in names[first : first + 50]]
+
+    batch = [
+        {**message("ann@gmail.com"), "to": to(100 * e), "cc": to(100 * e + 50)} for e in range(2)
+    ]
+    batch.append(message("ann@gmail.com"))
+    assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    samples = await scrape(service)
+
+    depth: dict[str, float] = {}
+    for (name, labels), value in samples.items():
+        if name == "postroom_queue_depth":  # queued, or deferred once DNS failed
+            destination = dict(labels)["destination"]
+            depth[destination] = depth.get(destination, 0) + value
+    assert depth == {"google": 1, "other": 200}  # every recipient is counted...
+    response = await service.client().get("/metrics")
+    assert "tenant-" not in response.text  # ...and no name of theirs is shown
+    assert len(response.content) < 20_000  # 200 domains made ~200 series more
+
+
+def test_the_destination_vocabulary_is_the_built_in_providers_and_other() -> None:
+    builtin = {rule.suffix for rule in policies.BUILTIN}
+    assert builtin == {p.mx_suffix for p in providers.PROVIDERS}
+    assert providers.label("mx:google.com") == providers.label("GMail.com.") == "google"
+    assert providers.label("hotmail.com") == "microsoft"
+    for theirs in ("mx:grouped.test", "customer.example", "mx:", ""):
+        assert providers.label(theirs) == providers.OTHER
+    assert set(providers.LABELS) == {*(p.label for p in providers.PROVIDERS), "other"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -26,6 +27,7 @@ from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
+from tests.test_inbound import send_inbound
 from tests.test_sending import message, ready_account, route_mail, wait_for_email, wait_for_status
 
 DOMAIN = "shop.example"
@@ -54,6 +56,16 @@ async def send(account: Account, to: str, **extra: Any) -> str:
     assert sent.status_code == 202, sent.text
     email_id: str = sent.json()["id"]
     return email_id
+
+
+async def captured_requests(account: Account, count: int) -> dict[str, Any]:
+    """The sandbox's captured requests once there are `count` of them."""
+    with trio.fail_after(15):
+        while True:
+            found: dict[str, Any] = (await account.client.get("/v1/sandbox/requests")).json()
+            if found["total"] >= count:
+                return found
+            await trio.sleep(0.05)
 
 
 def attempts_are(count: int, email: dict[str, Any]) -> bool:
@@ -179,11 +191,14 @@ async def test_complaint_an_hour_later_survives_a_restart_and_is_signed_to_webho
         email = await wait_for_email(restarted, email_id, lambda e: "complained" in events(e))
         assert email["events"][-1]["recipient"] == "complain-after-1h@customer.example"
         entry = (await client.get("/v1/suppressions/")).json()["items"][0]
+        # Captured as the receiver would have got it, signed; never sent (issue 28).
+        [posted] = (await captured_requests(restarted, 1))["items"]
+        detail = (await client.get(f"/v1/sandbox/requests/{posted['id']}")).json()
     assert entry["reason"] == "complaint" and entry["source_email_id"] == email_id
-    posted = (await https_receiver.wait_for_requests(1))[0]
-    assert posted.json()["event"] == "email.complained"
-    expected = hmac.new(secret.encode(), posted.body, hashlib.sha256).hexdigest()
-    assert posted.headers["x-webhook-signature"] == expected
+    assert json.loads(detail["body"])["event"] == "email.complained"
+    expected = hmac.new(secret.encode(), detail["body"].encode(), hashlib.sha256).hexdigest()
+    assert detail["signature"] == expected
+    assert https_receiver.requests == []
     again.stop()
 
 
@@ -310,3 +325,87 @@ def test_sandbox_setting_is_read_from_the_environment() -> None:
 
     assert config.load({"POSTROOM_SANDBOX": "on"}).sandbox is True
     assert config.load({}).sandbox is False
+
+
+async def test_webhooks_forwards_and_transfer_notices_of_a_sandbox_never_leave(
+    service: Service, smtp_sink: SmtpSink, https_receiver: HttpsReceiver, dns_server: DnsServer
+) -> None:
+    """Issue 28, item 9: the banner said nothing leaves, yet webhooks, URL forwards and
+    transfer notices did. Each is now captured and shown, signature and body."""
+    account = await sandbox_account(service)
+    hook = await account.client.post(
+        "/v1/webhooks/",
+        json={
+            "url": https_receiver.url + "/hook",
+            "events": ["email.delivered"],
+            "basic_auth": {"username": "hooks", "password": "never-shown"},
+        },
+    )
+    assert hook.status_code == 201, hook.text
+    secret = hook.json()["secret"]
+    [domain] = (await account.client.get("/v1/domains/")).json()
+    dns_server.set(DOMAIN, "MX", [f"10 {harness.SMTP_HOST}."])  # mail to it comes to us
+    forward = {
+        "source_email": f"support@{DOMAIN}",
+        "domain_id": domain["id"],
+        "destination_urls": [https_receiver.url + "/inbound"],
+    }
+    created = await account.client.post("/v1/forwards/", json=forward)
+    assert created.status_code == 201, created.text
+    target = await service.account()
+    offered = await account.client.post(
+        f"/v1/domains/{domain['id']}/transfer", json={"target_email": target.email}
+    )
+    assert offered.status_code == 200, offered.text
+
+    await wait_for_status(account, await send(account, "deliver@customer.example"))
+    inbound = message("x@y.example", subject="Help please")
+    data = (
+        f"From: ann@sender.example\r\nTo: support@{DOMAIN}\r\nSubject: Help please\r\n\r\n"
+        f"{inbound['text']}\r\n"
+    ).encode()
+    assert await send_inbound(service, [f"support@{DOMAIN}"], data) == set()
+
+    found = await captured_requests(account, 2)
+    by_kind = {item["kind"]: item for item in found["items"]}
+    assert set(by_kind) == {"webhook", "forward"}
+    assert by_kind["webhook"]["url"] == https_receiver.url + "/hook"
+    hooked = (await account.client.get(f"/v1/sandbox/requests/{by_kind['webhook']['id']}")).json()
+    expected = hmac.new(secret.encode(), hooked["body"].encode(), hashlib.sha256).hexdigest()
+    assert hooked["signature"] == expected
+    assert json.loads(hooked["body"])["event"] == "email.delivered"
+    headers = {h["name"]: h["value"] for h in hooked["headers"]}
+    assert "'hooks'" in headers["Authorization"]
+    assert "never-shown" not in str(hooked["headers"])
+    posted = (await account.client.get(f"/v1/sandbox/requests/{by_kind['forward']['id']}")).json()
+    assert posted["url"] == https_receiver.url + "/inbound"
+    assert json.loads(posted["body"])["subject"] == "Help please"
+    log = (await account.client.get("/v1/forwards/logs")).json()
+    assert len(log) == 1  # forwarded, as far as the workspace can tell
+    deliveries = await account.client.get(f"/v1/webhooks/{hook.json()['id']}/deliveries")
+    assert deliveries.json()["items"][0]["status"] == "delivered"
+
+    mail = (await account.client.get("/v1/sandbox/messages")).json()["items"]
+    [notice] = [m for m in mail if m["subject"].startswith("Transfer of")]
+    assert notice["recipients"] == [target.email]
+    text = (await account.client.get(f"/v1/sandbox/messages/{notice['id']}")).json()["text"]
+    assert "withheld by the sandbox" in text  # the recipient's accept token is theirs alone
+    async with service.client() as browser:  # the console shows it as the API does
+        login = {"email": account.email, "password": account.password}
+        assert (await browser.post("/v1/auth/login", json=login)).status_code == 200
+        listing = await browser.get("/sandbox")
+        assert "Captured requests (2)" in listing.text
+        page = await browser.get(f"/sandbox/requests/{by_kind['webhook']['id']}")
+        assert page.status_code == 200 and hooked["signature"] in page.text
+
+    await trio.sleep(0.5)  # anything on its way out would have arrived by now
+    assert https_receiver.requests == []
+    assert smtp_sink.messages == []
+
+    # An erasure reaches the captured requests too.
+    erased = await account.client.post(
+        "/v1/privacy/erase", json={"email": "deliver@customer.example"}
+    )
+    assert erased.json()["sandbox_requests"] == 1
+    hooked = (await account.client.get(f"/v1/sandbox/requests/{by_kind['webhook']['id']}")).json()
+    assert "deliver@customer.example" not in hooked["body"]

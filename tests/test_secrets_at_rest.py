@@ -1,4 +1,5 @@
-"""Secrets at rest: DKIM keys and the service's own secrets are sealed in the database.
+"""Secrets at rest: DKIM keys, webhook secrets and the service's own secrets are sealed in the
+database.
 
 The raw rows are read with a direct driver connection, as someone holding a copy of the
 database would read them. A database written in clear by older code is sealed on start and
@@ -8,6 +9,8 @@ keeps signing and presenting the same keys; a wrong or missing master key stops 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import logging
 import smtplib
 import sqlite3
@@ -36,8 +39,10 @@ from storage.database import open_database
 from storage.sealing import DKIM_PRIVATE_KEY, SERVICE_SECRET, Sealer, SealingError
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
+from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import SMTP_HOST, Service, ServiceProcess
 from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 from tests.test_cli import assert_one_line_error
 from tests.test_sending import SENDING_DOMAIN, dkim_verifies, message, ready_account, route_mail
 
@@ -267,3 +272,43 @@ def test_a_sealed_value_opens_only_with_its_key_in_its_own_row() -> None:
     for opener, column, row, value in refusals:
         with pytest.raises(SealingError):
             opener.unseal(column, row, value)
+
+
+async def test_webhook_signing_secrets_are_sealed_and_clear_ones_are_sealed_on_start(
+    database_url: str,
+    tmp_path: Path,
+    https_receiver: HttpsReceiver,
+    tls_ca: TlsAuthority,
+    clock: MockClock,
+) -> None:
+    """Issue 28, item 6: signing secrets were the one secret kept in clear."""
+    settings = harness.test_settings(
+        database_url,
+        extra_ca_file=str(tls_ca.ca_file),
+        secret_key_file=str(tmp_path / "secret.key"),
+    )
+    body = {"url": https_receiver.url + "/hook", "events": ["email.delivered"]}
+    async with running(settings, clock) as service:
+        account = await service.account()
+        hook = (await account.client.post("/v1/webhooks/", json=body)).json()
+    [(stored,)] = await trio.to_thread.run_sync(
+        raw, database_url, "SELECT secret FROM webhooks WHERE id = ?", hook["id"]
+    )
+    assert stored.startswith(SEALED) and hook["secret"] not in stored
+
+    # What a release before this one left behind: the secret in clear.
+    await trio.to_thread.run_sync(
+        raw, database_url, "UPDATE webhooks SET secret = ? WHERE id = ?", "whsec_older", hook["id"]
+    )
+    async with running(settings, clock) as service:
+        [(stored,)] = await trio.to_thread.run_sync(
+            raw, database_url, "SELECT secret FROM webhooks WHERE id = ?", hook["id"]
+        )
+        assert stored.startswith(SEALED) and "whsec_older" not in stored
+        client = service.client(headers={"Authorization": f"Bearer {account.api_key}"})
+        [listed] = (await client.get("/v1/webhooks/")).json()
+        assert listed["secret"] == "whsec_older"  # the receiver's copy still verifies
+        await client.post(f"/v1/webhooks/{hook['id']}/test")
+        [request] = await https_receiver.wait_for_requests(1)
+        expected = hmac.new(b"whsec_older", request.body, hashlib.sha256).hexdigest()
+        assert request.headers["x-webhook-signature"] == expected

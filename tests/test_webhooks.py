@@ -353,3 +353,56 @@ async def test_basic_auth_is_sent_sealed_at_rest_and_never_shown(
         refused = await client.post("/v1/webhooks/", json={**body, "basic_auth": bad})
         assert refused.status_code == 422, bad
         assert refused.json()["errors"][0]["loc"][:2] == ["body", "basic_auth"]
+
+
+async def test_basic_auth_stays_with_the_origin_it_was_given_for(
+    service: Service, https_receiver: HttpsReceiver, tls_ca: TlsAuthority, nursery: trio.Nursery
+) -> None:
+    """Issue 28, item 6: a PATCH to another host once sent the stored password there."""
+    elsewhere = HttpsReceiver(tls_ca.server_context())  # another port: another origin
+    await nursery.start(elsewhere.run)
+    account = await service.account()
+    client = account.client
+    body = {
+        "url": https_receiver.url + "/hook",
+        "events": EVENTS,
+        "basic_auth": {"username": "owner", "password": "for-the-first-host"},
+    }
+    hook = (await client.post("/v1/webhooks/", json=body)).json()
+    first_auth = "Basic " + base64.b64encode(b"owner:for-the-first-host").decode()
+
+    # Another path on the same origin keeps them.
+    same = await client.patch(
+        f"/v1/webhooks/{hook['id']}", json={"url": https_receiver.url + "/other"}
+    )
+    assert same.json()["basic_auth"] == {"username": "owner"}
+    await client.post(f"/v1/webhooks/{hook['id']}/test")
+    [sent_first] = await https_receiver.wait_for_requests(1)
+    assert sent_first.headers["authorization"] == first_auth
+
+    # Another origin drops them: the test event reaches it without them.
+    moved = await client.patch(f"/v1/webhooks/{hook['id']}", json={"url": elsewhere.url + "/x"})
+    assert moved.status_code == 200 and moved.json()["basic_auth"] is None
+    await client.post(f"/v1/webhooks/{hook['id']}/test")
+    [arrived] = await elsewhere.wait_for_requests(1)
+    assert "authorization" not in arrived.headers
+    entries = (await client.get("/v1/audit-log")).json()["items"]
+    assert any(str(e["meta"].get("basic_auth", "")).startswith("removed") for e in entries)
+
+    # Given again with the move, the new ones go to the new origin, and never back to the
+    # old one: a replay of the delivery made there goes without them.
+    again = {**body, "url": elsewhere.url + "/x"}
+    del again["events"]
+    again["basic_auth"] = {"username": "owner", "password": "for-the-second-host"}
+    assert (await client.patch(f"/v1/webhooks/{hook['id']}", json=again)).status_code == 200
+    await client.post(f"/v1/webhooks/{hook['id']}/test")
+    [_, second] = await elsewhere.wait_for_requests(2)
+    assert second.headers["authorization"].startswith("Basic ")
+    listed = await client.get(f"/v1/webhooks/{hook['id']}/deliveries")
+    first_delivery = listed.json()["items"][-1]  # newest first: the one to the first host
+    detail = (await client.get(f"/v1/webhook-deliveries/{first_delivery['id']}")).json()
+    assert detail["endpoint_url"].startswith(https_receiver.url)
+    replayed = await client.post(f"/v1/webhook-deliveries/{first_delivery['id']}/replay")
+    assert replayed.status_code == 200
+    [_, replay] = await https_receiver.wait_for_requests(2)
+    assert "authorization" not in replay.headers

@@ -42,6 +42,7 @@ class ErasedOut(BaseModel):
     broadcasts: int
     contact_lists: int
     other_contacts: int
+    sandbox_requests: int  # webhook and forward POSTs the sandbox captured
     suppression_hash: str  # what the suppression list keeps, so the address stays suppressed
 
 

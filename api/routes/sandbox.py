@@ -1,8 +1,11 @@
-"""`/v1/sandbox`: sandbox mode, domains verified without DNS, test keys, the captured mail.
+"""`/v1/sandbox`: sandbox mode, domains verified without DNS, test keys, the captured mail and
+requests.
 
 In sandbox mode the workspace's mail is captured instead of delivered and each recipient's
 local part scripts what happens (engine/sandbox/scripts.py); the mailbox lists what was
-captured, with the signed message, its header fields, parts and DKIM result.
+captured, with the signed message, its header fields, parts and DKIM result. Webhook
+deliveries and forwards to URLs are captured too, never sent: `requests` lists each POST
+with its URL, header fields (the signature among them) and body.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from api.models import In, Name, Out, PageQuery
 from api.routes.api_keys import ApiKeyCreated
 from api.routes.domains import DomainOut, render
 from api.validation import json_body, query_args
-from engine.sandbox import keys, mailbox, mode, scripts
-from storage.sandbox import Captured
+from engine.sandbox import keys, mailbox, mode, posts, scripts
+from storage.sandbox import Captured, CapturedPost
 
 blueprint = Blueprint("sandbox", __name__, url_prefix="/v1/sandbox")
 
@@ -160,3 +163,52 @@ async def message(message_id: str) -> dict[str, object]:
 async def source(message_id: str) -> Response:
     found = await mailbox.message(runtime(), principal(), message_id)
     return Response(found.source, content_type="message/rfc822")
+
+
+class CapturedRequestOut(Out):
+    id: str
+    kind: str = Field(description="webhook or forward")
+    source_id: str = Field(description="the webhook delivery, or the forward job")
+    url: str
+    created_at: datetime
+
+
+class CapturedRequestPage(BaseModel):
+    items: list[CapturedRequestOut]
+    total: int
+    page: int
+    limit: int
+
+
+class CapturedRequestDetailOut(CapturedRequestOut):
+    headers: list[HeaderOut]
+    signature: str | None = Field(description="X-Webhook-Signature, when it carries one")
+    body: str = Field(description="the body exactly as it would have been sent")
+
+
+def _request(post: CapturedPost) -> CapturedRequestOut:
+    return CapturedRequestOut.model_validate(post)
+
+
+@blueprint.get("/requests")
+@query_args(PageQuery)
+@document_response(CapturedRequestPage)
+async def captured_requests(query: PageQuery) -> dict[str, object]:
+    found, total = await posts.page(runtime(), principal(), query.page, query.limit)
+    page = CapturedRequestPage(
+        items=[_request(p) for p in found], total=total, page=query.page, limit=query.limit
+    )
+    return page.model_dump(mode="json")
+
+
+@blueprint.get("/requests/<id:request_id>")
+@document_response(CapturedRequestDetailOut)
+async def captured_request(request_id: str) -> dict[str, object]:
+    found = await posts.request(runtime(), principal(), request_id)
+    out = CapturedRequestDetailOut(
+        **_request(found.post).model_dump(),
+        headers=[HeaderOut(name=n, value=v) for n, v in found.post.headers],
+        signature=found.signature,
+        body=found.body,
+    )
+    return out.model_dump(mode="json")

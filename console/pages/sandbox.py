@@ -1,6 +1,7 @@
-"""The sandbox: the workspace's mode (switch), the addresses that script outcomes, and the
+"""The sandbox: the workspace's mode (switch), the addresses that script outcomes, the
 mailbox of captured messages, each with its HTML (in a sandboxed frame), text, header
-fields, signed source and DKIM result."""
+fields, signed source and DKIM result, and the captured webhook and forward POSTs, each
+with its URL, header fields (the signature among them) and body."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from console.web import FRAMED_CSP, form, go, page, problems_of, rt, who
 from engine.errors import EngineError
-from engine.sandbox import mailbox, mode, scripts
+from engine.sandbox import mailbox, mode, posts, scripts
 
 blueprint = Blueprint("sandbox", __name__)
 
@@ -25,6 +26,7 @@ async def index(status: int = 200, problems: dict[str, str] | None = None) -> Re
     runtime, principal = rt(), who()
     page_number = max(0, request.args.get("page", 0, type=int) or 0)
     found, total = await mailbox.page(runtime, principal, None, page_number, PAGE_SIZE)
+    captured_requests, requests_total = await posts.page(runtime, principal, 0, PAGE_SIZE)
     return await page(
         "sandbox.html",
         status=status,
@@ -35,6 +37,8 @@ async def index(status: int = 200, problems: dict[str, str] | None = None) -> Re
         total=total,
         page_number=page_number,
         more=(page_number + 1) * PAGE_SIZE < total,
+        requests=captured_requests,
+        requests_total=requests_total,
         problems=problems or {},
         notice=DONE.get(request.args.get("done", "")),
     )
@@ -71,3 +75,9 @@ async def html(message_id: str) -> Response:
 async def source(message_id: str) -> Response:
     found = await mailbox.message(rt(), who(), message_id)
     return Response(found.source, content_type="text/plain; charset=utf-8")
+
+
+@blueprint.get("/sandbox/requests/<id:request_id>")
+async def captured_request(request_id: str) -> Response:
+    found = await posts.request(rt(), who(), request_id)
+    return await page("sandbox_request.html", title=f"Captured {found.post.kind} POST", found=found)

@@ -126,6 +126,9 @@ class Effective:
     connections: int
     per_connection: int | None
     limits: tuple[Limit, ...]
+    # The rule `connections` comes from (None: the default); a workspace's own rule limits
+    # that workspace's mail only (engine/delivery/throttle.py).
+    connections_rule: Rule | None = None
 
 
 def matches(rule: Rule, recipient_domain: str, mx_hosts: tuple[str, ...]) -> bool:
@@ -205,6 +208,7 @@ def effective(applicable: list[Rule], caps: Caps, destination: str) -> Effective
             None if per_connection is None else per_connection[0], caps.messages_per_connection
         ),
         limits=tuple(limits),
+        connections_rule=None if found is None else found[1],
     )
 
 

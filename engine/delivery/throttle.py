@@ -3,9 +3,16 @@
 Runs inside the round's claim transaction (one unit of work), so the limits hold across
 every node: the round leases its due recipients, works out what applies to each sending
 domain's mail (engine/delivery/policies.py), takes connection slots for the destination up
-to the smallest connection limit among them (storage/destination_slots.py, keyed by the
+to the largest connection limit among them (storage/destination_slots.py, keyed by the
 destination so every domain behind one MX group shares them), then spends the rate budgets
 (storage/delivery_policies.py rows, locked in key order) recipient by recipient.
+
+A workspace's policies shape its own mail only: mail under a lower connection limit than
+the round's keeps only as many emails (each one connection at most) as that limit leaves
+free, counting, for a workspace's own rule, its emails other rounds hold at this domain on
+any node; the rest is given back untouched for a later round. So one tenant's
+`max_connections: 1` never makes everyone's mail to that destination go one at a time.
+Operator caps are in every limit, so they bound all the mail.
 
 A recipient that does not fit a budget waits: it becomes `deferred` with reason `throttled`
 and a next attempt at the start of the window where its budget returns (later ones of the
@@ -129,7 +136,16 @@ def claim(
     sending, effective = _effective(tx, claimed, dest, key, caps, now)
     default = policies.effective([], caps, key)
     applying = [effective.get(r.email_id, default) for r in claimed]
-    connections = min(e.connections for e in applying)
+    # The round may open as many connections as the most any of its mail may use; mail
+    # under a lower limit takes only its share of them (`_own_shares`).
+    connections = max(e.connections for e in applying)
+    claimed, applying, returned = _own_shares(tx, dest, claimed, applying, sending, now)
+    if returned:
+        stored.unlease(tx, [(r.email_id, r.address) for r in returned])
+        # They are due: the queue comes back for them once a connection of theirs is free.
+        next_due = now if claimed else next_due
+    if not claimed:  # every recipient waits for a connection its own limit leaves free
+        return Claimed([], [], next_due, True, key, connections, None)
     per_connection = min((e.per_connection for e in applying if e.per_connection), default=None)
     slots: list[int] = []
     if held < connections:
@@ -149,6 +165,67 @@ def claim(
     keep = max(0, len({r.email_id for r in kept}) - held)
     destination_slots.release(tx, key, slots[keep:], node, announce=False)
     return Claimed(kept, slots[:keep], next_due, False, key, connections, per_connection)
+
+
+def _share_of(
+    found: Effective, sending: stored.Sending | None, most: int
+) -> tuple[object, stored.Rule | None] | None:
+    """The share of the round's connections mail under `found` belongs to, when its limit is
+    below the round's `most`, and the workspace's own rule that sets it (None: a built-in or
+    default limit, held within the round). Mail at the round's limit needs no share: the
+    round opens no more connections than that, and its slots hold it across nodes."""
+    if sending is None or found.connections >= most:
+        return None
+    rule = found.connections_rule
+    if rule is not None and not rule.builtin:
+        return rule.id, rule
+    return (sending.workspace_id, sending.domain_id), None
+
+
+def _held_elsewhere(
+    tx: Tx, dest: Destination, rule: stored.Rule, sending: stored.Sending, now: datetime
+) -> set[str]:
+    """The emails under a workspace's own rule that rounds on any node hold at this domain,
+    read under a lock on the rule, so two claims at once queue rather than both take one."""
+    stored.lock_budgets(tx, {f"connections:{rule.id}": policies.window_start("day", now)})
+    return stored.emails_in_flight(tx, dest.domain, sending.workspace_id, rule.domain_id, now)
+
+
+def _own_shares(
+    tx: Tx,
+    dest: Destination,
+    claimed: Sequence[Recipient],
+    applying: Sequence[Effective],
+    sending: dict[str, stored.Sending],
+    now: datetime,
+) -> tuple[list[Recipient], list[Effective], list[Recipient]]:
+    """A workspace's policies apply to its own mail only: mail under a lower connection
+    limit than the round's keeps, in claim order, as many emails (each on one connection
+    at a time) as its limit leaves free; the rest is given back. Operator caps are already
+    in every limit. The recipients kept, what applies to each, and those given back."""
+    most = max(e.connections for e in applying)
+    ours = {r.email_id for r in claimed}  # leased by this claim: not held elsewhere
+    shares: dict[object, set[str]] = {}  # the emails each share holds, here and elsewhere
+    kept: list[Recipient] = []
+    kept_effective: list[Effective] = []
+    returned: list[Recipient] = []
+    for recipient, found in zip(claimed, applying, strict=True):
+        s = sending.get(recipient.email_id)
+        share = _share_of(found, s, most)
+        if share is not None and s is not None:
+            share_key, rule = share
+            if share_key not in shares:
+                shares[share_key] = (
+                    set() if rule is None else _held_elsewhere(tx, dest, rule, s, now) - ours
+                )
+            emails = shares[share_key]
+            if recipient.email_id not in emails and len(emails) >= found.connections:
+                returned.append(recipient)
+                continue
+            emails.add(recipient.email_id)
+        kept.append(recipient)
+        kept_effective.append(found)
+    return kept, kept_effective, returned
 
 
 def _spend(

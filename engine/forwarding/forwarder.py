@@ -9,8 +9,9 @@ its log entry, so a copy is queued exactly once; delivery then signs it with the
 domain's key and sends it from that email's bounce address. A destination address on the
 workspace's suppression list is not sent to. A URL destination gets the message as JSON
 (engine/mail/forwarding.py) in a POST, retried on the webhook schedule (1 m, 5 m, 30 m,
-2 h, 6 h, 24 h, 48 h; the 8th failure is final). Every forwarded copy writes a forward log
-entry and counts on its rule.
+2 h, 6 h, 24 h, 48 h; the 8th failure is final); for a workspace in the sandbox the POST is
+captured instead (engine/sandbox/posts.py), never sent. Every forwarded copy writes a
+forward log entry and counts on its rule.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
 from engine.nodes import LEASE
 from engine.runtime import Runtime
+from engine.sandbox import posts
 from engine.sending import raw_mail
 from engine.sending.raw_mail import RawMail
-from storage import forwards, inbound, suppressions
+from storage import forwards, inbound, sandbox, suppressions
 from storage.codec import new_id
 from storage.forwards import LogEntry
 from storage.inbound import InboundMessage, Job, Outcome
@@ -140,6 +142,19 @@ def _posted(tx: Tx, job: Job, message: InboundMessage, outcome: Outcome, now: da
     inbound.finish(tx, [job.message_id])
 
 
+def _request(job: Job, message: InboundMessage) -> tuple[bytes, dict[str, str]]:
+    """The body and header fields of the POST of `message` to a URL destination."""
+    document = {
+        "forward_id": job.forward_id,
+        "recipient": job.original_to,
+        "envelope_from": message.envelope_from,
+        "received_at": message.received_at.isoformat().replace("+00:00", "Z"),
+        **forwarding.json_document(message.data),
+    }
+    body = json.dumps(document).encode()
+    return body, {"Content-Type": "application/json", "User-Agent": "Postroom-Forwards/1"}
+
+
 class Forwarder:
     name = "forwarder"
     table = inbound.JOBS
@@ -182,24 +197,28 @@ class Forwarder:
             else:
                 self._counts["emailed"] += 1
             return
-        data = await self._rt.db.read(inbound.content, message.id)
+        rt = self._rt
+        data = await rt.db.read(inbound.content, message.id)
         if data is None:
-            outcome = Outcome(job.id, "failed", None, "the inbound message is gone")
-        else:
-            message = replace(message, data=data)
-            outcome = await self._attempt(job, message)
-        await self._rt.db.write(_posted, job, message, outcome, self._rt.clock.now())
+            gone = Outcome(job.id, "failed", None, "the inbound message is gone")
+            await rt.db.write(_posted, job, message, gone, rt.clock.now())
+            return
+        message = replace(message, data=data)
+        body, headers = _request(job, message)
+        if await rt.db.read(sandbox.is_sandboxed, job.workspace_id):
+            done = Outcome(job.id, "done", None, None)
 
-    async def _attempt(self, job: Job, message: InboundMessage) -> Outcome:
-        document = {
-            "forward_id": job.forward_id,
-            "recipient": job.original_to,
-            "envelope_from": message.envelope_from,
-            "received_at": message.received_at.isoformat().replace("+00:00", "Z"),
-            **forwarding.json_document(message.data),
-        }
-        body = json.dumps(document).encode()
-        headers = {"Content-Type": "application/json", "User-Agent": "Postroom-Forwards/1"}
+            def posted(tx: Tx, now: datetime) -> None:
+                _posted(tx, job, message, done, now)
+
+            self._counts["posted"] += 1
+            request = (job.target, headers, body)
+            await posts.capture(rt, job.workspace_id, "forward", job.id, request, posted)
+            return
+        outcome = await self._attempt(job, body, headers)
+        await rt.db.write(_posted, job, message, outcome, rt.clock.now())
+
+    async def _attempt(self, job: Job, body: bytes, headers: dict[str, str]) -> Outcome:
         assert self._client is not None
         answer = await outbound_http.post(self._client, job.target, body, headers, TIMEOUT)
         if answer.ok:

@@ -36,7 +36,7 @@ from engine.runtime import Principal, Runtime
 from engine.transfers import notices as transfer_mail
 from engine.transfers import rules
 from engine.transfers.notices import Notice, SystemSender
-from storage import accounts, broadcasts, domains, forwards, smtp_credentials, transfers
+from storage import accounts, broadcasts, domains, forwards, sandbox, smtp_credentials, transfers
 from storage.codec import new_id
 from storage.domains import Domain
 from storage.transfers import NewDkimKey, Transfer
@@ -70,8 +70,15 @@ class _Outbox:
     sender: SystemSender
     public_url: str
 
-    def send(self, tx: Tx, notice: Notice, now: datetime) -> None:
-        transfer_mail.queue(tx, self.sender, notice, now)
+    def send(
+        self, tx: Tx, t: Transfer, notice: Notice, now: datetime, withhold: str | None = None
+    ) -> None:
+        """Queue `notice`, or keep it in the sandbox when the transferring workspace is in it
+        (`withhold`: a token in it that is its recipient's credential)."""
+        if sandbox.is_sandboxed(tx, t.source_org_id):
+            transfer_mail.capture(tx, self.sender, notice, t.source_org_id, t.id, now, withhold)
+        else:
+            transfer_mail.queue(tx, self.sender, notice, now)
 
 
 async def _outbox(rt: Runtime) -> _Outbox:
@@ -180,7 +187,7 @@ def _initiate(
     )
     transfers.insert(tx, t, token_hash(token))
     _log_both(tx, t, who.user_email, "transfer.initiated", now, target_email=target_email)
-    outbox.send(tx, transfer_mail.invitation(t, token, outbox.public_url), now)
+    outbox.send(tx, t, transfer_mail.invitation(t, token, outbox.public_url), now, token)
     return t
 
 
@@ -260,7 +267,7 @@ def _accept(
     source_email = _user_email(tx, t.source_user_id)
     if source_email:
         notice = transfer_mail.accepted_notice(t, source_email, stop_token, outbox.public_url)
-        outbox.send(tx, notice, now)
+        outbox.send(tx, t, notice, now)
     return t
 
 
@@ -317,7 +324,7 @@ def _decline(tx: Tx, who: Principal, transfer_id: str, outbox: _Outbox, now: dat
     _log_both(tx, t, who.user_email, "transfer.declined", now)
     source_email = _user_email(tx, t.source_user_id)
     if source_email:
-        outbox.send(tx, transfer_mail.declined_notice(t, source_email), now)
+        outbox.send(tx, t, transfer_mail.declined_notice(t, source_email), now)
     return t
 
 

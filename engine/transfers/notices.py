@@ -9,21 +9,28 @@ sender is the usual per-email bounce address on that domain.
 
 Rule: a mail is stored in the same unit of work as the transfer change it announces (an
 outbox), so the change and its notice commit together; the caller wakes delivery afterwards.
+When the transferring workspace is in the sandbox, the notice is kept in its sandbox
+(`capture`) instead: nothing it does leaves the machine.
 Links point at `{public_url}` paths of the API; tokens appear only in these mails.
 """
 
 from __future__ import annotations
 
+import email.policy
 import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from email.message import EmailMessage
+from email.utils import format_datetime, formataddr, make_msgid
 
 from engine.domains import dkim_keys
 from engine.runtime import Runtime
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
-from storage import transfers
+from storage import sandbox, transfers
+from storage.codec import new_id
+from storage.sandbox import Captured
 from storage.transfers import SystemIdentity, Transfer
 from storage.tx import Tx
 
@@ -111,6 +118,45 @@ def queue(tx: Tx, sender: SystemSender, notice: Notice, now: datetime) -> None:
         now,
         volume_shard=None,
     )
+
+
+# In place of a token that is its recipient's credential, in a captured notice.
+WITHHELD = "<withheld by the sandbox: the recipient's credential>"
+SANDBOX_DKIM = "none: the service's own mail, captured by the sandbox before signing"
+
+
+def capture(
+    tx: Tx,
+    sender: SystemSender,
+    notice: Notice,
+    workspace_id: str,
+    transfer_id: str,
+    now: datetime,
+    withhold: str | None = None,
+) -> None:
+    """Keep a notice about a sandboxed workspace's transfer in that workspace's sandbox
+    instead of sending it: nothing it does leaves the machine. A token in it that is the
+    recipient's credential (`withhold`) is replaced, so the sandbox never shows it."""
+    text = notice.text if withhold is None else notice.text.replace(withhold, WITHHELD)
+    message = EmailMessage(policy=email.policy.SMTP)
+    message["From"] = formataddr((SYSTEM_NAME, sender.from_address))
+    message["To"] = notice.to
+    message["Subject"] = notice.subject
+    message["Date"] = format_datetime(now)
+    message["Message-ID"] = make_msgid(domain=sender.domain_name)
+    message.set_content(text)
+    captured = Captured(
+        id=new_id(),
+        workspace_id=workspace_id,
+        email_id=transfer_id,
+        envelope_from=sender.from_address,
+        recipients=[notice.to],
+        subject=notice.subject,
+        dkim=SANDBOX_DKIM,
+        created_at=now,
+        data=message.as_bytes(),
+    )
+    sandbox.capture(tx, [captured], [], now)
 
 
 def _when(value: datetime) -> str:

@@ -5,8 +5,10 @@ shared leased-work loop (engine/leased_worker.py), and each is POSTed by a task 
 through one pooled keep-alive HTTP/1.1 client (engine/http1_client.py) holding at most
 `PER_ENDPOINT` connections per endpoint origin, so one slow receiver cannot hold back the
 others. The body is sent exactly as stored, with `X-Webhook-Signature`: the hex HMAC-SHA256
-of that body keyed with the webhook's secret.
-A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
+of that body keyed with the webhook's secret, and the webhook's basic-auth credentials only
+to the origin of the URL they were given with.
+A sandboxed workspace's deliveries are captured instead (engine/sandbox/posts.py), never
+sent. A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
 cannot be sent to — is a failed attempt, retried on the schedule of engine/outbound_http.py;
 the 8th failure makes the delivery `dead` (replayable). Each outcome is one unit of work
 through group commit.
@@ -31,9 +33,11 @@ from engine import faults, outbound_http
 from engine.leased_worker import LeasedWorker
 from engine.nodes import LEASE
 from engine.runtime import Runtime
+from engine.sandbox import posts
 from engine.webhooks import profiles
 from storage import webhooks
 from storage.leases import Claimed
+from storage.tx import Tx
 from storage.webhooks import Attempt, Delivery
 
 TIMEOUT = 10.0
@@ -96,13 +100,34 @@ class WebhookDispatcher:
             "X-Webhook-Signature": signature(secret, body),
             "User-Agent": "Postroom-Webhooks/1",
         }
-        if delivery.send_basic_auth is not None:  # for receivers that expect it (issue 20)
+        if delivery.send_basic_auth is not None and self._same_origin(delivery):
             headers["Authorization"] = delivery.send_basic_auth.header()
+        if delivery.sandboxed:
+            await self._capture(delivery, headers, body)
+            return
         answer = await outbound_http.post(
             self._client, delivery.endpoint_url, body, headers, TIMEOUT
         )
         attempt = self._outcome(delivery, answer)
         await self._rt.db.write(webhooks.record_attempts, [attempt], self._rt.clock.now())
+
+    async def _capture(self, delivery: Delivery, headers: dict[str, str], body: bytes) -> None:
+        """The POST of a sandboxed workspace: captured as sent, and delivered."""
+        rt = self._rt
+        attempt = Attempt(delivery.id, "delivered", None, None, posts.ANSWER)
+
+        def delivered(tx: Tx, now: datetime) -> None:
+            webhooks.record_attempts(tx, [attempt], now)
+
+        request = (delivery.endpoint_url, headers, body)
+        await posts.capture(rt, delivery.workspace_id, "webhook", delivery.id, request, delivered)
+
+    @staticmethod
+    def _same_origin(delivery: Delivery) -> bool:
+        """Whether the delivery goes to the origin its webhook's credentials were given for
+        (one queued, or replayed, for a URL the webhook has since left does not)."""
+        there = outbound_http.origin(delivery.endpoint_url)
+        return there is not None and there == outbound_http.origin(delivery.webhook_url)
 
     def _outcome(self, delivery: Delivery, answer: outbound_http.Answer) -> Attempt:
         if answer.ok:

@@ -3,8 +3,10 @@
 A webhook's URL must be HTTPS; unless POSTROOM_ALLOW_PRIVATE_TARGETS is on, it must not name
 or resolve to a loopback, private, link-local or reserved address (no SSRF into the
 operator's network). The signing secret (`whsec_…`) is generated here and shown in responses,
-as the spec's Webhook resource has it. Basic-auth credentials for receivers that expect them
-are stored sealed and never shown again: responses carry the username only.
+as the spec's Webhook resource has it; it is sealed at rest. Basic-auth credentials for
+receivers that expect them are stored sealed and never shown again (responses carry the
+username only), and belong to the URL's origin: a URL moved to another scheme, host or port
+loses them unless the same change gives them again.
 """
 
 from __future__ import annotations
@@ -110,13 +112,19 @@ def _update(
     hook = webhooks.get(tx, who.workspace_id, webhook_id)
     if hook is None:
         raise NotFound("webhook not found")
+    new_url = hook.url if url is None else url
+    # Credentials were given for one origin: a URL with another drops them unless this
+    # request gives them again, so they are never sent where their owner did not send them.
+    moved = outbound_http.origin(new_url) != outbound_http.origin(hook.url)
+    if basic_auth == "keep":
+        basic_auth = None if moved else hook.basic_auth
     changed = replace(
         hook,
-        url=hook.url if url is None else url,
+        url=new_url,
         events=hook.events if events is None else events,
         is_active=hook.is_active if is_active is None else is_active,
         format=hook.format if fmt is None else fmt,
-        basic_auth=hook.basic_auth if basic_auth == "keep" else basic_auth,
+        basic_auth=basic_auth,
     )
     # The events must suit the format, whichever of the two changed.
     _checked_events(changed.events, changed.format)
@@ -126,9 +134,13 @@ def _update(
         if is_active is None or is_active == hook.is_active
         else ("resumed" if is_active else "paused")
     )
-    record(
-        tx, who.workspace_id, who.user_email, Change(f"webhook.{verb}", changed.url, hook.id), now
+    meta = (
+        {"basic_auth": "removed: the URL moved to another origin"}
+        if (moved and hook.basic_auth is not None and changed.basic_auth is None)
+        else None
     )
+    change = Change(f"webhook.{verb}", changed.url, hook.id, meta)
+    record(tx, who.workspace_id, who.user_email, change, now)
     return changed
 
 
@@ -143,7 +155,8 @@ async def update(
     basic_auth: BasicAuth | Literal["keep"] | None = KEEP,
 ) -> Webhook:
     """Change the URL, events, active flag or format (None leaves a field as it is) and the
-    basic-auth credentials (None removes them, `KEEP` leaves them)."""
+    basic-auth credentials (None removes them, `KEEP` leaves them, unless the URL moves to
+    another origin: then they are removed too)."""
     checked_fmt = None if fmt is None else _checked_format(fmt)
     checked_url = None if url is None else await outbound_http.checked_url(rt, url)
     checked_events = (

@@ -71,32 +71,39 @@ def _migrate(url: str) -> None:
 
 
 @functools.cache
-def _postgres_template(admin_url: str) -> str:
-    """A database with every migration applied, made once for all test processes: cloning it is
-    the cost of an empty database, where migrating each test's own took about as long again."""
-    name = "postroom_template_" + _schema_digest()
-    base, _, _ = admin_url.rpartition("/")
+def _clone_postgres_template(admin_url: str, clone: str) -> None:
+    """Create `clone` from a database with every migration applied, made once for all test
+    processes: cloning it is the cost of an empty database, where migrating each test's own
+    took about as long again. The clone is made under the builders' lock, so a run of another
+    checkout (another schema) never drops the template between its check and its use."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))  # one builder at a time
         try:
-            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-                return name
-            building = name + "_building"
-            conn.execute(f"DROP DATABASE IF EXISTS {building} WITH (FORCE)")  # a killed run's
-            conn.execute(f"CREATE DATABASE {building}")
-            _migrate(f"{base}/{building}")
-            conn.execute(f"ALTER DATABASE {building} RENAME TO {name}")
-            stale = conn.execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'postroom\\_template\\_%%'"
-                " AND datname <> %s",
-                (name,),
-            ).fetchall()
-            for (old,) in stale:  # an older schema's, unless a run of another checkout uses it
-                with contextlib.suppress(psycopg.errors.ObjectInUse):
-                    conn.execute(f"DROP DATABASE IF EXISTS {old}")
-            return name
+            conn.execute(f"CREATE DATABASE {clone} TEMPLATE {_postgres_template(conn, admin_url)}")
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
+
+
+def _postgres_template(conn: psycopg.Connection[Any], admin_url: str) -> str:
+    """The migrated template of this schema, built if missing (the caller holds the lock)."""
+    name = "postroom_template_" + _schema_digest()
+    base, _, _ = admin_url.rpartition("/")
+    if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+        return name
+    building = name + "_building"
+    conn.execute(f"DROP DATABASE IF EXISTS {building} WITH (FORCE)")  # a killed run's
+    conn.execute(f"CREATE DATABASE {building}")
+    _migrate(f"{base}/{building}")
+    conn.execute(f"ALTER DATABASE {building} RENAME TO {name}")
+    stale = conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'postroom\\_template\\_%%'"
+        " AND datname <> %s",
+        (name,),
+    ).fetchall()
+    for (old,) in stale:  # an older schema's, unless a run of another checkout uses it
+        with contextlib.suppress(psycopg.errors.ObjectInUse):
+            conn.execute(f"DROP DATABASE IF EXISTS {old}")
+    return name
 
 
 @functools.cache
@@ -115,17 +122,11 @@ def fresh_postgres_database(*, migrated: bool = False) -> Iterator[str]:
     if admin_url is None:
         pytest.skip(f"PostgreSQL not configured ({POSTGRES_ENV} unset): SQLite only")
     name = "postroom_test_" + secrets.token_hex(6)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if not migrated:
+    if migrated:
+        _clone_postgres_template(admin_url, name)
+    else:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
-        else:
-            try:
-                conn.execute(f"CREATE DATABASE {name} TEMPLATE {_postgres_template(admin_url)}")
-            except psycopg.errors.InvalidCatalogName:
-                # A run of another checkout (another schema) dropped it as stale between two
-                # of ours: build it again.
-                _postgres_template.cache_clear()
-                conn.execute(f"CREATE DATABASE {name} TEMPLATE {_postgres_template(admin_url)}")
     base, _, _ = admin_url.rpartition("/")
     try:
         yield f"{base}/{name}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 import ssl
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -128,6 +128,9 @@ class SmtpSink(LoopbackPeer):
         # what a sender's per-destination concurrency limit holds.
         self.open_transactions = 0
         self.most_open_transactions = 0
+        # The same per domain of the envelope sender: what one sender's share of them is.
+        self.open_by_sender: dict[str, int] = defaultdict(int)
+        self.most_open_by_sender: dict[str, int] = defaultdict(int)
         self.data_delay = 0.0  # seconds a message waits for its reply (a slow receiver)
         self._rcpt_replies: dict[str, SmtpReply] = {}
         self._flaky: dict[str, _Flaky] = {}
@@ -201,6 +204,10 @@ class SmtpSink(LoopbackPeer):
             session.reset_transaction()
 
 
+def _domain_of(address: str) -> str:
+    return address.rpartition("@")[2].lower()
+
+
 class _Session:
     """One SMTP connection: the command loop and per-transaction state."""
 
@@ -232,6 +239,7 @@ class _Session:
     def reset_transaction(self) -> None:
         if self.mail_from is not None:
             self.sink.open_transactions -= 1
+            self.sink.open_by_sender[_domain_of(self.mail_from)] -= 1
         self.mail_from = None
         self.rcpt_to = []
 
@@ -322,6 +330,11 @@ class _Session:
         sink = self.sink
         sink.open_transactions += 1
         sink.most_open_transactions = max(sink.most_open_transactions, sink.open_transactions)
+        domain = _domain_of(sender)
+        sink.open_by_sender[domain] += 1
+        sink.most_open_by_sender[domain] = max(
+            sink.most_open_by_sender[domain], sink.open_by_sender[domain]
+        )
         await self.reply(250, "2.1.0 OK")
 
     async def rcpt(self, argument: str) -> None:
