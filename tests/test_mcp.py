@@ -534,7 +534,7 @@ async def test_third_party_text_reaches_agents_only_marked_untrusted(
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "customer.example")
-    smtp_sink.reply_for("ann@customer.example", 550, f"5.7.1 {INJECTED}")
+    smtp_sink.reply_for("ann@customer.example", 550, f"5.1.1 {INJECTED}")
     body = {
         **draft(["ann@customer.example"]),
         "subject": INJECTED,

@@ -43,7 +43,7 @@ from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import SMTP_HOST, Service, ServiceProcess
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_cli import assert_one_line_error
+from tests.test_cli import assert_stops_with_one_log_record
 from tests.test_sending import SENDING_DOMAIN, dkim_verifies, message, ready_account, route_mail
 
 SEALED = "enc:v1:"
@@ -227,7 +227,7 @@ def test_a_different_key_file_stops_serve_with_one_line_and_changes_nothing(
     result = service_process.cli("serve", check=False)
 
     assert result.returncode == 1
-    assert_one_line_error(result.stderr, str(path), "does not open the secrets sealed")
+    assert_stops_with_one_log_record(result.stderr, str(path), "does not open the secrets sealed")
     assert service_secrets(database_url) == before  # nothing was sealed again under it
 
 
