@@ -17,6 +17,7 @@ from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
 from engine.delivery.policies import Caps
 from engine.faults import FaultLog
+from engine.tenure import Tenure
 from engine.wakeups import WakeupHub
 from storage.database import Database
 
@@ -47,6 +48,9 @@ class Runtime:
     sandbox: bool = False
     # POSTROOM_DELIVERY_MAX_*: operator-wide caps on every destination policy.
     delivery_caps: Caps = field(default_factory=Caps)
+    # How long this node may trust its leases (engine/tenure.py): asked before each SMTP
+    # transaction, moved by the node's heartbeat.
+    tenure: Tenure = field(default_factory=Tenure)
 
     @property
     def usage_shard(self) -> int:

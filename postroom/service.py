@@ -1,8 +1,12 @@
 """Service start-up: opens the root nursery with storage, the engine and the front doors.
 
-Order matters for a clean stop: the API stops taking requests first and lets those in flight
-finish, then the engine's actors are cancelled, then the group-commit writer drains what was
-handed to it and the database closes. Everything accepted was committed before it was
+Order matters for a clean stop: the front doors stop taking requests (idle keep-alive
+connections are closed at once) and let those in flight finish while delivery drains: it
+claims nothing more and starts no SMTP transaction, and those under way finish and have
+their outcomes written, for up to `drain_seconds` (POSTROOM_DRAIN_SECONDS), so that no
+message the receiver already has is sent again after the restart. Then the engine's actors
+are cancelled, the node gives back what it still holds, the group-commit writer drains what
+was handed to it and the database closes. Everything accepted was committed before it was
 acknowledged, so even a kill -9 loses nothing.
 """
 
@@ -82,6 +86,19 @@ def _api_socket(settings: Settings, reuse_port: bool) -> socket.socket:
     return sock
 
 
+async def _drain_on(shutdown: trio.Event, router: DeliveryRouter, seconds: float) -> None:
+    """On shutdown, let the SMTP transactions under way finish, for `seconds` at most."""
+    await shutdown.wait()
+    began = trio.current_time()
+    with trio.move_on_after(seconds) as bounded:
+        await router.drain()
+    waited = trio.current_time() - began
+    if bounded.cancelled_caught:
+        log.warning("delivery did not drain in %.0f s: the rest is cut short", seconds)
+    else:
+        log.info("delivery drained in %.1f s", waited)
+
+
 async def _stop_on(shutdown: trio.Event, listeners: list[SmtpListener]) -> None:
     await shutdown.wait()
     for listener in listeners:
@@ -123,21 +140,26 @@ async def serve(
                 # would hold up the others' first writes (and the start) behind them.
                 DeliveryRouter(rt),
             ]
+        router = next((a for a in actors if isinstance(a, DeliveryRouter)), None)
         supervisor = Supervisor(actors, db, rt.faults)
         metrics = ServiceMetrics(rt, supervisor, instance)
         if instance is not None:  # the scrapes of the other workers add up what it publishes
             keeper.metrics = metrics.published
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
-            if role == "delivery":
-                task_status.started(RunningService("", rt, shutdown.set))
-                await shutdown.wait()
-            else:
-                await _front_doors(
-                    settings, rt, supervisor, metrics, reuse_port, shutdown, task_status
-                )
-            # The front doors have closed and finished their requests; the actors' work is in
-            # the database and resumes on the next start (or now, on another node).
+            async with trio.open_nursery() as stopping:
+                if router is not None:
+                    stopping.start_soon(_drain_on, shutdown, router, settings.drain_seconds)
+                if role == "delivery":
+                    task_status.started(RunningService("", rt, shutdown.set))
+                    await shutdown.wait()
+                else:
+                    await _front_doors(
+                        settings, rt, supervisor, metrics, reuse_port, shutdown, task_status
+                    )
+            # The front doors have closed and finished their requests and delivery has
+            # drained; the actors' work is in the database and resumes on the next start (or
+            # now, on another node).
             engine.cancel_scope.cancel()
         with trio.move_on_after(10):
             released = await nodes.stop(rt)

@@ -136,6 +136,15 @@ def release(tx: Tx, node_id: str, tables: tuple[str, ...] | None = None) -> int:
     return released
 
 
+def declared_dead(tx: Tx, node_id: str) -> bool:
+    """Whether other nodes declared `node_id` dead (freeing what it held) and it has not beaten
+    since: it must claim nothing until it has. Locks the node's row until the transaction ends,
+    so a claim and a reap of the same node never overlap."""
+    lock = " FOR SHARE" if tx.dialect == "postgresql" else ""
+    state = tx.value(f"SELECT state FROM nodes WHERE id = :id{lock}", {"id": node_id})
+    return state is not None and state != ALIVE
+
+
 def stop(tx: Tx, node_id: str, now: datetime) -> int:
     """A clean stop: give back the node's own leases; how many."""
     tx.execute(

@@ -66,7 +66,7 @@ from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
 from engine.webhooks import outbox
-from storage import delivery, destination_slots, emails
+from storage import delivery, delivery_policies, destination_slots, emails
 from storage import incidents as stored_incidents
 from storage.codec import new_id
 from storage.emails import Email, Event, Recipient, RecipientUpdate
@@ -103,8 +103,21 @@ class DomainQueueStatistics:
     in_flight: int = 0  # recipients claimed by the rounds under way
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcomes:
+    """Outcomes of a round not written yet, taken to be written."""
+
+    updates: list[RecipientUpdate]
+    events: list[Event]
+    bounces: list[tuple[str, Suppression]]
+    now: datetime
+
+
 class _Round:
-    """The outcomes gathered in one delivery round, written together at its end."""
+    """The outcomes gathered in one delivery round. Each SMTP transaction's are written before
+    its connection starts the next one (`_commit`), so a node that stops, stalls or dies
+    leaves at most one transaction per connection delivered without its outcome; the rest
+    (failures decided at the round's end, its incidents) are written at the end."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -112,6 +125,9 @@ class _Round:
         self.events: list[Event] = []
         self.bounces: list[tuple[str, Suppression]] = []
         self.counts: dict[str, int] = defaultdict(int)
+        self.writing = trio.Lock()  # one write of its outcomes at a time, in order
+        self.written: set[tuple[str, str]] = set()  # recipients whose outcome is written
+        self._numbered = 0  # events so far, to order a timeline recorded in parts
         # Per (workspace, sending domain): incidents hit, and deliveries (which resolve them).
         self.incidents: dict[stored_incidents.Pair, stored_incidents.Hit] = {}
         self.delivered: set[stored_incidents.Pair] = set()
@@ -121,7 +137,8 @@ class _Round:
     ) -> None:
         # A microsecond apart, so a timeline reads in the order things happened (sent, then
         # delivered) even though the round records them all at once.
-        at = self.now + timedelta(microseconds=len(self.events))
+        at = self.now + timedelta(microseconds=self._numbered)
+        self._numbered += 1
         self.events.append(Event(new_id(), email_id, workspace_id, kind, recipient, meta, at))
 
     def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
@@ -178,6 +195,15 @@ class _Round:
             event("failed", error=response)
             update(Trigger.GAVE_UP)
 
+    def take(self) -> _Outcomes | None:
+        """The outcomes not yet written (None: none), no longer held here."""
+        if not self.updates and not self.events and not self.bounces:
+            return None
+        taken = _Outcomes(self.updates, self.events, self.bounces, self.now)
+        self.updates, self.events, self.bounces = [], [], []
+        self.written.update((u.email_id, u.address) for u in taken.updates)
+        return taken
+
     def unreadable(self, recipient: Recipient, workspace_id: str, error: str) -> None:
         """A recipient of an email whose stored row cannot be read: failed, nothing sent."""
         decision = classify(Unbuildable(error))
@@ -208,6 +234,7 @@ class _Prepared:
     outcome: _Round
     work: list[_Transfer]
     token: object  # holds one of the router's rounds in flight
+    epoch: int  # the node's tenure epoch it was claimed in (engine/tenure.py)
 
 
 def _release(tx: Tx, domain: str, slots: list[int], node: str) -> None:
@@ -218,20 +245,37 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
     return destination_slots.acquire(tx, key, limit, limit, node, now, now + LEASE)
 
 
-def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
-    delivery.record_outcomes(
-        tx,
-        outcome.updates,
-        outcome.events,
-        outcome.bounces,
-        outcome.now,
-        statuses.SUMMARISE,
-        outbox.queue,
-    )
+def _write(tx: Tx, part: _Outcomes | None, node: str) -> None:
+    """Write outcomes of recipients `node` still holds (storage/delivery.py fences the rest)."""
+    if part is not None:
+        delivery.record_outcomes(
+            tx,
+            part.updates,
+            part.events,
+            part.bounces,
+            part.now,
+            statuses.SUMMARISE,
+            outbox.queue,
+            holder=node,
+        )
+
+
+def _record(
+    tx: Tx, part: _Outcomes | None, outcome: _Round, domain: str, released: list[int], node: str
+) -> None:
+    """A round's end: its last outcomes, its incidents, and the slots it gives back."""
+    _write(tx, part, node)
     stored_incidents.record_round(
         tx, domain, outcome.incidents, outcome.delivered, outcome.now, incidents.pause_for
     )
     destination_slots.release(tx, domain, released, node)
+
+
+def _give_back(tx: Tx, claim: throttle.Claimed, node: str) -> None:
+    """Give back a claim's recipients and slots untouched, those `node` holds."""
+    keys = [(r.email_id, r.address) for r in claim.recipients]
+    delivery_policies.unlease(tx, keys, holder=node)
+    destination_slots.release(tx, claim.key, claim.slots, node)
 
 
 def _record_faults(
@@ -284,8 +328,18 @@ class DomainQueue:
         # The router's rounds this queue holds; any still held when it stops (a round cut
         # short by cancellation or an error) are given back, so the router never loses them.
         self._round_tokens: set[object] = set()
+        self._draining = False
+        self._claiming = trio.CancelScope()  # the preparer's, cancelled by a drain
 
     def wake(self) -> None:
+        self._woken.set()
+
+    def drain(self) -> None:
+        """Stop: claim nothing more and start no other transaction; the transactions under
+        way finish, their outcomes are written, the connections QUIT and `run` returns. What
+        was claimed and not sent keeps its lease until the node gives back all it holds."""
+        self._draining = True
+        self._claiming.cancel()
         self._woken.set()
 
     async def run(self) -> None:
@@ -295,7 +349,8 @@ class DomainQueue:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._sender, receive)
                 async with send:
-                    await self._preparer(send)
+                    with self._claiming:
+                        await self._preparer(send)
         finally:
             for token in list(self._round_tokens):
                 self._give_round(token)
@@ -320,6 +375,7 @@ class DomainQueue:
                     self._destination = await throttle.destination(self._rt, self.domain)
                 destination = self._destination or throttle.Destination(self.domain, ())
                 now = clock.now()
+                epoch = self._rt.tenure.epoch
                 claim = await self._rt.db.write(
                     throttle.claim,
                     destination,
@@ -336,6 +392,13 @@ class DomainQueue:
                 self._give_round(token)
                 raise
             self._slot_key, self._connections = claim.key, claim.connections
+            if claim.recipients and epoch != self._rt.tenure.epoch:
+                # The node was found dead while it claimed: whether the claim came before
+                # the reaping (its leases freed since) or after (they are this node's), it is
+                # given back; what is still this node's is claimed again in the new epoch.
+                self._give_round(token)
+                await self._rt.db.write(_give_back, claim, self._rt.node)
+                continue
             if not claim.recipients:
                 self._give_round(token)
                 if self._in_flight:
@@ -352,7 +415,7 @@ class DomainQueue:
                 self._preparing = True
                 try:
                     prepared = await self._guarded(
-                        claim, token, self._prepare(claim, token), sender=False
+                        claim, token, self._prepare(claim, token, epoch), False
                     )
                     if prepared is not None:
                         await send.send(prepared)
@@ -368,7 +431,7 @@ class DomainQueue:
             if claim.next_due is None and not claim.slots_busy and not self._woken.is_set():
                 return
 
-    async def _prepare(self, claim: throttle.Claimed, token: object) -> _Prepared:
+    async def _prepare(self, claim: throttle.Claimed, token: object, epoch: int) -> _Prepared:
         """Load the round's emails and build and sign their messages (in a worker thread)."""
         self._rounds += 1
         by_email: dict[str, list[Recipient]] = defaultdict(list)
@@ -396,7 +459,7 @@ class DomainQueue:
                     recipients.append(recipient)
             if recipients and isinstance(message, WireMessage):
                 work.append(_Transfer(email, recipients, message))
-        return _Prepared(claim, outcome, work, token)
+        return _Prepared(claim, outcome, work, token, epoch)
 
     # -- sending and recording ---------------------------------------------------------
 
@@ -408,23 +471,33 @@ class DomainQueue:
                     return self._preparing or receive.statistics().tasks_waiting_send > 0
 
                 work = self._deliver(prepared, next_round)
-                await self._guarded(prepared.claim, prepared.token, work, sender=True)
+                written = prepared.outcome.written
+                await self._guarded(prepared.claim, prepared.token, work, True, written)
 
     async def _deliver(self, prepared: _Prepared, next_round: Callable[[], bool]) -> None:
         claim, outcome, work = prepared.claim, prepared.outcome, prepared.work
+        tenure = self._rt.tenure
+        if not await tenure.hold(prepared.epoch):
+            await self._drop(prepared)
+            return
         # The round may have waited for the one before it: its outcomes happen from now.
         outcome.now = self._rt.clock.now()
         self._slots += claim.slots
         if work and not self._slots:  # the round before gave its slots back meanwhile
             await self._wait_for_slots(claim.connections)
-        if work:
+        if work and self._slots and not self._draining:
             connections = min(len(self._slots), claim.connections)
-            await self._send(work, outcome, connections, claim.per_connection)
+            await self._send(work, outcome, connections, claim.per_connection, prepared.epoch)
         # Keep the slots and connections for the next round if one is on its way; else
         # give them back with this round's outcomes.
-        keep = next_round()
+        keep = next_round() and not self._draining
         released = [] if keep else self._slots
-        await self._rt.db.write(_record, outcome, self._key, released, self._rt.node)
+        async with outcome.writing:
+            if not await tenure.hold(prepared.epoch):  # the node stalled while it sent
+                await self._drop(prepared)
+                return
+            part = outcome.take()
+            await self._rt.db.write(_record, part, outcome, self._key, released, self._rt.node)
         if not keep:
             self._slots = []
             await self._close_sessions()
@@ -432,10 +505,35 @@ class DomainQueue:
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
 
+    async def _drop(self, prepared: _Prepared) -> None:
+        """Give up a round claimed in an epoch that ended (engine/tenure.py): the node was
+        declared dead, what it held was freed and may be being delivered elsewhere, so
+        nothing more of the round is sent or written. The slots went with the leases."""
+        log.warning(
+            "dropping a round of %d recipients at %s: this node was declared dead since"
+            " it claimed them, and another node may be delivering them",
+            len(prepared.claim.recipients),
+            self.domain,
+        )
+        self._slots = []
+        await self._close_sessions()
+        self._finish(prepared.claim, prepared.token)
+
+    async def _commit(self, outcome: _Round, epoch: int) -> None:
+        """Write the outcomes settled so far, before a connection starts another transaction.
+        Connections that finish together share a write: the one that gets the lock writes
+        what every one of them settled."""
+        async with outcome.writing:
+            if not await self._rt.tenure.hold(epoch):
+                return  # the leases were freed: the outcomes are not this node's to write
+            part = outcome.take()
+            if part is not None:
+                await self._rt.db.write(_write, part, self._rt.node)
+
     async def _wait_for_slots(self, limit: int) -> None:
         """Take free connection slots, waiting for a release when all are taken elsewhere."""
         clock = self._rt.clock
-        while not self._slots:
+        while not self._slots and not self._draining:
             self._woken = trio.Event()
             now = clock.now()
             self._slots = await self._rt.db.write(_acquire, self._key, limit, now, self._rt.node)
@@ -444,12 +542,17 @@ class DomainQueue:
                     await self._woken.wait()
 
     async def _guarded(
-        self, claim: throttle.Claimed, token: object, work: Awaitable[T], *, sender: bool
+        self,
+        claim: throttle.Claimed,
+        token: object,
+        work: Awaitable[T],
+        sender: bool,
+        written: set[tuple[str, str]] | None = None,
     ) -> T | None:
         """Run a round's step; if it raises, count a fault on each of its recipients (the
-        items it held) and try them again later; three faults quarantine a recipient
-        (engine/faults.py). The round's slots are given back, and when it was being sent,
-        the connections and the slots the sender held with them."""
+        items it held) whose outcome is not `written` yet, and try them again later; three
+        faults quarantine a recipient (engine/faults.py). The round's slots are given back,
+        and when it was being sent, the connections and the slots the sender held with them."""
         try:
             return await work
         except Exception as exc:
@@ -462,9 +565,10 @@ class DomainQueue:
             if sender:
                 slots, self._slots = [*self._slots, *slots], []
                 await self._close_sessions()
+            done = written or set()
             quarantined = await rt.db.write(
                 _record_faults,
-                claim.recipients,
+                [r for r in claim.recipients if (r.email_id, r.address) not in done],
                 list(dict.fromkeys(slots)),
                 error,
                 self._key,
@@ -492,10 +596,16 @@ class DomainQueue:
         self._rounds_in_flight.release_on_behalf_of(token)
 
     async def _send(
-        self, work: list[_Transfer], outcome: _Round, connections: int, per_connection: int | None
+        self,
+        work: list[_Transfer],
+        outcome: _Round,
+        connections: int,
+        per_connection: int | None,
+        epoch: int,
     ) -> None:
         """Hand the transfers to `connections` parallel sessions with the domain's MX, each
-        carrying at most `per_connection` of them (None: no limit)."""
+        carrying at most `per_connection` of them (None: no limit). Draining, the transfers
+        no connection started are left as they are: not an attempt."""
         rt = self._rt
         # Sandboxed workspaces' transfers never reach the network (engine/sandbox/capture.py):
         # the sandbox settles their recipients through `outcome`, before DNS and SMTP.
@@ -519,10 +629,12 @@ class DomainQueue:
             async with trio.open_nursery() as nursery:
                 for _ in range(min(connections, len(work))):
                     nursery.start_soon(
-                        self._connection, targets, queue, outcome, problems, per_connection
+                        self._connection, targets, queue, outcome, problems, per_connection, epoch
                     )
             work = list(queue)  # whatever no connection could take
             failure = _worst(problems)
+            if self._draining:
+                return
         for transfer in work:
             for recipient in transfer.recipients:
                 outcome.settle(transfer.email, recipient, failure)
@@ -534,10 +646,12 @@ class DomainQueue:
         outcome: _Round,
         problems: list[Outcome],
         per_connection: int | None,
+        epoch: int,
     ) -> None:
         """One SMTP connection, reused for transfer after transfer until the queue is empty
         (a new one after every `per_connection` transfers); one kept from the round before if
-        there is one, else a new one."""
+        there is one, else a new one. Before each transfer it makes sure the node still holds
+        the round's leases and is not draining, and after it writes its outcome (`_commit`)."""
         reused = bool(self._sessions)
         session = self._sessions.pop() if reused else await self._open(targets)
         if not isinstance(session, SmtpSession):
@@ -546,6 +660,8 @@ class DomainQueue:
         sent = self._uses.pop(id(session), 0)
         try:
             while queue:
+                if self._draining or not await self._rt.tenure.hold(epoch):
+                    return  # the rest is left: for after the stop, or for another node
                 if per_connection is not None and sent >= per_connection:
                     await self._quit(session)
                     reused, sent = False, 0
@@ -580,12 +696,14 @@ class DomainQueue:
                     return
                 reused = False
                 sent += 1
+                outcome.now = self._rt.clock.now()
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
                     verdict = outcome.settle(transfer.email, recipient, Replied(reply))
                     if verdict is Verdict.DELIVERED:
-                        waited = self._rt.clock.now() - recipient.queued_at
+                        waited = outcome.now - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
+                await self._commit(outcome, epoch)
         finally:
             if isinstance(session, SmtpSession):
                 if session.usable:

@@ -114,10 +114,16 @@ def fresh_postgres_database(*, migrated: bool = False) -> Iterator[str]:
     admin_url = _postgres_admin_url()
     if admin_url is None:
         pytest.skip(f"PostgreSQL not configured ({POSTGRES_ENV} unset): SQLite only")
-    template = f" TEMPLATE {_postgres_template(admin_url)}" if migrated else ""
     name = "postroom_test_" + secrets.token_hex(6)
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}{template}")
+        try:
+            template = f" TEMPLATE {_postgres_template(admin_url)}" if migrated else ""
+            conn.execute(f"CREATE DATABASE {name}{template}")
+        except psycopg.errors.InvalidCatalogName:
+            # A run of another checkout (another schema) dropped it as stale between two
+            # tests of this run: build it again.
+            _postgres_template.cache_clear()
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {_postgres_template(admin_url)}")
     base, _, _ = admin_url.rpartition("/")
     try:
         yield f"{base}/{name}"
