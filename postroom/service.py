@@ -17,6 +17,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -84,6 +85,74 @@ def _api_socket(settings: Settings, reuse_port: bool) -> socket.socket:
     sock.bind((host, port))
     sock.listen(socket.SOMAXCONN)
     return sock
+
+
+class _Requests:
+    """The HTTP requests being answered. Hypercorn keeps an idle keep-alive connection open
+    through its whole grace period after a stop (its idle timer does not run after a Quart
+    response), so the stop ends the HTTP server itself as soon as no request is in flight."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._none = trio.Event()
+        self._none.set()
+
+    def wrap(self, app: Any) -> Any:
+        async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            self._count += 1
+            if self._count == 1:
+                self._none = trio.Event()
+            try:
+                await app(scope, receive, send)
+            finally:
+                self._count -= 1
+                if not self._count:
+                    self._none.set()
+
+        return counted
+
+    async def none(self) -> None:
+        """Return when no request is in flight."""
+        while self._count:
+            await self._none.wait()
+
+
+async def _serve_http(
+    app: Any,
+    config: HypercornConfig,
+    sock: socket.socket,
+    shutdown: trio.Event,
+    requests: _Requests,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the API on `sock` until `shutdown`; then let the requests in flight finish (for
+    hypercorn's grace period at most) and close every connection, idle ones at once."""
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_end_http, shutdown, requests, config.graceful_timeout, scope)
+            binds = await nursery.start(
+                partial(
+                    worker_serve,
+                    wrap_app(app, config.wsgi_max_body_size, None),
+                    config,
+                    sockets=Sockets([], [sock], []),
+                    shutdown_trigger=shutdown.wait,
+                )
+            )
+            task_status.started(binds)
+
+
+async def _end_http(
+    shutdown: trio.Event, requests: _Requests, grace: float, scope: trio.CancelScope
+) -> None:
+    await shutdown.wait()
+    with trio.move_on_after(grace):
+        await requests.none()
+    scope.cancel()
 
 
 async def _drain_on(shutdown: trio.Event, router: DeliveryRouter, seconds: float) -> None:
@@ -192,17 +261,13 @@ async def _front_doors(
     app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
     mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining
     app.asgi_app = mcp.mount(app.asgi_app)  # type: ignore[method-assign]
+    requests = _Requests()
+    app.asgi_app = requests.wrap(app.asgi_app)  # type: ignore[method-assign]
     async with mcp.running(), trio.open_nursery() as front_doors:
         # Hypercorn serves a socket of ours, so that it can share its port.
-        config = _hypercorn_config()
+        sock = _api_socket(settings, reuse_port)
         binds = await front_doors.start(
-            partial(
-                worker_serve,
-                wrap_app(app, config.wsgi_max_body_size, None),
-                config,
-                sockets=Sockets([], [_api_socket(settings, reuse_port)], []),
-                shutdown_trigger=shutdown.wait,
-            )
+            _serve_http, app, _hypercorn_config(), sock, shutdown, requests
         )
         log.info("API listening on %s", binds[0])
         submission_address, inbound_address = [
