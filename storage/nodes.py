@@ -126,6 +126,13 @@ def release(tx: Tx, node_id: str, tables: tuple[str, ...] | None = None) -> int:
     for held in HELD:
         if tables is not None and held.table not in tables:
             continue
+        if held.table == "email_recipients":
+            # The mail goes back to the queue: wake the nodes delivering to its domains.
+            for row in tx.all(
+                "SELECT DISTINCT domain FROM email_recipients WHERE leased_by = :node",
+                {"node": node_id},
+            ):
+                tx.notify(f"mail:{row['domain']}")
         released += tx.execute(
             f"UPDATE {held.table} SET {held.holder} = NULL, {held.until} = NULL"
             f" WHERE {held.holder} = :node",

@@ -111,6 +111,10 @@ class _Outcomes:
     events: list[Event]
     bounces: list[tuple[str, Suppression]]
     now: datetime
+    # Destination incidents: hits not recorded yet (one per pair and round), and pairs
+    # delivered to without a hit (which resolve their open incident).
+    hits: dict[stored_incidents.Pair, stored_incidents.Hit]
+    delivered: set[stored_incidents.Pair]
 
 
 class _Round:
@@ -127,6 +131,8 @@ class _Round:
         self.counts: dict[str, int] = defaultdict(int)
         self.writing = trio.Lock()  # one write of its outcomes at a time, in order
         self.written: set[tuple[str, str]] = set()  # recipients whose outcome is written
+        self._hits_written: set[stored_incidents.Pair] = set()
+        self._resolved: set[stored_incidents.Pair] = set()
         self._numbered = 0  # events so far, to order a timeline recorded in parts
         # Per (workspace, sending domain): incidents hit, and deliveries (which resolve them).
         self.incidents: dict[stored_incidents.Pair, stored_incidents.Hit] = {}
@@ -196,12 +202,18 @@ class _Round:
             update(Trigger.GAVE_UP)
 
     def take(self) -> _Outcomes | None:
-        """The outcomes not yet written (None: none), no longer held here."""
-        if not self.updates and not self.events and not self.bounces:
+        """The outcomes not yet written (None: none), no longer held here. A pair's incident
+        is written once per round, with the first outcome that hit it, as the round's
+        deferrals are (a reader never sees one without the other)."""
+        hits = {p: h for p, h in self.incidents.items() if p not in self._hits_written}
+        delivered = self.delivered - set(self.incidents) - self._resolved
+        if not (self.updates or self.events or self.bounces or hits or delivered):
             return None
-        taken = _Outcomes(self.updates, self.events, self.bounces, self.now)
+        taken = _Outcomes(self.updates, self.events, self.bounces, self.now, hits, delivered)
         self.updates, self.events, self.bounces = [], [], []
         self.written.update((u.email_id, u.address) for u in taken.updates)
+        self._hits_written.update(hits)
+        self._resolved.update(delivered)
         return taken
 
     def unreadable(self, recipient: Recipient, workspace_id: str, error: str) -> None:
@@ -245,8 +257,9 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
     return destination_slots.acquire(tx, key, limit, limit, node, now, now + LEASE)
 
 
-def _write(tx: Tx, part: _Outcomes | None, node: str) -> None:
-    """Write outcomes of recipients `node` still holds (storage/delivery.py fences the rest)."""
+def _write(tx: Tx, part: _Outcomes | None, domain: str, node: str) -> None:
+    """Write outcomes of recipients `node` still holds (storage/delivery.py fences the rest),
+    with the destination incidents they opened, widened or resolved."""
     if part is not None:
         delivery.record_outcomes(
             tx,
@@ -258,16 +271,14 @@ def _write(tx: Tx, part: _Outcomes | None, node: str) -> None:
             outbox.queue,
             holder=node,
         )
+        stored_incidents.record_round(
+            tx, domain, part.hits, part.delivered, part.now, incidents.pause_for
+        )
 
 
-def _record(
-    tx: Tx, part: _Outcomes | None, outcome: _Round, domain: str, released: list[int], node: str
-) -> None:
-    """A round's end: its last outcomes, its incidents, and the slots it gives back."""
-    _write(tx, part, node)
-    stored_incidents.record_round(
-        tx, domain, outcome.incidents, outcome.delivered, outcome.now, incidents.pause_for
-    )
+def _record(tx: Tx, part: _Outcomes | None, domain: str, released: list[int], node: str) -> None:
+    """A round's end: its last outcomes, and the slots it gives back."""
+    _write(tx, part, domain, node)
     destination_slots.release(tx, domain, released, node)
 
 
@@ -497,7 +508,7 @@ class DomainQueue:
                 await self._drop(prepared)
                 return
             part = outcome.take()
-            await self._rt.db.write(_record, part, outcome, self._key, released, self._rt.node)
+            await self._rt.db.write(_record, part, self._key, released, self._rt.node)
         if not keep:
             self._slots = []
             await self._close_sessions()
@@ -528,7 +539,7 @@ class DomainQueue:
                 return  # the leases were freed: the outcomes are not this node's to write
             part = outcome.take()
             if part is not None:
-                await self._rt.db.write(_write, part, self._rt.node)
+                await self._rt.db.write(_write, part, self._key, self._rt.node)
 
     async def _wait_for_slots(self, limit: int) -> None:
         """Take free connection slots, waiting for a release when all are taken elsewhere."""
