@@ -118,10 +118,11 @@ class _Outcomes:
 
 
 class _Round:
-    """The outcomes gathered in one delivery round. Each SMTP transaction's are written before
-    its connection starts the next one (`_commit`), so a node that stops, stalls or dies
-    leaves at most one transaction per connection delivered without its outcome; the rest
-    (failures decided at the round's end, its incidents) are written at the end."""
+    """The outcomes gathered in one delivery round. Each SMTP transaction's are written as it
+    ends (`_commit`), while its connection goes on with the next one: a node that stops,
+    stalls or dies leaves at most the transaction under way per connection, and those whose
+    write was still waiting, delivered without their outcome. The rest (failures decided at
+    the round's end) are written at the end, after every such write."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -130,6 +131,7 @@ class _Round:
         self.bounces: list[tuple[str, Suppression]] = []
         self.counts: dict[str, int] = defaultdict(int)
         self.writing = trio.Lock()  # one write of its outcomes at a time, in order
+        self.write_queued = False  # a write is waiting for the lock: it takes what comes
         self.written: set[tuple[str, str]] = set()  # recipients whose outcome is written
         self._hits_written: set[stored_incidents.Pair] = set()
         self._resolved: set[stored_incidents.Pair] = set()
@@ -530,11 +532,17 @@ class DomainQueue:
         await self._close_sessions()
         self._finish(prepared.claim, prepared.token)
 
+    def _commit_soon(self, outcome: _Round, epoch: int, writes: trio.Nursery) -> None:
+        """Have the outcomes settled so far written, unless a write waiting already will."""
+        if not outcome.write_queued:
+            outcome.write_queued = True
+            writes.start_soon(self._commit, outcome, epoch)
+
     async def _commit(self, outcome: _Round, epoch: int) -> None:
-        """Write the outcomes settled so far, before a connection starts another transaction.
-        Connections that finish together share a write: the one that gets the lock writes
-        what every one of them settled."""
+        """Write the outcomes settled so far. Transactions that end while one write is under
+        way share the next: it writes everything settled until it takes the lock."""
         async with outcome.writing:
+            outcome.write_queued = False
             if not await self._rt.tenure.hold(epoch):
                 return  # the leases were freed: the outcomes are not this node's to write
             part = outcome.take()
@@ -640,7 +648,14 @@ class DomainQueue:
             async with trio.open_nursery() as nursery:
                 for _ in range(min(connections, len(work))):
                     nursery.start_soon(
-                        self._connection, targets, queue, outcome, problems, per_connection, epoch
+                        self._connection,
+                        targets,
+                        queue,
+                        outcome,
+                        problems,
+                        per_connection,
+                        epoch,
+                        nursery,
                     )
             work = list(queue)  # whatever no connection could take
             failure = _worst(problems)
@@ -658,11 +673,13 @@ class DomainQueue:
         problems: list[Outcome],
         per_connection: int | None,
         epoch: int,
+        writes: trio.Nursery,
     ) -> None:
         """One SMTP connection, reused for transfer after transfer until the queue is empty
         (a new one after every `per_connection` transfers); one kept from the round before if
         there is one, else a new one. Before each transfer it makes sure the node still holds
-        the round's leases and is not draining, and after it writes its outcome (`_commit`)."""
+        the round's leases and is not draining, and after it has its outcome written (in
+        `writes`, while it goes on)."""
         reused = bool(self._sessions)
         session = self._sessions.pop() if reused else await self._open(targets)
         if not isinstance(session, SmtpSession):
@@ -714,7 +731,7 @@ class DomainQueue:
                     if verdict is Verdict.DELIVERED:
                         waited = outcome.now - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
-                await self._commit(outcome, epoch)
+                self._commit_soon(outcome, epoch, writes)
         finally:
             if isinstance(session, SmtpSession):
                 if session.usable:
