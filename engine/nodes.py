@@ -14,8 +14,12 @@ beats went through, none failed, none came late), and then only those silent for
 within that time: a node is declared dead only after the database was reachable long enough
 for it to miss its beats. A node just started, or back from an outage or a pause of its own
 (a clock jump in tests), waits that long before it judges. One that finds it was declared
-dead re-registers and carries on (what it held was freed and may be worked twice: the price
-of a stall, counted by the tests).
+dead re-registers and carries on; what it held was freed and may be worked elsewhere.
+
+Its tenure (engine/tenure.py) makes sure a node that was declared dead sends none of what it
+held: each beat tells the tenure for how long the leases may be trusted (`TRUST`, less than
+`DEAD_AFTER`), and a beat that finds the node dead ends the epoch whose claims it drops. A task
+that finds the trust run out asks for a beat at once.
 """
 
 from __future__ import annotations
@@ -33,12 +37,16 @@ import trio
 
 from engine.contacts import bulk_send
 from engine.runtime import Runtime
+from engine.tenure import MARGIN
 from engine.wakeups import RESCAN
 from storage import idempotency, leaderships, nodes
 from storage.errors import is_outage
 
 HEARTBEAT = timedelta(seconds=3)
 DEAD_AFTER = timedelta(seconds=15)
+# How long after the start of a beat its node trusts that it holds its leases: less than
+# DEAD_AFTER by a margin, so the trust ends before another node may free them.
+TRUST = DEAD_AFTER.total_seconds() - MARGIN
 LEASE = timedelta(seconds=30)  # every lease a node takes, renewed at each of its beats
 FORGET_AFTER = timedelta(days=7)  # ended nodes stay listed this long
 
@@ -57,7 +65,9 @@ def new_node_id() -> str:
 async def register(rt: Runtime, role: Role = "all", instance: str | None = None) -> None:
     """Join the cluster in `role`, one of the workers of `instance` (postroom/workers.py)."""
     host, pid = socket.gethostname(), os.getpid()
+    started = trio.current_time()
     await rt.db.write(nodes.register, rt.node, host, pid, role, instance, rt.clock.now())
+    rt.tenure.beaten(started, True, TRUST)  # registering is the first beat
 
 
 async def stop(rt: Runtime) -> int:
@@ -97,11 +107,14 @@ class NodeKeeper:
         task_status.started()
         clock = self._rt.clock
         while True:
-            await clock.sleep_until(clock.now() + HEARTBEAT)
+            # Every HEARTBEAT, or at once when a task no longer trusts the last beat.
+            with trio.move_on_at(clock.deadline_for(clock.now() + HEARTBEAT)):
+                await self._rt.tenure.wanted()
             await self.beat()
 
     async def beat(self) -> None:
         rt = self._rt
+        started = trio.current_time()
         now = rt.clock.now()
         published = self._published()
         unsettled = rt.unsettled_claims.take()
@@ -109,6 +122,7 @@ class NodeKeeper:
             if unsettled:  # requests that ended in an outage: their keys can be used again
                 await rt.db.write(idempotency.settle, unsettled, rt.node)
             alive = await rt.db.write(nodes.beat, rt.node, now, now + LEASE, published)
+            rt.tenure.beaten(started, alive, TRUST)
         except Exception as exc:
             if is_outage(exc):
                 self._reachable_since = None
@@ -118,7 +132,8 @@ class NodeKeeper:
         if not alive:
             log.error(
                 "this node was declared dead by another (no heartbeat for %s s):"
-                " what it held was freed; registering again",
+                " what it held was freed, and what it had claimed is dropped unsent;"
+                " registering again",
                 DEAD_AFTER.total_seconds(),
             )
             await rt.db.write(nodes.revive, rt.node, now)

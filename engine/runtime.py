@@ -18,6 +18,7 @@ from engine.clock import Clock
 from engine.delivery.policies import Caps
 from engine.faults import FaultLog
 from engine.message_memory import MessageMemory
+from engine.tenure import Tenure
 from engine.wakeups import WakeupHub
 from storage.database import Database
 from storage.idempotency import Unsettled
@@ -53,6 +54,9 @@ class Runtime:
     unsettled_claims: Unsettled = field(default_factory=Unsettled)
     # The bytes of message data this process holds in memory at once, all work together.
     message_memory: MessageMemory = field(default_factory=MessageMemory)
+    # How long this node may trust its leases (engine/tenure.py): asked before each SMTP
+    # transaction, moved by the node's heartbeat.
+    tenure: Tenure = field(default_factory=Tenure)
 
     @property
     def usage_shard(self) -> int:

@@ -159,7 +159,9 @@ class HttpDoor:
                 nursery.cancel_scope.cancel()
 
     async def _run_manager(self) -> None:
-        built = await trio.to_thread.run_sync(_build_server, self._rt)
+        # Abandoned by a stop that comes while the SDK still loads (seconds on a busy host):
+        # the stop does not wait for a server it will never use.
+        built = await trio.to_thread.run_sync(_build_server, self._rt, abandon_on_cancel=True)
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
         manager = StreamableHTTPSessionManager(app=built, json_response=True, stateless=True)

@@ -39,6 +39,9 @@ DEFAULTS: dict[str, str] = {
     "log_format": "json",
     "metrics_token": "",
     "sandbox": "off",  # on: new workspaces start in sandbox mode (engine/sandbox)
+    # Seconds a clean stop (SIGTERM) lets SMTP transactions under way finish; below the
+    # systemd unit's TimeoutStopSec (deploy/postroom.service).
+    "drain_seconds": "30",
     # Operator-wide caps on destination policies (engine/delivery/policies.py); empty: none.
     "delivery_max_connections": "20",
     "delivery_max_per_connection": "",
@@ -77,6 +80,7 @@ class Settings:
     metrics_token: str | None  # bearer token /metrics needs; None: open
     sandbox: bool = False  # new workspaces start in sandbox mode: mail captured, not delivered
     delivery_caps: Caps = field(default_factory=Caps)  # operator-wide caps on policies
+    drain_seconds: float = 30.0  # a clean stop's bound on the transactions under way
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -171,6 +175,16 @@ def _cap(name: str, value: str, *, required: bool = False) -> int | None:
     return int(value)
 
 
+def _seconds(name: str, value: str, most: float) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= most:
+        raise _fail(name, f"a number of seconds from 0 to {most:.0f}", value)
+    return seconds
+
+
 def _delivery_caps(raw: dict[str, str]) -> Caps:
     connections = _cap("delivery_max_connections", raw["delivery_max_connections"], required=True)
     assert connections is not None
@@ -235,4 +249,5 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         metrics_token=_metrics_token(raw["metrics_token"]),
         sandbox=_flag("sandbox", raw["sandbox"]),
         delivery_caps=_delivery_caps(raw),
+        drain_seconds=_seconds("drain_seconds", raw["drain_seconds"], 600),
     )

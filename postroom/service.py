@@ -1,8 +1,12 @@
 """Service start-up: opens the root nursery with storage, the engine and the front doors.
 
-Order matters for a clean stop: the API stops taking requests first and lets those in flight
-finish, then the engine's actors are cancelled, then the group-commit writer drains what was
-handed to it and the database closes. Everything accepted was committed before it was
+Order matters for a clean stop: the front doors stop taking requests (idle keep-alive
+connections are closed at once) and let those in flight finish while delivery drains: it
+claims nothing more and starts no SMTP transaction, and those under way finish and have
+their outcomes written, for up to `drain_seconds` (POSTROOM_DRAIN_SECONDS), so that no
+message the receiver already has is sent again after the restart. Then the engine's actors
+are cancelled, the node gives back what it still holds, the group-commit writer drains what
+was handed to it and the database closes. Everything accepted was committed before it was
 acknowledged, so even a kill -9 loses nothing.
 """
 
@@ -13,6 +17,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -82,6 +87,87 @@ def _api_socket(settings: Settings, reuse_port: bool) -> socket.socket:
     return sock
 
 
+class _Requests:
+    """The HTTP requests being answered. Hypercorn keeps an idle keep-alive connection open
+    through its whole grace period after a stop (its idle timer does not run after a Quart
+    response), so the stop ends the HTTP server itself as soon as no request is in flight."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._none = trio.Event()
+        self._none.set()
+
+    def wrap(self, app: Any) -> Any:
+        async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            self._count += 1
+            if self._count == 1:
+                self._none = trio.Event()
+            try:
+                await app(scope, receive, send)
+            finally:
+                self._count -= 1
+                if not self._count:
+                    self._none.set()
+
+        return counted
+
+    async def none(self) -> None:
+        """Return when no request is in flight."""
+        while self._count:
+            await self._none.wait()
+
+
+async def _serve_http(
+    app: Any,
+    config: HypercornConfig,
+    sock: socket.socket,
+    shutdown: trio.Event,
+    requests: _Requests,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the API on `sock` until `shutdown`; then let the requests in flight finish (for
+    hypercorn's grace period at most) and close every connection, idle ones at once."""
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_end_http, shutdown, requests, config.graceful_timeout, scope)
+            binds = await nursery.start(
+                partial(
+                    worker_serve,
+                    wrap_app(app, config.wsgi_max_body_size, None),
+                    config,
+                    sockets=Sockets([], [sock], []),
+                    shutdown_trigger=shutdown.wait,
+                )
+            )
+            task_status.started(binds)
+
+
+async def _end_http(
+    shutdown: trio.Event, requests: _Requests, grace: float, scope: trio.CancelScope
+) -> None:
+    await shutdown.wait()
+    with trio.move_on_after(grace):
+        await requests.none()
+    scope.cancel()
+
+
+async def _drain_on(shutdown: trio.Event, router: DeliveryRouter, seconds: float) -> None:
+    """On shutdown, let the SMTP transactions under way finish, for `seconds` at most."""
+    await shutdown.wait()
+    began = trio.current_time()
+    with trio.move_on_after(seconds) as bounded:
+        await router.drain()
+    waited = trio.current_time() - began
+    if bounded.cancelled_caught:
+        log.warning("delivery did not drain in %.0f s: the rest is cut short", seconds)
+    else:
+        log.info("delivery drained in %.1f s", waited)
+
+
 async def _stop_on(shutdown: trio.Event, listeners: list[SmtpListener]) -> None:
     await shutdown.wait()
     for listener in listeners:
@@ -123,21 +209,26 @@ async def serve(
                 # would hold up the others' first writes (and the start) behind them.
                 DeliveryRouter(rt),
             ]
+        router = next((a for a in actors if isinstance(a, DeliveryRouter)), None)
         supervisor = Supervisor(actors, db, rt.faults)
         metrics = ServiceMetrics(rt, supervisor, instance)
         if instance is not None:  # the scrapes of the other workers add up what it publishes
             keeper.metrics = metrics.published
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
-            if role == "delivery":
-                task_status.started(RunningService("", rt, shutdown.set))
-                await shutdown.wait()
-            else:
-                await _front_doors(
-                    settings, rt, supervisor, metrics, reuse_port, shutdown, task_status
-                )
-            # The front doors have closed and finished their requests; the actors' work is in
-            # the database and resumes on the next start (or now, on another node).
+            async with trio.open_nursery() as stopping:
+                if router is not None:
+                    stopping.start_soon(_drain_on, shutdown, router, settings.drain_seconds)
+                if role == "delivery":
+                    task_status.started(RunningService("", rt, shutdown.set))
+                    await shutdown.wait()
+                else:
+                    await _front_doors(
+                        settings, rt, supervisor, metrics, reuse_port, shutdown, task_status
+                    )
+            # The front doors have closed and finished their requests and delivery has
+            # drained; the actors' work is in the database and resumes on the next start (or
+            # now, on another node).
             engine.cancel_scope.cancel()
         with trio.move_on_after(10):
             released = await nodes.stop(rt)
@@ -171,17 +262,13 @@ async def _front_doors(
     app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
     mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining
     app.asgi_app = mcp.mount(app.asgi_app)  # type: ignore[method-assign]
+    requests = _Requests()
+    app.asgi_app = requests.wrap(app.asgi_app)  # type: ignore[method-assign]
     async with mcp.running(), trio.open_nursery() as front_doors:
         # Hypercorn serves a socket of ours, so that it can share its port.
-        config = _hypercorn_config()
+        sock = _api_socket(settings, reuse_port)
         binds = await front_doors.start(
-            partial(
-                worker_serve,
-                wrap_app(app, config.wsgi_max_body_size, None),
-                config,
-                sockets=Sockets([], [_api_socket(settings, reuse_port)], []),
-                shutdown_trigger=shutdown.wait,
-            )
+            _serve_http, app, _hypercorn_config(), sock, shutdown, requests
         )
         log.info("API listening on %s", binds[0])
         submission_address, inbound_address = [

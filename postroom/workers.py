@@ -45,7 +45,9 @@ log = logging.getLogger("postroom")
 
 BACKOFF_FIRST = 1.0  # seconds before a dead worker is started again, doubling
 BACKOFF_MAX = 30.0
-STOP_TIMEOUT = 40.0  # seconds workers get to stop cleanly before they are killed
+# Seconds workers get to stop cleanly beyond their drain time (POSTROOM_DRAIN_SECONDS) before
+# they are killed: leaving the cluster, closing the database.
+STOP_MARGIN = 10.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -106,8 +108,11 @@ def _die_with_parent() -> None:
 
 
 class Workers:
-    def __init__(self, roles: list[Role], env: dict[str, str], config: Path | None) -> None:
+    def __init__(
+        self, roles: list[Role], env: dict[str, str], config: Path | None, stop_timeout: float
+    ) -> None:
         self._roles = roles
+        self._stop_timeout = stop_timeout
         self._env = env
         self._argv = _this_program()
         if config is not None:
@@ -163,7 +168,7 @@ class Workers:
         for child in self._children:
             if child is not None and child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
+        deadline = time.monotonic() + self._stop_timeout
         for child in self._children:
             if child is None:
                 continue
@@ -187,7 +192,7 @@ def run(settings: Settings, roles: list[Role], config: Path | None) -> int:
     for name, sock in zip(("API", "SUBMISSION", "INBOUND"), reserved, strict=True):
         env[f"POSTROOM_{name}_LISTEN"] = _listen_value(sock)
     try:
-        return Workers(roles, env, config).run()
+        return Workers(roles, env, config, settings.drain_seconds + STOP_MARGIN).run()
     finally:
         for sock in reserved:
             sock.close()

@@ -119,10 +119,22 @@ def record_outcomes(
     now: datetime,
     summary: emails.Summary,
     outbox: emails.Outbox,
+    holder: str | None = None,
 ) -> None:
-    """One batched write per delivery round: outcomes, events (their webhook deliveries
+    """One batched write of delivery outcomes: outcomes, events (their webhook deliveries
     queued by the engine's `outbox`) and new suppressions; the emails' statuses summarised
-    by the engine's rule `summary`."""
+    by the engine's rule `summary`. With `holder`, only the recipients that node still holds
+    are written: one whose lease was freed (the node was declared dead) is another node's now,
+    and a late outcome must not overwrite what that node found."""
+    if holder is not None:
+        held = _still_held(tx, [(u.email_id, u.address) for u in updates], holder)
+        updates = [u for u in updates if (u.email_id, u.address) in held]
+        events = [e for e in events if (e.email_id, e.recipient or "") in held]
+        hard_bounces = [
+            (workspace_id, entry)
+            for workspace_id, entry in hard_bounces
+            if (entry.source_email_id or "", entry.email) in held
+        ]
     # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
     alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
     for u in updates:
@@ -140,3 +152,18 @@ def record_outcomes(
     emails.summarise(tx, [u.email_id for u in updates], now, summary)
     for workspace_id, entry in hard_bounces:
         suppressions.add(tx, workspace_id, entry)
+
+
+def _still_held(tx: Tx, keys: Sequence[tuple[str, str]], holder: str) -> set[tuple[str, str]]:
+    """Those of `keys` (email id, address) whose lease `holder` holds, locked until the
+    transaction ends so that a node reaping `holder` meanwhile waits for this write."""
+    if not keys:
+        return set()
+    rows, params = _pairs("h", keys)
+    lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+    found = tx.all(
+        "SELECT email_id, address FROM email_recipients"
+        f" WHERE (email_id, address) IN ({rows}) AND leased_by = :holder{lock}",
+        {"holder": holder} | params,
+    )
+    return {(row["email_id"], row["address"]) for row in found}

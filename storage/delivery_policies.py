@@ -364,12 +364,14 @@ def emails_in_flight(
     return {str(row["email_id"]) for row in rows}
 
 
-def unlease(tx: Tx, keys: Sequence[tuple[str, str]]) -> None:
-    """Give claimed recipients back untouched (the round could not get a connection)."""
+def unlease(tx: Tx, keys: Sequence[tuple[str, str]], holder: str | None = None) -> None:
+    """Give claimed recipients back untouched (the round could not get a connection); with
+    `holder`, only those that node still holds."""
+    fence = "" if holder is None else " AND leased_by = :holder"
     tx.execute_many(
         "UPDATE email_recipients SET lease_until = NULL, leased_by = NULL"
-        " WHERE email_id = :e AND address = :a",
-        ({"e": e, "a": a} for e, a in keys),
+        f" WHERE email_id = :e AND address = :a{fence}",
+        ({"e": e, "a": a} | ({} if holder is None else {"holder": holder}) for e, a in keys),
     )
 
 

@@ -126,6 +126,13 @@ def release(tx: Tx, node_id: str, tables: tuple[str, ...] | None = None) -> int:
     for held in HELD:
         if tables is not None and held.table not in tables:
             continue
+        if held.table == "email_recipients":
+            # The mail goes back to the queue: wake the nodes delivering to its domains.
+            for row in tx.all(
+                "SELECT DISTINCT domain FROM email_recipients WHERE leased_by = :node",
+                {"node": node_id},
+            ):
+                tx.notify(f"mail:{row['domain']}")
         released += tx.execute(
             f"UPDATE {held.table} SET {held.holder} = NULL, {held.until} = NULL"
             f" WHERE {held.holder} = :node",
@@ -134,6 +141,15 @@ def release(tx: Tx, node_id: str, tables: tuple[str, ...] | None = None) -> int:
     if tables is None:
         tx.execute(f"DELETE FROM {CLAIMS.table} WHERE {CLAIMS.holder} = :node", {"node": node_id})
     return released
+
+
+def declared_dead(tx: Tx, node_id: str) -> bool:
+    """Whether other nodes declared `node_id` dead (freeing what it held) and it has not beaten
+    since: it must claim nothing until it has. Locks the node's row until the transaction ends,
+    so a claim and a reap of the same node never overlap."""
+    lock = " FOR SHARE" if tx.dialect == "postgresql" else ""
+    state = tx.value(f"SELECT state FROM nodes WHERE id = :id{lock}", {"id": node_id})
+    return state is not None and state != ALIVE
 
 
 def stop(tx: Tx, node_id: str, now: datetime) -> int:

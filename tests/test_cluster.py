@@ -9,11 +9,21 @@ is started again. Asserted, as an operator would check it:
 - every delivered email's `email.delivered` webhook arrives at least once;
 - the receiver never sees more than the per-destination limit of transactions at once,
   across the cluster.
+
+Two more replay what a deploy and a stall do to two nodes delivering to a receiver that
+answers each message after 0.4 s (issue 28):
+- a clean stop (SIGTERM, as a deploy or a restart sends it) sends nothing twice, on both
+  engines: the node drains, finishing the transactions whose data the receiver has, and the
+  other node delivers the rest (a restarted process is a new node, like that one);
+- a node stalled (SIGSTOP) past the time after which it is declared dead, then resumed,
+  sends at most one message twice per connection it had open: the other node takes its mail
+  over, and the resumed node drops what it had claimed and built.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,6 +33,8 @@ import trio
 from engine.delivery.domain_queue import CONNECTIONS
 from engine.nodes import DEAD_AFTER
 from tests.harness.cluster import (
+    Cluster,
+    Node,
     arrivals,
     prepare_account,
     running_cluster,
@@ -113,3 +125,74 @@ async def test_killed_nodes_lose_nothing_and_are_taken_over_within_30_seconds(
                 if str(listed).count(" alive ") == 2:
                     break
                 await trio.sleep(1)
+
+
+SLOW_REPLY = 0.4  # seconds the receiver takes to answer each message's data
+LOAD = 60  # emails in flight through two nodes: several seconds of delivery at SLOW_REPLY
+
+
+async def _until_settled(cluster: Cluster, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait until every recipient is delivered and no node holds one any more."""
+    with trio.fail_after(timeout):
+        while True:
+            if not await trio.to_thread.run_sync(cluster.unsettled):
+                return
+            await trio.sleep(0.2)
+
+
+async def _busiest(cluster: Cluster, smtp_sink: SmtpSink) -> Node:
+    """Once mail is arriving, the node holding the most recipients."""
+    await smtp_sink.wait_for_messages(6, timeout=60)
+    held = await trio.to_thread.run_sync(cluster.held_by_process)
+    return max(cluster.nodes, key=lambda node: len(held.get(node.pid, ())))
+
+
+def _duplicates(smtp_sink: SmtpSink) -> int:
+    counts = Counter(mid for mid, _ in arrivals(smtp_sink))
+    return sum(n - 1 for n in counts.values())
+
+
+async def test_a_clean_stop_under_load_sends_nothing_twice(
+    database_url: str, tmp_path: Path, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    smtp_sink.data_delay = SLOW_REPLY
+    with running_cluster(
+        2, database_url, tmp_path, dns_nameserver=dns_server.nameserver,
+        delivery_port=smtp_sink.port,
+    ) as cluster:  # fmt: skip
+        key = await prepare_account(cluster, dns_server, [RECIPIENT_DOMAIN], None)
+        accepted = await send_emails(cluster, key, LOAD, [RECIPIENT_DOMAIN])
+        victim = await _busiest(cluster, smtp_sink)
+        began = time.monotonic()
+        await trio.to_thread.run_sync(victim.stop)  # SIGTERM, as a deploy sends it
+        stopped_in = time.monotonic() - began
+        await until_arrived(smtp_sink, set(accepted), 120)
+        await _until_settled(cluster, 60)
+        assert _duplicates(smtp_sink) == 0
+        # It waited for the transactions under way, not for the 30 s drain bound.
+        assert stopped_in < 15, stopped_in
+
+
+async def test_a_node_stalled_past_its_death_sends_at_most_one_twice_per_connection(
+    postgres_url: str, tmp_path: Path, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    smtp_sink.data_delay = SLOW_REPLY
+    with running_cluster(
+        2, postgres_url, tmp_path, dns_nameserver=dns_server.nameserver,
+        delivery_port=smtp_sink.port,
+    ) as cluster:  # fmt: skip
+        key = await prepare_account(cluster, dns_server, [RECIPIENT_DOMAIN], None)
+        accepted = await send_emails(cluster, key, LOAD, [RECIPIENT_DOMAIN])
+        victim = await _busiest(cluster, smtp_sink)
+        victim.pause()
+        try:
+            # Past the time after which the other node declares it dead and takes its mail.
+            await trio.sleep(DEAD_AFTER.total_seconds() + 5)
+        finally:
+            victim.resume()
+        await until_arrived(smtp_sink, set(accepted), 120)
+        await _until_settled(cluster, 60)
+        # At most the transaction each of its connections (CONNECTIONS per destination) had
+        # under way at the stall, or had finished without writing its outcome yet.
+        duplicates = _duplicates(smtp_sink)
+        assert duplicates <= CONNECTIONS, duplicates

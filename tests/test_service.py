@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import trio
+
+from postroom.service import RunningService, serve
+from tests.harness import service as harness
 from tests.harness.service import Service
 
 
@@ -31,3 +35,24 @@ async def test_openapi_describes_the_api(service: Service) -> None:
     create_key = paths["/v1/api-keys/"]["post"]
     assert "201" in create_key["responses"]
     assert create_key["requestBody"]["content"]["application/json"]["schema"]
+
+
+async def test_an_idle_keep_alive_connection_does_not_delay_a_clean_stop(
+    database_url: str,
+) -> None:
+    # A client (a load balancer, a browser) keeps its connection open after its answer; a
+    # stop must close it at once, not wait out the HTTP server's grace period for it.
+    async with trio.open_nursery() as nursery:
+        running: RunningService = await nursery.start(serve, harness.test_settings(database_url))
+        host, port = running.api_url.removeprefix("http://").rsplit(":", 1)
+        idle = await trio.open_tcp_stream(host, int(port))
+        await idle.send_all(b"GET /healthz HTTP/1.1\r\nHost: postroom\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b'{"status":"ok"}'):
+            answer += await idle.receive_some(4096)
+        assert answer.startswith(b"HTTP/1.1 200")
+        began = trio.current_time()
+        running.stop()
+    assert trio.current_time() - began < 3
+    assert await idle.receive_some(4096) == b""  # closed by the server
+    await idle.aclose()

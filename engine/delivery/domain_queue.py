@@ -72,7 +72,7 @@ from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
 from engine.webhooks import outbox
-from storage import delivery, destination_slots, emails
+from storage import delivery, delivery_policies, destination_slots, emails
 from storage import incidents as stored_incidents
 from storage.codec import new_id
 from storage.emails import Email, Event, Recipient, RecipientUpdate
@@ -110,8 +110,28 @@ class DomainQueueStatistics:
     in_flight: int = 0  # recipients claimed by the rounds under way
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcomes:
+    """Outcomes of a round not written yet, taken to be written."""
+
+    updates: list[RecipientUpdate]
+    events: list[Event]
+    bounces: list[tuple[str, Suppression]]
+    now: datetime
+    # Destination incidents: hits not recorded yet (one per pair and round), and pairs
+    # delivered to without a hit (which resolve their open incident).
+    hits: dict[stored_incidents.Pair, stored_incidents.Hit]
+    delivered: set[stored_incidents.Pair]
+    # The mailbox-full replies among them (indexes into these updates and events).
+    mailboxes: FullMailboxes
+
+
 class _Round:
-    """The outcomes gathered in one delivery round, written together at its end."""
+    """The outcomes gathered in one delivery round. Each SMTP transaction's are written as it
+    ends (`_commit`), while its connection goes on with the next one: a node that stops,
+    stalls or dies leaves at most the transaction under way per connection, and those whose
+    write was still waiting, delivered without their outcome. The rest (failures decided at
+    the round's end) are written at the end, after every such write."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -119,6 +139,12 @@ class _Round:
         self.events: list[Event] = []
         self.bounces: list[tuple[str, Suppression]] = []
         self.counts: dict[str, int] = defaultdict(int)
+        self.writing = trio.Lock()  # one write of its outcomes at a time, in order
+        self.write_queued = False  # a write is waiting for the lock: it takes what comes
+        self.written: set[tuple[str, str]] = set()  # recipients whose outcome is written
+        self._hits_written: set[stored_incidents.Pair] = set()
+        self._resolved: set[stored_incidents.Pair] = set()
+        self._numbered = 0  # events so far, to order a timeline recorded in parts
         # Per (workspace, sending domain): incidents hit, and deliveries (which resolve them).
         self.incidents: dict[stored_incidents.Pair, stored_incidents.Hit] = {}
         self.delivered: set[stored_incidents.Pair] = set()
@@ -129,7 +155,8 @@ class _Round:
     ) -> None:
         # A microsecond apart, so a timeline reads in the order things happened (sent, then
         # delivered) even though the round records them all at once.
-        at = self.now + timedelta(microseconds=len(self.events))
+        at = self.now + timedelta(microseconds=self._numbered)
+        self._numbered += 1
         self.events.append(Event(new_id(), email_id, workspace_id, kind, recipient, meta, at))
 
     def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
@@ -198,6 +225,30 @@ class _Round:
             event("failed", error=response)
             update(Trigger.GAVE_UP)
 
+    def take(self) -> _Outcomes | None:
+        """The outcomes not yet written (None: none), no longer held here. A pair's incident
+        is written once per round, with the first outcome that hit it, as the round's
+        deferrals are (a reader never sees one without the other)."""
+        hits = {p: h for p, h in self.incidents.items() if p not in self._hits_written}
+        delivered = self.delivered - set(self.incidents) - self._resolved
+        if not (self.updates or self.events or self.bounces or hits or delivered):
+            return None
+        taken = _Outcomes(
+            self.updates, self.events, self.bounces, self.now, hits, delivered, self.mailboxes
+        )
+        self.updates, self.events, self.bounces = [], [], []
+        self.mailboxes = FullMailboxes()
+        self.written.update((u.email_id, u.address) for u in taken.updates)
+        self._hits_written.update(hits)
+        self._resolved.update(delivered)
+        return taken
+
+    def recount(self, moved: list[tuple[str, str]]) -> None:
+        """Count the outcomes a write turned into others (a mailbox full for days: bounced)."""
+        for before, now in moved:
+            self.counts[before] -= 1
+            self.counts[now] += 1
+
     def unreadable(self, recipient: Recipient, workspace_id: str, error: str) -> None:
         """A recipient of an email whose stored row cannot be read: failed, nothing sent."""
         decision = classify(Unbuildable(error))
@@ -228,6 +279,7 @@ class _Prepared:
     outcome: _Round
     work: list[_Transfer]
     token: object  # holds one of the router's rounds in flight
+    epoch: int  # the node's tenure epoch it was claimed in (engine/tenure.py)
 
 
 def _release(tx: Tx, domain: str, slots: list[int], node: str) -> None:
@@ -238,26 +290,44 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
     return destination_slots.acquire(tx, key, limit, limit, node, now, now + LEASE)
 
 
-def _record(tx: Tx, outcome: _Round, domain: str, released: list[int], node: str) -> None:
+def _write(tx: Tx, part: _Outcomes | None, domain: str, node: str) -> list[tuple[str, str]]:
+    """Write outcomes of recipients `node` still holds (storage/delivery.py fences the rest),
+    with the destination incidents they opened, widened or resolved; the (status before,
+    status now) of each outcome a mailbox full for days turned into a bounce."""
+    if part is None:
+        return []
     # Mailbox-full counts first: an address whose count runs out is bounced instead.
-    for before, now in outcome.mailboxes.settle(
-        tx, outcome.updates, outcome.events, outcome.bounces, outcome.now
-    ):
-        outcome.counts[before] -= 1
-        outcome.counts[now] += 1
+    moved = part.mailboxes.settle(tx, part.updates, part.events, part.bounces, part.now)
     delivery.record_outcomes(
         tx,
-        outcome.updates,
-        outcome.events,
-        outcome.bounces,
-        outcome.now,
+        part.updates,
+        part.events,
+        part.bounces,
+        part.now,
         statuses.SUMMARISE,
         outbox.queue,
+        holder=node,
     )
     stored_incidents.record_round(
-        tx, domain, outcome.incidents, outcome.delivered, outcome.now, incidents.pause_for
+        tx, domain, part.hits, part.delivered, part.now, incidents.pause_for
     )
+    return moved
+
+
+def _record(
+    tx: Tx, part: _Outcomes | None, domain: str, released: list[int], node: str
+) -> list[tuple[str, str]]:
+    """A round's end: its last outcomes, and the slots it gives back."""
+    moved = _write(tx, part, domain, node)
     destination_slots.release(tx, domain, released, node)
+    return moved
+
+
+def _give_back(tx: Tx, claim: throttle.Claimed, node: str) -> None:
+    """Give back a claim's recipients and slots untouched, those `node` holds."""
+    keys = [(r.email_id, r.address) for r in claim.recipients]
+    delivery_policies.unlease(tx, keys, holder=node)
+    destination_slots.release(tx, claim.key, claim.slots, node)
 
 
 def _record_faults(
@@ -311,8 +381,18 @@ class DomainQueue:
         # short by cancellation or an error) are given back, so the router never loses them.
         self._round_tokens: set[object] = set()
         self._round_memory: dict[object, int] = {}  # a round's share of the memory budget
+        self._draining = False
+        self._claiming = trio.CancelScope()  # the preparer's, cancelled by a drain
 
     def wake(self) -> None:
+        self._woken.set()
+
+    def drain(self) -> None:
+        """Stop: claim nothing more and start no other transaction; the transactions under
+        way finish, their outcomes are written, the connections QUIT and `run` returns. What
+        was claimed and not sent keeps its lease until the node gives back all it holds."""
+        self._draining = True
+        self._claiming.cancel()
         self._woken.set()
 
     async def run(self) -> None:
@@ -322,7 +402,8 @@ class DomainQueue:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._sender, receive)
                 async with send:
-                    await self._preparer(send)
+                    with self._claiming:
+                        await self._preparer(send)
         finally:
             for token in list(self._round_tokens):
                 self._give_round(token)
@@ -347,6 +428,7 @@ class DomainQueue:
                     self._destination = await throttle.destination(self._rt, self.domain)
                 destination = self._destination or throttle.Destination(self.domain, ())
                 now = clock.now()
+                epoch = self._rt.tenure.epoch
                 claim = await self._rt.db.write(
                     throttle.claim,
                     destination,
@@ -363,6 +445,13 @@ class DomainQueue:
                 self._give_round(token)
                 raise
             self._slot_key, self._connections = claim.key, claim.connections
+            if claim.recipients and epoch != self._rt.tenure.epoch:
+                # The node was found dead while it claimed: whether the claim came before
+                # the reaping (its leases freed since) or after (they are this node's), it is
+                # given back; what is still this node's is claimed again in the new epoch.
+                self._give_round(token)
+                await self._rt.db.write(_give_back, claim, self._rt.node)
+                continue
             if not claim.recipients:
                 self._give_round(token)
                 if self._in_flight:
@@ -379,7 +468,7 @@ class DomainQueue:
                 self._preparing = True
                 try:
                     prepared = await self._guarded(
-                        claim, token, self._prepare(claim, token), sender=False
+                        claim, token, self._prepare(claim, token, epoch), False
                     )
                     if prepared is not None:
                         await send.send(prepared)
@@ -395,7 +484,7 @@ class DomainQueue:
             if claim.next_due is None and not claim.slots_busy and not self._woken.is_set():
                 return
 
-    async def _prepare(self, claim: throttle.Claimed, token: object) -> _Prepared:
+    async def _prepare(self, claim: throttle.Claimed, token: object, epoch: int) -> _Prepared:
         """Load the round's emails and build and sign their messages (in a worker thread)."""
         self._rounds += 1
         by_email: dict[str, list[Recipient]] = defaultdict(list)
@@ -426,7 +515,7 @@ class DomainQueue:
             if recipients and isinstance(message, WireMessage):
                 # The submitted message is in the built one now: not kept twice.
                 work.append(_Transfer(replace(email, raw=None), recipients, message))
-        return _Prepared(claim, outcome, work, token)
+        return _Prepared(claim, outcome, work, token, epoch)
 
     async def _take_large(
         self, data: delivery.RoundData, by_email: dict[str, list[Recipient]], token: object
@@ -464,23 +553,34 @@ class DomainQueue:
                     return self._preparing or receive.statistics().tasks_waiting_send > 0
 
                 work = self._deliver(prepared, next_round)
-                await self._guarded(prepared.claim, prepared.token, work, sender=True)
+                written = prepared.outcome.written
+                await self._guarded(prepared.claim, prepared.token, work, True, written)
 
     async def _deliver(self, prepared: _Prepared, next_round: Callable[[], bool]) -> None:
         claim, outcome, work = prepared.claim, prepared.outcome, prepared.work
+        tenure = self._rt.tenure
+        if not await tenure.hold(prepared.epoch):
+            await self._drop(prepared)
+            return
         # The round may have waited for the one before it: its outcomes happen from now.
         outcome.now = self._rt.clock.now()
         self._slots += claim.slots
         if work and not self._slots:  # the round before gave its slots back meanwhile
             await self._wait_for_slots(claim.connections)
-        if work:
+        if work and self._slots and not self._draining:
             connections = min(len(self._slots), claim.connections)
-            await self._send(work, outcome, connections, claim.per_connection)
+            await self._send(work, outcome, connections, claim.per_connection, prepared.epoch)
         # Keep the slots and connections for the next round if one is on its way; else
         # give them back with this round's outcomes.
-        keep = next_round()
+        keep = next_round() and not self._draining
         released = [] if keep else self._slots
-        await self._rt.db.write(_record, outcome, self._key, released, self._rt.node)
+        async with outcome.writing:
+            if not await tenure.hold(prepared.epoch):  # the node stalled while it sent
+                await self._drop(prepared)
+                return
+            part = outcome.take()
+            moved = await self._rt.db.write(_record, part, self._key, released, self._rt.node)
+            outcome.recount(moved)
         if not keep:
             self._slots = []
             await self._close_sessions()
@@ -488,10 +588,41 @@ class DomainQueue:
         for kind, count in outcome.counts.items():
             self._counts[kind] += count
 
+    async def _drop(self, prepared: _Prepared) -> None:
+        """Give up a round claimed in an epoch that ended (engine/tenure.py): the node was
+        declared dead, what it held was freed and may be being delivered elsewhere, so
+        nothing more of the round is sent or written. The slots went with the leases."""
+        log.warning(
+            "dropping a round of %d recipients at %s: this node was declared dead since"
+            " it claimed them, and another node may be delivering them",
+            len(prepared.claim.recipients),
+            self.domain,
+        )
+        self._slots = []
+        await self._close_sessions()
+        self._finish(prepared.claim, prepared.token)
+
+    def _commit_soon(self, outcome: _Round, epoch: int, writes: trio.Nursery) -> None:
+        """Have the outcomes settled so far written, unless a write waiting already will."""
+        if not outcome.write_queued:
+            outcome.write_queued = True
+            writes.start_soon(self._commit, outcome, epoch)
+
+    async def _commit(self, outcome: _Round, epoch: int) -> None:
+        """Write the outcomes settled so far. Transactions that end while one write is under
+        way share the next: it writes everything settled until it takes the lock."""
+        async with outcome.writing:
+            outcome.write_queued = False
+            if not await self._rt.tenure.hold(epoch):
+                return  # the leases were freed: the outcomes are not this node's to write
+            part = outcome.take()
+            if part is not None:
+                outcome.recount(await self._rt.db.write(_write, part, self._key, self._rt.node))
+
     async def _wait_for_slots(self, limit: int) -> None:
         """Take free connection slots, waiting for a release when all are taken elsewhere."""
         clock = self._rt.clock
-        while not self._slots:
+        while not self._slots and not self._draining:
             self._woken = trio.Event()
             now = clock.now()
             self._slots = await self._rt.db.write(_acquire, self._key, limit, now, self._rt.node)
@@ -500,12 +631,17 @@ class DomainQueue:
                     await self._woken.wait()
 
     async def _guarded(
-        self, claim: throttle.Claimed, token: object, work: Awaitable[T], *, sender: bool
+        self,
+        claim: throttle.Claimed,
+        token: object,
+        work: Awaitable[T],
+        sender: bool,
+        written: set[tuple[str, str]] | None = None,
     ) -> T | None:
         """Run a round's step; if it raises, count a fault on each of its recipients (the
-        items it held) and try them again later; three faults quarantine a recipient
-        (engine/faults.py). The round's slots are given back, and when it was being sent,
-        the connections and the slots the sender held with them."""
+        items it held) whose outcome is not `written` yet, and try them again later; three
+        faults quarantine a recipient (engine/faults.py). The round's slots are given back,
+        and when it was being sent, the connections and the slots the sender held with them."""
         try:
             return await work
         except Exception as exc:
@@ -518,9 +654,10 @@ class DomainQueue:
             if sender:
                 slots, self._slots = [*self._slots, *slots], []
                 await self._close_sessions()
+            done = written or set()
             quarantined = await rt.db.write(
                 _record_faults,
-                claim.recipients,
+                [r for r in claim.recipients if (r.email_id, r.address) not in done],
                 list(dict.fromkeys(slots)),
                 error,
                 self._key,
@@ -549,10 +686,16 @@ class DomainQueue:
         self._rounds_in_flight.release_on_behalf_of(token)
 
     async def _send(
-        self, work: list[_Transfer], outcome: _Round, connections: int, per_connection: int | None
+        self,
+        work: list[_Transfer],
+        outcome: _Round,
+        connections: int,
+        per_connection: int | None,
+        epoch: int,
     ) -> None:
         """Hand the transfers to `connections` parallel sessions with the domain's MX, each
-        carrying at most `per_connection` of them (None: no limit)."""
+        carrying at most `per_connection` of them (None: no limit). Draining, the transfers
+        no connection started are left as they are: not an attempt."""
         rt = self._rt
         # Sandboxed workspaces' transfers never reach the network (engine/sandbox/capture.py):
         # the sandbox settles their recipients through `outcome`, before DNS and SMTP.
@@ -576,10 +719,19 @@ class DomainQueue:
             async with trio.open_nursery() as nursery:
                 for _ in range(min(connections, len(work))):
                     nursery.start_soon(
-                        self._connection, targets, queue, outcome, problems, per_connection
+                        self._connection,
+                        targets,
+                        queue,
+                        outcome,
+                        problems,
+                        per_connection,
+                        epoch,
+                        nursery,
                     )
             work = list(queue)  # whatever no connection could take
             failure = _worst(problems)
+            if self._draining:
+                return
         for transfer in work:
             for recipient in transfer.recipients:
                 outcome.settle(transfer.email, recipient, failure)
@@ -591,10 +743,14 @@ class DomainQueue:
         outcome: _Round,
         problems: list[Outcome],
         per_connection: int | None,
+        epoch: int,
+        writes: trio.Nursery,
     ) -> None:
         """One SMTP connection, reused for transfer after transfer until the queue is empty
         (a new one after every `per_connection` transfers); one kept from the round before if
-        there is one, else a new one."""
+        there is one, else a new one. Before each transfer it makes sure the node still holds
+        the round's leases and is not draining, and after it has its outcome written (in
+        `writes`, while it goes on)."""
         reused = bool(self._sessions)
         session = self._sessions.pop() if reused else await self._open(targets)
         if not isinstance(session, SmtpSession):
@@ -603,6 +759,8 @@ class DomainQueue:
         sent = self._uses.pop(id(session), 0)
         try:
             while queue:
+                if self._draining or not await self._rt.tenure.hold(epoch):
+                    return  # the rest is left: for after the stop, or for another node
                 if per_connection is not None and sent >= per_connection:
                     await self._quit(session)
                     reused, sent = False, 0
@@ -637,13 +795,15 @@ class DomainQueue:
                     return
                 reused = False
                 sent += 1
+                outcome.now = self._rt.clock.now()
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
                     replied = Replied(reply, at_mail=reply is result.mail_reply)
                     verdict = outcome.settle(transfer.email, recipient, replied)
                     if verdict is Verdict.DELIVERED:
-                        waited = self._rt.clock.now() - recipient.queued_at
+                        waited = outcome.now - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
+                self._commit_soon(outcome, epoch, writes)
         finally:
             if isinstance(session, SmtpSession):
                 if session.usable:

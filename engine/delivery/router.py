@@ -5,6 +5,9 @@ before a crash is left behind. Afterwards it wakes (or starts) a domain's queue 
 `mail:<domain>` wake-up arrives from this node or another (engine/wakeups.py), and looks at
 every domain again on a rescan (a dead node's work was freed). A queue that ran out of work
 has returned and is started afresh. At most `ROUNDS_IN_FLIGHT` queues deliver at once.
+
+A clean stop drains it (`drain`): no queue claims or starts a transaction any more, those
+under way finish and their outcomes are written, so a restart sends nothing twice.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class DeliveryRouter:
         self._tls = opportunistic_tls()
         self._latency = LatencyHistogram()
         self._rounds = trio.CapacityLimiter(ROUNDS_IN_FLIGHT)
+        self._draining = False
+        self._drained = trio.Event()  # draining, and every queue has returned
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         db = self._rt.db
@@ -72,7 +77,20 @@ class DeliveryRouter:
                 if domain != RESCAN:
                     self._wake(nursery, domain)
 
+    async def drain(self) -> None:
+        """Stop delivering, as a clean stop does: every queue stops claiming and starting
+        transactions; returns once the transactions under way have ended, their outcomes are
+        written and their connections closed with QUIT. (The caller bounds the wait.)"""
+        self._draining = True
+        for queue in self._queues.values():
+            queue.drain()
+        if not self._queues:
+            self._drained.set()
+        await self._drained.wait()
+
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:
+        if self._draining:
+            return
         queue = self._queues.get(domain)
         if queue is None:
             queue = DomainQueue(self._rt, domain, self._tls, self._rounds, self._latency)
@@ -85,6 +103,8 @@ class DeliveryRouter:
             await queue.run()
         finally:
             del self._queues[queue.domain]
+            if self._draining and not self._queues:
+                self._drained.set()
             done, f = queue.statistics(), self._finished
             self._finished = RouterStatistics(
                 0,

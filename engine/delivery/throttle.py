@@ -38,7 +38,7 @@ from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.webhooks import outbox
 from storage import delivery_policies as stored
-from storage import destination_slots, emails
+from storage import destination_slots, emails, nodes
 from storage.codec import from_json, new_id
 from storage.emails import Event, Recipient
 from storage.tx import Tx
@@ -129,6 +129,10 @@ def claim(
         key = policies.destination_key(dest.domain, dest.mx_hosts, stored.suffix_patterns(tx))
     elif not held and stored.slots_taken(tx, key, limit, now) >= limit:
         # Every slot of the limit the last round had is taken elsewhere: claim nothing.
+        return Claimed([], [], None, True, key, limit, None)
+    if nodes.declared_dead(tx, node):
+        # Its leases were freed: nothing is claimed until its heartbeat has taken it back
+        # (engine/tenure.py); the queue looks again as it does when every slot is taken.
         return Claimed([], [], None, True, key, limit, None)
     claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
     if not claimed:

@@ -1,10 +1,11 @@
 """Several `postroom serve` nodes on one database, as child processes: the chaos test's and
 `bench/cluster.py`'s cluster.
 
-Every node gets ports of its own and the same database, master key file, DNS server and
-delivery port; a node can be killed (SIGKILL, as a crash) and started again as a new process.
-What the nodes hold is read straight from the database, so a test can bound what a kill may
-cause to be sent twice.
+Every node gets ports of its own and the same database (PostgreSQL, or one SQLite file),
+master key file, DNS server and delivery port; a node can be killed (SIGKILL, as a crash),
+stopped cleanly (SIGTERM), paused and resumed (SIGSTOP, SIGCONT: a stall) and started again as
+a new process. What the nodes hold is read straight from the database, so a test can bound
+what a kill may cause to be sent twice.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -81,6 +83,16 @@ class Node:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the node stalls (a GC pause, a frozen VM) holding what it holds."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: the stalled node runs on from where it stopped."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -114,15 +126,34 @@ class Cluster:
         )
         return done.stdout
 
+    def _rows(self, query: str) -> list[tuple[object, ...]]:
+        if self.database_url.startswith("sqlite:///"):
+            lite = sqlite3.connect(self.database_url.removeprefix("sqlite:///"), timeout=30)
+            try:
+                return lite.execute(query).fetchall()
+            finally:
+                lite.close()
+        with psycopg.connect(self.database_url) as conn:
+            return conn.execute(query).fetchall()
+
+    def unsettled(self) -> int:
+        """Recipients not delivered yet, or still leased by a node."""
+        rows = self._rows(
+            "SELECT COUNT(*) FROM email_recipients WHERE status <> 'delivered'"
+            " OR leased_by IS NOT NULL"
+        )
+        return int(str(rows[0][0]))
+
     def held_by_process(self) -> dict[int, set[tuple[str, str]]]:
         """The recipients (email id, address) each live node process holds now, by pid."""
-        with psycopg.connect(self.database_url) as conn:
-            rows = conn.execute(
-                "SELECT leased_by, email_id, address FROM email_recipients"
-                " WHERE leased_by IS NOT NULL AND status IN ('queued', 'deferred')"
-            ).fetchall()
+        rows = self._rows(
+            "SELECT leased_by, email_id, address FROM email_recipients"
+            " WHERE leased_by IS NOT NULL AND status IN ('queued', 'deferred')"
+        )
         held: dict[int, set[tuple[str, str]]] = {}
         for node_id, email_id, address in rows:
+            assert isinstance(node_id, str) and isinstance(email_id, str)
+            assert isinstance(address, str)
             pid = int(node_id.split("/")[1])  # ids read host/pid/random (engine/nodes.py)
             held.setdefault(pid, set()).add((email_id, address))
         return held
