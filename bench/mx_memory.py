@@ -13,6 +13,7 @@ tests/test_mx_memory.py asserts the target on the same figures.
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import smtplib
 import sys
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api_throughput import _free_port
 from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
+from bench.wrk import process_tree
 
 DOMAIN = "in.example.org"
 SOURCE = f"support@{DOMAIN}"
@@ -47,6 +49,25 @@ def big_message(mib: int) -> bytes:
         'Content-Disposition: attachment; filename="big.bin"\r\n\r\n'
     ).encode()
     return head + encoded + b"--frontier--\r\n"
+
+
+def _by_process(pid: int) -> dict[str, float]:
+    """Resident MiB of `pid` and each of its workers, named by role (the parent "serve")."""
+    found: dict[str, float] = {}
+    for member in process_tree(pid):
+        try:
+            words = Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{member}/status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        role = "serve"
+        for flag, value in itertools.pairwise(words):
+            if flag == b"--role":
+                role = value.decode()
+        rss = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        name = role if role not in found else f"{role}.{member}"
+        found[name] = int(rss.split()[1]) / 1024
+    return found
 
 
 def _send(address: tuple[str, int], data: bytes) -> str:
@@ -103,6 +124,7 @@ async def measure(
                 await _prepare(api, dns_server)
             await trio.sleep(1)  # let start-up's own allocations settle
             before = memory_mib(service.pid)["VmRSS"]
+            before_each = _by_process(service.pid)
             peak = before
             replies: list[str] = []
             started = time.perf_counter()
@@ -121,6 +143,7 @@ async def measure(
                 peak = max(peak, memory_mib(service.pid)["VmRSS"])
                 await trio.sleep(0.1)
             after = memory_mib(service.pid)["VmRSS"]
+            after_each = _by_process(service.pid)
         nursery.cancel_scope.cancel()
     return {
         "engine": engine,
@@ -132,6 +155,7 @@ async def measure(
         "before_mib": before,
         "peak_mib": peak,
         "after_mib": after,
+        "processes": {name: (before_each.get(name, 0.0), mib) for name, mib in after_each.items()},
     }
 
 
@@ -152,6 +176,8 @@ def main() -> None:
             f" {args.settle:.0f} s after (+{r['after_mib'] - r['before_mib']:.0f})",
             flush=True,
         )
+        each = ", ".join(f"{n} {b:.0f}->{a:.0f}" for n, (b, a) in r["processes"].items())
+        print(f"            by process, MiB before -> after: {each}", flush=True)
         refused = sorted({reply for reply in r["replies"] if reply != "250"})
         if refused:
             print(f"            refused: {refused}", flush=True)
