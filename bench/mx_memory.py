@@ -126,6 +126,13 @@ async def measure(
             before = memory_mib(service.pid)["VmRSS"]
             before_each = _by_process(service.pid)
             peak = before
+            peak_each = dict(before_each)
+
+            def sample() -> float:
+                for name, mib in _by_process(service.pid).items():
+                    peak_each[name] = max(peak_each.get(name, 0.0), mib)
+                return float(memory_mib(service.pid)["VmRSS"])
+
             replies: list[str] = []
             started = time.perf_counter()
 
@@ -136,11 +143,11 @@ async def measure(
                 for _ in range(messages):
                     senders.start_soon(send)
                 while len(replies) < messages or len(sink.messages) < replies.count("250"):
-                    peak = max(peak, memory_mib(service.pid)["VmRSS"])
+                    peak = max(peak, sample())
                     await trio.sleep(0.1)
             taken = time.perf_counter() - started
             for _ in range(int(settle * 10)):
-                peak = max(peak, memory_mib(service.pid)["VmRSS"])
+                peak = max(peak, sample())
                 await trio.sleep(0.1)
             after = memory_mib(service.pid)["VmRSS"]
             after_each = _by_process(service.pid)
@@ -155,7 +162,10 @@ async def measure(
         "before_mib": before,
         "peak_mib": peak,
         "after_mib": after,
-        "processes": {name: (before_each.get(name, 0.0), mib) for name, mib in after_each.items()},
+        "processes": {
+            name: (before_each.get(name, 0.0), peak_each.get(name, mib), mib)
+            for name, mib in after_each.items()
+        },
     }
 
 
@@ -176,8 +186,8 @@ def main() -> None:
             f" {args.settle:.0f} s after (+{r['after_mib'] - r['before_mib']:.0f})",
             flush=True,
         )
-        each = ", ".join(f"{n} {b:.0f}->{a:.0f}" for n, (b, a) in r["processes"].items())
-        print(f"            by process, MiB before -> after: {each}", flush=True)
+        each = ", ".join(f"{n} {b:.0f}/{p:.0f}/{a:.0f}" for n, (b, p, a) in r["processes"].items())
+        print(f"            by process, MiB before/peak/after: {each}", flush=True)
         refused = sorted({reply for reply in r["replies"] if reply != "250"})
         if refused:
             print(f"            refused: {refused}", flush=True)
