@@ -6,7 +6,8 @@ forward from `support@` to a mailbox on the loopback sink, then sends `--message
 of `--mib` MiB each to the forward, all at once, to the inbound MX (no authentication, as a
 stranger would) and reports the service's resident memory, summed over serve and its
 workers: before, the highest seen while the messages are taken, forwarded and delivered
-(sampled), and `--settle` seconds after the last one reached the sink. Prints, never asserts;
+(sampled), and `--settle` seconds after the last one reached the sink, in all and per
+process (serve, the intake and the delivery workers). Prints, never asserts;
 tests/test_mx_memory.py asserts the target on the same figures.
 """
 
