@@ -6,13 +6,15 @@ forward from `support@` to a mailbox on the loopback sink, then sends `--message
 of `--mib` MiB each to the forward, all at once, to the inbound MX (no authentication, as a
 stranger would) and reports the service's resident memory, summed over serve and its
 workers: before, the highest seen while the messages are taken, forwarded and delivered
-(sampled), and `--settle` seconds after the last one reached the sink. Prints, never asserts;
+(sampled), and `--settle` seconds after the last one reached the sink, in all and per
+process (serve, the intake and the delivery workers). Prints, never asserts;
 tests/test_mx_memory.py asserts the target on the same figures.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import smtplib
 import sys
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api_throughput import _free_port
 from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
+from bench.wrk import process_tree
 
 DOMAIN = "in.example.org"
 SOURCE = f"support@{DOMAIN}"
@@ -47,6 +50,25 @@ def big_message(mib: int) -> bytes:
         'Content-Disposition: attachment; filename="big.bin"\r\n\r\n'
     ).encode()
     return head + encoded + b"--frontier--\r\n"
+
+
+def _by_process(pid: int) -> dict[str, float]:
+    """Resident MiB of `pid` and each of its workers, named by role (the parent "serve")."""
+    found: dict[str, float] = {}
+    for member in process_tree(pid):
+        try:
+            words = Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{member}/status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        role = "serve"
+        for flag, value in itertools.pairwise(words):
+            if flag == b"--role":
+                role = value.decode()
+        rss = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        name = role if role not in found else f"{role}.{member}"
+        found[name] = int(rss.split()[1]) / 1024
+    return found
 
 
 def _send(address: tuple[str, int], data: bytes) -> str:
@@ -103,7 +125,15 @@ async def measure(
                 await _prepare(api, dns_server)
             await trio.sleep(1)  # let start-up's own allocations settle
             before = memory_mib(service.pid)["VmRSS"]
+            before_each = _by_process(service.pid)
             peak = before
+            peak_each = dict(before_each)
+
+            def sample() -> float:
+                for name, mib in _by_process(service.pid).items():
+                    peak_each[name] = max(peak_each.get(name, 0.0), mib)
+                return float(memory_mib(service.pid)["VmRSS"])
+
             replies: list[str] = []
             started = time.perf_counter()
 
@@ -114,13 +144,14 @@ async def measure(
                 for _ in range(messages):
                     senders.start_soon(send)
                 while len(replies) < messages or len(sink.messages) < replies.count("250"):
-                    peak = max(peak, memory_mib(service.pid)["VmRSS"])
+                    peak = max(peak, sample())
                     await trio.sleep(0.1)
             taken = time.perf_counter() - started
             for _ in range(int(settle * 10)):
-                peak = max(peak, memory_mib(service.pid)["VmRSS"])
+                peak = max(peak, sample())
                 await trio.sleep(0.1)
             after = memory_mib(service.pid)["VmRSS"]
+            after_each = _by_process(service.pid)
         nursery.cancel_scope.cancel()
     return {
         "engine": engine,
@@ -132,6 +163,10 @@ async def measure(
         "before_mib": before,
         "peak_mib": peak,
         "after_mib": after,
+        "processes": {
+            name: (before_each.get(name, 0.0), peak_each.get(name, mib), mib)
+            for name, mib in after_each.items()
+        },
     }
 
 
@@ -152,6 +187,8 @@ def main() -> None:
             f" {args.settle:.0f} s after (+{r['after_mib'] - r['before_mib']:.0f})",
             flush=True,
         )
+        each = ", ".join(f"{n} {b:.0f}/{p:.0f}/{a:.0f}" for n, (b, p, a) in r["processes"].items())
+        print(f"            by process, MiB before/peak/after: {each}", flush=True)
         refused = sorted({reply for reply in r["replies"] if reply != "250"})
         if refused:
             print(f"            refused: {refused}", flush=True)

@@ -7,6 +7,7 @@ SQL is written once with `:name` parameters; on PostgreSQL it is rewritten to ps
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
@@ -21,6 +22,8 @@ Dialect = Literal["sqlite", "postgresql"]
 
 # Octets bound as one parameter at most, on SQLite; larger values are written in pieces.
 _INLINE_OCTETS = 1024 * 1024
+# PostgreSQL's binary COPY: its signature, no flags, no header extension (then the tuples).
+_PGCOPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 _NAMED_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -86,10 +89,11 @@ class Tx:
     def inline_octets(self, data: bytes) -> bool:
         """Whether `data` may be bound as a parameter; if not, store a placeholder (an empty
         value) and then `write_octets`. On SQLite a bound value stays copied in the cached
-        statement until it runs again: a 34 MiB message would be held for nothing."""
+        statement until it runs again; on PostgreSQL the driver copies a bound value twice
+        (its own buffer, then libpq's): a 34 MiB message would be held three times."""
         small = len(data) <= _INLINE_OCTETS
         self.large = self.large or not small
-        return self.dialect != "sqlite" or small
+        return small
 
     def octets(self, sql: str, params: Params) -> Row | None:
         """The first row of a query reading large values (bytes columns): fetched in binary
@@ -108,13 +112,29 @@ class Tx:
         return found
 
     def write_octets(self, table: str, column: str, key_column: str, key: str, data: bytes) -> None:
-        """Set `column` of the row whose `key_column` is `key` to `data`, in pieces on
-        SQLite (incremental blob I/O: nothing stays bound). The names are the code's own."""
+        """Set `column` of the row whose `key_column` is `key` to `data`, in pieces: on SQLite
+        by incremental blob I/O (nothing stays bound), on PostgreSQL by a binary COPY into a
+        temporary table of this connection, which the row then takes its value from (the
+        driver never holds more than a piece). The names are the code's own."""
+        view = memoryview(data)
         if self.dialect != "sqlite":
             self.execute(
-                f"UPDATE {table} SET {column} = :data WHERE {key_column} = :key",
-                {"data": data, "key": key},
+                "CREATE TEMPORARY TABLE IF NOT EXISTS postroom_octets (data bytea)"
+                " ON COMMIT DELETE ROWS"
             )
+            with self._conn.cursor() as cursor:
+                copy_sql = "COPY postroom_octets (data) FROM STDIN (FORMAT BINARY)"
+                with cursor.copy(copy_sql) as copy:
+                    copy.write(_PGCOPY_HEADER + struct.pack("!hi", 1, len(data)))
+                    for start in range(0, len(data), _INLINE_OCTETS):
+                        copy.write(view[start : start + _INLINE_OCTETS])
+                    copy.write(struct.pack("!h", -1))
+            self.execute(
+                f"UPDATE {table} SET {column} = (SELECT data FROM postroom_octets)"
+                f" WHERE {key_column} = :key",
+                {"key": key},
+            )
+            self.execute("DELETE FROM postroom_octets")
             return
         self._conn.execute(
             f"UPDATE {table} SET {column} = zeroblob(?) WHERE {key_column} = ?", (len(data), key)
@@ -122,7 +142,6 @@ class Tx:
         rowid = self._conn.execute(
             f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)
         ).fetchone()[0]
-        view = memoryview(data)
         with self._conn.blobopen(table, column, rowid) as blob:
             for start in range(0, len(data), _INLINE_OCTETS):
                 blob.write(view[start : start + _INLINE_OCTETS])

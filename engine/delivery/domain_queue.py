@@ -472,6 +472,7 @@ class DomainQueue:
                     )
                     if prepared is not None:
                         await send.send(prepared)
+                        del prepared  # the sender owns it now (it holds the built messages)
                 finally:
                     self._preparing = False
                 continue
@@ -555,6 +556,8 @@ class DomainQueue:
                 work = self._deliver(prepared, next_round)
                 written = prepared.outcome.written
                 await self._guarded(prepared.claim, prepared.token, work, True, written)
+                # Not kept while waiting for the next round: it holds the built messages.
+                del prepared
 
     async def _deliver(self, prepared: _Prepared, next_round: Callable[[], bool]) -> None:
         claim, outcome, work = prepared.claim, prepared.outcome, prepared.work

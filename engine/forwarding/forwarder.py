@@ -94,43 +94,52 @@ def _log_entry(job: Job, message: InboundMessage, now: datetime) -> LogEntry:
 
 
 def _email_one(
-    tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int
-) -> RawMail | None:
-    """Queue one emailed copy; the mail stored, or None with the job failed."""
+    tx: Tx,
+    job: Job,
+    copy: bytes,
+    entry: LogEntry,
+    envelope_from: str | None,
+    now: datetime,
+    shard: int,
+) -> bool:
+    """Queue one emailed `copy` (logged as `entry`); whether it was, else the job failed."""
     suppressed = suppressions.get(tx, job.workspace_id, job.target)
     if suppressed is not None:
         reason = f"{job.target} is suppressed ({suppressed.reason})"
         inbound.record_outcomes(tx, [Outcome(job.id, "failed", None, reason)], now)
-        return None
+        return False
     forward = forwards.get(tx, job.workspace_id, job.forward_id)
     domain_id = None if forward is None else forward.domain_id
     mail = RawMail(
         workspace_id=job.workspace_id,
         domain_id=domain_id or "",
-        from_email=message.envelope_from or job.original_to,
+        from_email=envelope_from or job.original_to,
         recipients=[job.target],
-        data=forwarding.forwarded_copy(message.data, job.original_to, job.target),
+        data=copy,
         source="forward",
     )
     try:
         raw_mail.store_raw(tx, mail, now, shard)
     except (EngineError, ValueError) as exc:
         inbound.record_outcomes(tx, [Outcome(job.id, "failed", None, str(exc))], now)
-        return None
-    forwards.record_delivery(tx, _log_entry(job, message, now), job.workspace_id)
+        return False
+    forwards.record_delivery(tx, entry, job.workspace_id)
     inbound.record_outcomes(tx, [Outcome(job.id, "done", None, None)], now)
-    return mail
+    return True
 
 
-def _emailed(
-    tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int
-) -> RawMail | None:
+def _emailed(tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int) -> bool:
     data = inbound.content(tx, message.id)
     if data is None:  # gone since the claim (retention): nothing to send
         reason = "the inbound message is gone"
         inbound.record_outcomes(tx, [Outcome(job.id, "failed", None, reason)], now)
-        return None
-    queued = _email_one(tx, job, replace(message, data=data), now, shard)
+        return False
+    entry = _log_entry(job, replace(message, data=data), now)
+    copy = forwarding.forwarded_copy(data, job.original_to, job.target)
+    # The received message is not held while its copy is stored (issue 28: on PostgreSQL
+    # the driver holds one more copy while it sends it).
+    del data
+    queued = _email_one(tx, job, copy, entry, message.envelope_from, now, shard)
     inbound.finish(tx, [job.message_id])
     return queued
 
@@ -192,7 +201,7 @@ class Forwarder:
         if job.kind == "email":
             rt = self._rt
             queued = await rt.db.write(_emailed, job, message, rt.clock.now(), rt.usage_shard)
-            if queued is None:
+            if not queued:
                 self._counts["failed"] += 1
             else:
                 self._counts["emailed"] += 1

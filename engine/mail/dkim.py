@@ -74,10 +74,6 @@ def sign(
     signature time (t=). Raises ValueError for a message without a From header or whose
     header does not parse, an unusable key, or a malformed domain or selector.
     """
-    for what, value in (("domain", domain), ("selector", selector)):
-        if not _TAG_VALUE.fullmatch(value):
-            raise ValueError(f"DKIM {what} {value!r} is malformed")
-    key = load_private_key(private_key_pem)
     if not message.endswith(b"\r\n"):
         message += b"\r\n"
     end_of_header = message.find(b"\r\n\r\n")
@@ -85,6 +81,36 @@ def sign(
         header_block, body_start = message, len(message)
     else:
         header_block, body_start = message[: end_of_header + 2], end_of_header + 4
+    field = signature_field(
+        header_block,
+        message,
+        body_start,
+        domain=domain,
+        selector=selector,
+        private_key_pem=private_key_pem,
+        timestamp=timestamp,
+    )
+    return field + message
+
+
+def signature_field(
+    header_block: bytes,
+    data: bytes,
+    body_start: int,
+    *,
+    domain: str,
+    selector: str,
+    private_key_pem: str,
+    timestamp: datetime | None = None,
+) -> bytes:
+    """The DKIM-Signature header field (with its CRLF) that `sign` prepends, for a message
+    whose header fields are `header_block` (each ending in CRLF, without the empty line)
+    and whose body is `data` from `body_start` on (CRLF-terminated). Apart, so that a large
+    message is signed where it lies and copied once, into what is sent (issue 28)."""
+    for what, value in (("domain", domain), ("selector", selector)):
+        if not _TAG_VALUE.fullmatch(value):
+            raise ValueError(f"DKIM {what} {value!r} is malformed")
+    key = load_private_key(private_key_pem)
     fields = relaxed_header(header_block)
     signed = [name.lower().encode() for name in SIGNED_HEADERS]
     signed = [name for name in signed if name in fields]
@@ -100,7 +126,7 @@ def sign(
     ]
     if timestamp is not None:
         tags.append((b"t", str(int(timestamp.timestamp())).encode()))
-    body_hash = _body_hash(message, body_start)
+    body_hash = _body_hash(data, body_start)
     tags += [(b"h", b" : ".join(signed)), (b"bh", base64.b64encode(body_hash))]
     # Folded before hashing: what is hashed is the header exactly as sent, minus b='s value
     # (empty here), canonicalised like the others but without its CRLF (RFC 6376 3.7).
@@ -120,7 +146,7 @@ def sign(
     folded = b"".join(
         b"\r\n " + encoded[i : i + _SIGNATURE_LINE] for i in range(0, len(encoded), _SIGNATURE_LINE)
     )
-    return _HEADER_NAME + b": " + unsigned + folded + b"\r\n" + message
+    return _HEADER_NAME + b": " + unsigned + folded + b"\r\n"
 
 
 def relaxed_header(header_block: bytes) -> dict[bytes, bytes]:

@@ -26,7 +26,7 @@ from engine.smtp.grammar import (
     ReplyParser,
     check_helo_name,
     check_path,
-    encode_message,
+    encode_message_parts,
     parse_extensions,
 )
 from engine.smtp.replies import SmtpReply
@@ -214,10 +214,15 @@ class SmtpClient:
         """The message content, ready to send: CRLF line endings, dot-stuffed, ending in
         CRLF "." CRLF. Its reply (250 or a refusal) ends the transaction either way.
         """
+        return b"".join(self.message_parts(data))
+
+    def message_parts(self, data: bytes) -> tuple[bytes, bytes]:
+        """`message` as two parts sent one after the other (no joined copy of a large
+        message)."""
         self._require(_Command.MESSAGE, _S.MESSAGE)
         self._pending.append(_Command.MESSAGE)
         self._state = _S.READY
-        return encode_message(data)
+        return encode_message_parts(data)
 
     def rset(self) -> bytes:
         """RSET, abandoning any transaction."""

@@ -142,10 +142,16 @@ def encode_message(data: bytes) -> bytes:
     """The DATA content to send for a message: CRLF line endings, dot-stuffed (RFC 5321
     4.5.2), a final CRLF if the message lacks one, then the terminating ``.`` line.
     """
+    return b"".join(encode_message_parts(data))
+
+
+def encode_message_parts(data: bytes) -> tuple[bytes, bytes]:
+    """`encode_message` as the content and the end that follow each other on the wire:
+    a large message is not copied once more only to append five octets (issue 28)."""
     body = to_crlf(data)
     if body.startswith(b"."):
         body = b"." + body
     body = body.replace(b"\r\n.", b"\r\n..")
     if body and not body.endswith(b"\r\n"):
-        body += b"\r\n"
-    return body + b".\r\n"
+        return body, b"\r\n.\r\n"
+    return body, b".\r\n"

@@ -31,6 +31,7 @@ from engine.smtp.replies import S553_NEEDS_SMTPUTF8, SmtpReply
 DEFAULT_TIMEOUT = 60.0  # each command's reply, connecting, the TLS handshake
 DEFAULT_DATA_TIMEOUT = 120.0  # sending the message content, and the reply to the final dot
 _RECEIVE_SIZE = 65536
+_SEND_SIZE = 256 * 1024  # octets handed to the stream at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +270,8 @@ class SmtpSession(trio.abc.AsyncResource):
         data_reply = data_answer if accepted else None
         if client.state is ClientState.MESSAGE:
             # A server that says 354 with no recipient accepted gets an empty message.
-            await self._write(client.message(body if accepted else b""), self._data_timeout)
+            for part in client.message_parts(body if accepted else b""):
+                await self._write(part, self._data_timeout)
             final_reply = await self._read(self._data_timeout)
             data_reply = final_reply if accepted else None
         if client.state is not ClientState.READY:
@@ -312,8 +314,12 @@ class SmtpSession(trio.abc.AsyncResource):
             raise
 
     async def _write(self, data: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        # In pieces: a TLS stream encrypts all it is given into one more buffer, and then
+        # copies that out, so a 34 MiB message sent whole was held three times (issue 28).
+        view = memoryview(data)
         with trio.fail_after(timeout or self._timeout):
-            await self._stream.send_all(data)
+            for start in range(0, len(view), _SEND_SIZE):
+                await self._stream.send_all(view[start : start + _SEND_SIZE])
 
     async def _read(self, timeout: float | None = None) -> SmtpReply:  # noqa: ASYNC109
         with trio.fail_after(timeout or self._timeout):
