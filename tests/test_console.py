@@ -24,6 +24,7 @@ from api.converters import IdConverter
 from engine.accounts import users
 from postroom.service import RunningService
 from storage import activity, agents
+from storage import sandbox as sandbox_store
 from tests.harness.browser import PASSWORD, Browsing, new_email
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import REPO
@@ -48,10 +49,14 @@ PAGES = (
 )
 
 
-async def admin(console: RunningService, plan: str = "business") -> str:
-    """An administrator created as `postroom accounts create` does; their email."""
+async def admin(console: RunningService, plan: str = "business", *, sandboxed: bool = True) -> str:
+    """An administrator created as `postroom accounts create` does; their email. The console
+    runs with POSTROOM_SANDBOX=on: with `sandboxed=False` their workspace leaves the sandbox,
+    so that what it sends (webhooks) really leaves the machine."""
     email = new_email()
-    await users.create_account(console.runtime, email, PASSWORD, plan, admin=True)
+    created = await users.create_account(console.runtime, email, PASSWORD, plan, admin=True)
+    if not sandboxed:
+        await console.runtime.db.write(sandbox_store.set_sandboxed, created.workspace_id, False)
     return email
 
 
@@ -150,7 +155,7 @@ async def test_first_run_to_a_delivered_email_in_the_sandbox(
 async def test_a_dead_webhook_delivery_is_replayed_from_its_page(
     console: RunningService, browsing: Browsing, https_receiver: HttpsReceiver, clock: MockClock
 ) -> None:
-    email = await admin(console)
+    email = await admin(console, sandboxed=False)  # a sandbox captures webhooks instead
     tab = await browsing.open(console.api_url)
 
     def create_hook(page: Page) -> None:
