@@ -257,8 +257,8 @@ async def test_a_message_in_progress_when_its_credential_is_deleted_is_refused(
 # -- One client address cannot take every connection ----------------------------------------
 
 
-async def _greeting(stream: trio.SocketStream) -> bytes:
-    """The server's first reply line, or what it sent before closing."""
+async def reply_line(stream: trio.SocketStream) -> bytes:
+    """The server's next reply line, or what it sent before closing."""
     received = b""
     with trio.fail_after(10):
         while not received.endswith(b"\r\n"):
@@ -277,24 +277,24 @@ async def test_the_twenty_first_connection_from_one_address_is_told_421(
     held = [await trio.open_tcp_stream(host, port) for _ in range(20)]
     try:
         for stream in held:
-            assert (await _greeting(stream)).startswith(b"220 ")
+            assert (await reply_line(stream)).startswith(b"220 ")
 
         extra = await trio.open_tcp_stream(host, port)
-        assert await _greeting(extra) == S421_TOO_MANY_FROM_CLIENT.to_bytes()
+        assert await reply_line(extra) == S421_TOO_MANY_FROM_CLIENT.to_bytes()
         with trio.fail_after(10):
             assert await extra.receive_some() == b""  # closed
         await extra.aclose()
 
         for stream in held:  # the twenty are still served
             await stream.send_all(b"NOOP\r\n")
-            assert await _greeting(stream) == b"250 2.0.0 OK\r\n"
+            assert await reply_line(stream) == b"250 2.0.0 OK\r\n"
 
         await held[0].send_all(b"QUIT\r\n")
-        assert (await _greeting(held[0])).startswith(b"221 ")
+        assert (await reply_line(held[0])).startswith(b"221 ")
         with trio.fail_after(10):
             assert await held[0].receive_some() == b""
         again = await trio.open_tcp_stream(host, port)  # a place came free
-        assert (await _greeting(again)).startswith(b"220 ")
+        assert (await reply_line(again)).startswith(b"220 ")
         await again.aclose()
     finally:
         for stream in held:

@@ -27,18 +27,7 @@ from tests.harness.dns_server import DnsServer
 from tests.harness.service import Service
 from tests.harness.tls import TlsAuthority
 from tests.test_relay import mime, relay_account, submit
-
-
-async def _reply(stream: trio.SocketStream) -> bytes:
-    """The server's next reply line, or what it sent before closing."""
-    received = b""
-    with trio.fail_after(10):
-        while not received.endswith(b"\r\n"):
-            chunk = await stream.receive_some()
-            if not chunk:
-                break
-            received += chunk
-    return received
+from tests.test_relay_hardening import reply_line
 
 
 async def _closed(stream: trio.SocketStream) -> bool:
@@ -57,7 +46,7 @@ async def test_idle_hosts_holding_every_place_leave_room_for_a_new_client(
         for n in range(2, 27):
             for _ in range(MAX_PER_CLIENT):
                 stream = await trio.open_tcp_stream(host, port, local_address=f"127.0.0.{n}")
-                if (await _reply(stream)).startswith(b"220 "):
+                if (await reply_line(stream)).startswith(b"220 "):
                     held.append(stream)
                 else:
                     refused += 1
@@ -66,16 +55,16 @@ async def test_idle_hosts_holding_every_place_leave_room_for_a_new_client(
         assert refused > 0  # the last places are kept for clients holding none
 
         newcomer = await trio.open_tcp_stream(host, port)
-        assert (await _reply(newcomer)).startswith(b"220 ")
+        assert (await reply_line(newcomer)).startswith(b"220 ")
         await newcomer.send_all(b"HELO client.example\r\n")
-        assert (await _reply(newcomer)).startswith(b"250 ")
+        assert (await reply_line(newcomer)).startswith(b"250 ")
         await newcomer.aclose()
 
         # Idle sessions do not keep their places: past the idle time (shorter under stress)
         # every one is told 421 and closed.
         clock.jump(Timeouts().idle + 1)
         for stream in held[:: len(held) // 10]:
-            assert (await _reply(stream)).startswith(b"421 4.4.2")
+            assert (await reply_line(stream)).startswith(b"421 4.4.2")
             assert await _closed(stream)
     finally:
         for stream in held:
@@ -89,7 +78,7 @@ async def test_talk_that_moves_no_mail_cannot_keep_a_session_open(
     stream = await trio.open_tcp_stream(*service.inbound_address)
     try:
         sent = 0
-        while b"421 " not in (reply := await _reply(stream)):
+        while b"421 " not in (reply := await reply_line(stream)):
             assert sent <= MAX_JUNK
             await stream.send_all(command + b"\r\n")
             sent += 1
@@ -104,12 +93,12 @@ async def test_an_idle_session_before_any_mail_is_dropped_after_the_idle_time(
 ) -> None:
     stream = await trio.open_tcp_stream(*service.inbound_address)
     try:
-        assert (await _reply(stream)).startswith(b"220 ")
+        assert (await reply_line(stream)).startswith(b"220 ")
         await stream.send_all(b"HELO client.example\r\n")
-        assert (await _reply(stream)).startswith(b"250 ")
+        assert (await reply_line(stream)).startswith(b"250 ")
         await trio.testing.wait_all_tasks_blocked()
         clock.jump(Timeouts().idle + 1)
-        assert (await _reply(stream)).startswith(b"421 4.4.2")
+        assert (await reply_line(stream)).startswith(b"421 4.4.2")
         assert await _closed(stream)
     finally:
         await stream.aclose()
@@ -146,9 +135,9 @@ async def test_the_listener_counts_ipv6_clients_per_64(nursery: trio.Nursery) ->
     host, port = await nursery.start(listener.run)
     held = [await trio.open_tcp_stream(host, port) for _ in range(2)]
     for stream in held:
-        assert (await _reply(stream)).startswith(b"220 ")
+        assert (await reply_line(stream)).startswith(b"220 ")
     extra = await trio.open_tcp_stream(host, port)
-    assert (await _reply(extra)).startswith(b"421 4.7.0 Too many connections from your address")
+    assert (await reply_line(extra)).startswith(b"421 4.7.0 Too many connections from your address")
     assert listener.statistics().connections_refused_per_client == 1
     for stream in [*held, extra]:
         await stream.aclose()
