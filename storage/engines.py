@@ -473,6 +473,21 @@ class PostgresEngine:
         self._listener: Any = None  # the connection that LISTENs, opened by the first `hear`
         self._pool_size = pool_size
         self._pool = self._new_pool(10.0)
+        self._require_utf8()
+
+    def _require_utf8(self) -> None:
+        """Refuse a database whose text is not UTF-8 (SQL_ASCII, from an initdb without a
+        locale): psycopg hands its text back as bytes, and Postroom stores UTF-8 text."""
+        import psycopg
+
+        with self._pool.connection() as conn:
+            encoding = conn.execute("SHOW server_encoding").fetchone()["server_encoding"]
+        if encoding != "UTF8":
+            self._pool.close()
+            raise psycopg.NotSupportedError(
+                f"the database's encoding is {encoding}, and Postroom needs UTF8: create the"
+                " database with ENCODING 'UTF8' (or the cluster with initdb --encoding=UTF8)"
+            )
 
     def _new_pool(self, timeout: float) -> Any:
         from psycopg.rows import dict_row

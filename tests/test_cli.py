@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
-from tests.harness.service import REPO, ServiceProcess, free_port
+from tests.harness.service import POSTGRES_ENV, REPO, ServiceProcess, free_port
 
 PASSWORD = "correct horse battery staple"
 CREATED_FIELDS = {"user_id", "workspace_id", "email", "plan", "api_key"}
@@ -311,3 +315,34 @@ def test_data_survives_a_kill_and_restart(service_process: ServiceProcess) -> No
         actions = [i["action"] for i in client.get("/v1/audit-log").json()["items"]]
         assert actions.count("api_key.created") == 2
         assert "suppression.created" in actions
+
+
+def test_a_database_not_in_utf8_is_refused_with_one_line(tmp_path: Path) -> None:
+    """A PostgreSQL database made without a UTF-8 locale (SQL_ASCII) would hand text back as
+    bytes: it is refused at start with one line, not a traceback later."""
+    admin_url = os.environ.get(POSTGRES_ENV)
+    if not admin_url:
+        pytest.skip(f"PostgreSQL not configured ({POSTGRES_ENV} unset)")
+    name = "postroom_ascii_" + secrets.token_hex(4)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'"
+            " TEMPLATE template0"
+        )
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POSTROOM_")}
+        env["POSTROOM_DATABASE_URL"] = admin_url.rpartition("/")[0] + "/" + name
+        env["PYTHONPATH"] = str(REPO)
+        result = subprocess.run(
+            [sys.executable, "-m", "postroom", "migrate"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1
+        assert_one_line_error(result.stderr, "SQL_ASCII", "UTF8")
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
