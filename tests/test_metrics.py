@@ -57,10 +57,20 @@ async def test_metrics_show_depth_outcomes_and_latencies_after_sending(
     await wait_for_status(account, bounced_id)
     await https_receiver.wait_for_requests(1)
     webhook_delivered = ("postroom_webhook_deliveries_total", (("outcome", "delivered"),))
-    with trio.fail_after(15):  # the dispatcher records the 2xx just after the receiver answers
+    outcomes = {("delivered", 1), ("deferred", 1), ("bounced", 1), ("failed", 0)}
+
+    def counted(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> bool:
+        return all(
+            samples.get(("postroom_deliveries_total", (("outcome", outcome),))) == count
+            for outcome, count in outcomes
+        )
+
+    # The dispatcher records the 2xx just after the receiver answers; a delivery round counts
+    # its outcomes when it ends, just after their statuses were written.
+    with trio.fail_after(15):
         while True:
             samples = await scrape(service)
-            if samples.get(webhook_delivered) == 1:
+            if samples.get(webhook_delivered) == 1 and counted(samples):
                 break
             await trio.sleep(0.05)
 
@@ -70,7 +80,7 @@ async def test_metrics_show_depth_outcomes_and_latencies_after_sending(
     }
     assert depth == {(("destination", "other"), ("status", "deferred")): 1}
     assert samples[("postroom_emails_waiting", (("status", "deferred"),))] == 1
-    for outcome, count in (("delivered", 1), ("deferred", 1), ("bounced", 1), ("failed", 0)):
+    for outcome, count in outcomes:
         assert samples[("postroom_deliveries_total", (("outcome", outcome),))] == count
     assert samples[("postroom_delivery_latency_seconds_count", ())] == 1
     assert samples[("postroom_delivery_latency_seconds_bucket", (("le", "+Inf"),))] == 1
