@@ -213,6 +213,14 @@ def runs_together(together: Together) -> Callable[[U], U]:
     return mark
 
 
+def in_one_snapshot(unit: U) -> U:
+    """Mark a read unit of several statements that must agree (an email with its events): on
+    PostgreSQL it runs in one REPEATABLE READ snapshot, where other reads take a snapshot per
+    statement. SQLite reads a whole batch in one snapshot anyway."""
+    unit.one_snapshot = True  # type: ignore[attr-defined]
+    return unit
+
+
 def _in_savepoint(
     tx: Tx,
     execute: Callable[[str], Any],
@@ -601,7 +609,10 @@ class PostgresEngine:
                 tx = Tx(conn, "postgresql", self.sealer)
                 results: list[outcome.Outcome[Any]] = []
                 for unit, args in jobs:
-                    result = _capture(unit, tx, args)
+                    if getattr(unit, "one_snapshot", False):
+                        result = self._in_snapshot(conn, tx, unit, args)
+                    else:
+                        result = _capture(unit, tx, args)
                     if isinstance(result, outcome.Error) and conn.broken:
                         return None
                     results.append(result)
@@ -611,6 +622,15 @@ class PostgresEngine:
                     conn.close()  # its buffers grew to the value's size: the pool replaces it
                 elif not conn.broken:
                     conn.autocommit = False  # as the pool's other users expect it
+
+    @staticmethod
+    def _in_snapshot(conn: Any, tx: Tx, unit: Unit, args: tuple[Any, ...]) -> outcome.Outcome[Any]:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            return _capture(unit, tx, args)
+        finally:
+            if not conn.broken:
+                conn.execute("ROLLBACK")  # read only: nothing to keep
 
     def checkpoint(self) -> None:
         return  # the server's files and its write-ahead log are PostgreSQL's to manage

@@ -14,6 +14,7 @@ from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult
 from storage import emails
 from storage import saved_searches as storage_saved
 from storage.emails import Email, Event, Recipient, Search
+from storage.engines import in_one_snapshot
 from storage.tx import Tx
 
 UPDATES_LIMIT = 50
@@ -110,6 +111,7 @@ async def page(
     return await rt.db.read(emails.page, who.workspace_id, status, page_number * limit, limit)
 
 
+@in_one_snapshot
 def _detail(tx: Tx, workspace_id: str, email_id: str) -> EmailDetail | None:
     email = emails.get(tx, workspace_id, email_id)
     if email is None:
