@@ -11,6 +11,7 @@ from __future__ import annotations
 import dns.asyncresolver
 import dns.exception
 import dns.nameserver
+import dns.rdata
 import dns.resolver
 
 LOOKUP_LIFETIME = 5.0
@@ -40,6 +41,14 @@ async def _answer(
         return None
     except (dns.resolver.NoNameservers, dns.exception.Timeout, dns.resolver.LifetimeTimeout) as exc:
         raise TemporaryDnsError(f"{rdtype} lookup of {name} failed: {exc}") from exc
+
+
+async def rdatas(
+    resolver: dns.asyncresolver.Resolver, name: str, rdtype: str
+) -> list[dns.rdata.Rdata]:
+    """The records of one type at `name` (CNAMEs followed), as dnspython rdata; [] for none."""
+    answer = await _answer(resolver, name, rdtype)
+    return [] if answer is None else list(answer)
 
 
 async def txt(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:

@@ -57,6 +57,10 @@ class Runtime:
     # How long this node may trust its leases (engine/tenure.py): asked before each SMTP
     # transaction, moved by the node's heartbeat.
     tenure: Tenure = field(default_factory=Tenure)
+    # POSTROOM_SENDING_ADDRESSES (empty: the addresses of smtp_host) and POSTROOM_SPF_INCLUDE:
+    # what domains' SPF records are evaluated for and told to add (engine/domains/spf.py).
+    sending_addresses: tuple[str, ...] = ()
+    spf_include: str | None = None
 
     @property
     def usage_shard(self) -> int:

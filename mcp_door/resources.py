@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from engine.domains import registry
+from engine.domains import registry, spf
 from engine.errors import NotFound
 from engine.runtime import Principal, Runtime
 from engine.sending import email_log
@@ -45,11 +45,16 @@ class ItemTemplate:
 
 
 async def _domains(rt: Runtime, who: Principal) -> Json:
-    return {"domains": [shapes.domain(d, rt.smtp_host) for d in await registry.list_all(rt, who)]}
+    return {
+        "domains": [
+            shapes.domain(d, rt.smtp_host, spf.recommended(rt))
+            for d in await registry.list_all(rt, who)
+        ]
+    }
 
 
 async def _domain(rt: Runtime, who: Principal, domain_id: str) -> Json:
-    return shapes.domain(await registry.get(rt, who, domain_id), rt.smtp_host)
+    return shapes.domain(await registry.get(rt, who, domain_id), rt.smtp_host, spf.recommended(rt))
 
 
 async def _templates(rt: Runtime, who: Principal) -> Json:

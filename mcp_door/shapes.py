@@ -146,13 +146,20 @@ def suppression(entry: Suppression) -> Json:
     return marked(pick(entry, "reason", "created_at", "source_email_id"), pick(entry, "email"))
 
 
-def domain(found: Domain, smtp_host: str) -> Json:
+def domain(found: Domain, smtp_host: str, spf_value: str | None = None) -> Json:
     # A domain name is checked as a DNS name (no spaces, no sentence), as are the records
-    # the service builds from it; it stays at the top.
-    records = registry.dns_records(found, smtp_host)
+    # the service builds from it; it stays at the top. What a check says of a record quotes
+    # what the owner published in DNS: third-party text.
+    records = registry.dns_records(found, smtp_host, spf_value)
     return {
         **pick(found, "id", "name", "status"),
-        "dns_records": [_plain(r) for r in records],
+        "dns_records": [
+            marked(
+                pick(r, "type", "host", "value", "purpose", "required", "status"),
+                pick(r, "detail", "suggested_value"),
+            )
+            for r in records
+        ],
         **pick(found, "open_tracking", "click_tracking", "created_at", "verified_at"),
     }
 

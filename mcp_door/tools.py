@@ -27,7 +27,7 @@ from engine.contacts import csv_import
 from engine.contacts import lists as contact_lists
 from engine.contacts.bulk_send import BulkSendRequest
 from engine.delivery import verification
-from engine.domains import registry, senders
+from engine.domains import registry, senders, spf
 from engine.errors import Unprocessable
 from engine.runtime import Principal, Runtime
 from engine.sending import email_log, intake, scheduling
@@ -324,7 +324,7 @@ async def list_domains(rt: Runtime, who: Principal, _: McpPolicy, __: NoArgs) ->
     """The workspace's sending domains with their status (pending, verified, failed) and each
     DNS record to publish with its status; only the DKIM record decides verification."""
     found = await registry.list_all(rt, who)
-    return {"domains": [shapes.domain(d, rt.smtp_host) for d in found]}
+    return {"domains": [shapes.domain(d, rt.smtp_host, spf.recommended(rt)) for d in found]}
 
 
 class DomainRef(Args):
@@ -334,7 +334,9 @@ class DomainRef(Args):
 @tool("verify_domain", SEND, DomainRef)
 async def verify_domain(rt: Runtime, who: Principal, _: McpPolicy, args: DomainRef) -> Json:
     """Look the domain's DNS records up now and record what was found."""
-    return shapes.domain(await registry.verify(rt, who, args.domain_id), rt.smtp_host)
+    return shapes.domain(
+        await registry.verify(rt, who, args.domain_id), rt.smtp_host, spf.recommended(rt)
+    )
 
 
 @tool("list_senders", READ, NoArgs)

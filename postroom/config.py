@@ -7,7 +7,9 @@ names the setting and says what is expected (`SettingsError`).
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +29,12 @@ DEFAULTS: dict[str, str] = {
     "smtp_host": "localhost",
     "public_url": "http://127.0.0.1:8080",
     "dns_servers": "",
+    # The addresses the service's mail leaves from, which domains' SPF records must authorise
+    # (engine/domains/spf.py); empty: those of smtp_host.
+    "sending_addresses": "",
+    # A name whose SPF record lists those addresses, for owners to `include:`; empty: they are
+    # told to add `a:<smtp_host>` (or the sending addresses themselves, when set).
+    "spf_include": "",
     "delivery_port": "25",
     "tls_cert": "",
     "tls_key": "",
@@ -81,6 +89,8 @@ class Settings:
     sandbox: bool = False  # new workspaces start in sandbox mode: mail captured, not delivered
     delivery_caps: Caps = field(default_factory=Caps)  # operator-wide caps on policies
     drain_seconds: float = 30.0  # a clean stop's bound on the transactions under way
+    sending_addresses: tuple[str, ...] = ()  # empty: the addresses of smtp_host
+    spf_include: str | None = None  # the SPF record owners include, when the operator has one
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -119,6 +129,29 @@ def _file(name: str, value: str) -> Path | None:
     if not path.is_file():
         raise SettingsError(f"{PREFIX}{name.upper()}: no readable file at {value!r}")
     return path
+
+
+def _sending_addresses(value: str) -> tuple[str, ...]:
+    addresses = []
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        try:
+            addresses.append(str(ipaddress.ip_address(item.strip())))
+        except ValueError:
+            raise _fail(
+                "sending_addresses", "a comma list of IPv4 and IPv6 addresses", value
+            ) from None
+    return tuple(addresses)
+
+
+def _spf_include(value: str) -> str | None:
+    name = value.strip().rstrip(".").lower()
+    if not name:
+        return None
+    if not re.fullmatch(r"([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)+[a-z0-9-]{2,63}", name):
+        raise _fail("spf_include", "a domain name such as _spf.mail.example.com", value)
+    return name
 
 
 def _database_url(value: str) -> str:
@@ -250,4 +283,6 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         sandbox=_flag("sandbox", raw["sandbox"]),
         delivery_caps=_delivery_caps(raw),
         drain_seconds=_seconds("drain_seconds", raw["drain_seconds"], 600),
+        sending_addresses=_sending_addresses(raw["sending_addresses"]),
+        spf_include=_spf_include(raw["spf_include"]),
     )

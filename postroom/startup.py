@@ -48,6 +48,8 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         domain_transfers=settings.domain_transfers,
         sandbox=settings.sandbox,
         delivery_caps=settings.delivery_caps,
+        sending_addresses=settings.sending_addresses,
+        spf_include=settings.spf_include,
     )
     db.on_commit(rt.wakeups.deliver, rt.node)
     return rt

@@ -6,8 +6,9 @@ A domain's DKIM private keys (RSA, and Ed25519 once made) are sealed at rest
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from storage.codec import from_json, parse_optional_timestamp, parse_timestamp, timestamp, to_json
 from storage.sealing import DKIM_PRIVATE_KEY, ED25519_PRIVATE_KEY
@@ -38,6 +39,9 @@ class Domain:
     ed25519_public_key: str | None = None
     ed25519_signing: bool = False
     tags_header: str | None = None  # the header its mail carries tags in; None: not sent
+    # Per record purpose, what the last check found beside the status (why, the record to
+    # publish instead, parsed facts): engine/domains/findings.py.
+    record_findings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         ed25519_public_key=row["ed25519_public_key"],
         ed25519_signing=bool(row["ed25519_signing"]),
         tags_header=row["tags_header"],
+        record_findings=from_json(row["record_findings"]),
     )
 
 
@@ -187,11 +192,14 @@ def record_check(
     checked_at: datetime,
     verified_at: datetime | None,
     sandbox_verified: bool,
+    record_findings: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     tx.execute(
         "UPDATE domains SET status = :status, record_status = :records, checked_at = :checked,"
-        " verified_at = :verified, sandbox_verified = :marked WHERE id = :id",
+        " verified_at = :verified, sandbox_verified = :marked, record_findings = :findings"
+        " WHERE id = :id",
         {
+            "findings": to_json(record_findings or {}),
             "marked": sandbox_verified,
             "status": status,
             "records": to_json(record_status),

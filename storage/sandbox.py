@@ -128,6 +128,7 @@ def drop_mark(tx: Tx, domain_id: str, now: datetime) -> bool:
     for again from now (engine/domains/checker.py); False when it bore no mark."""
     changed = tx.execute(
         "UPDATE domains SET status = 'pending', record_status = '{}', verified_at = NULL,"
+        " record_findings = '{}',"
         " sandbox_verified = FALSE, pending_since = :now WHERE id = :id AND sandbox_verified",
         {"now": timestamp(now), "id": domain_id},
     )

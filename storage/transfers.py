@@ -291,6 +291,7 @@ def move_domain(
         tx.execute(
             "UPDATE domains SET dkim_selector = :selector, dkim_private_key = :private,"
             " dkim_public_key = :public, status = 'pending', record_status = '{}',"
+            " record_findings = '{}',"
             " verified_at = NULL, checked_at = NULL, pending_since = :now WHERE id = :id",
             {
                 "now": timestamp(now),

@@ -25,6 +25,7 @@ DOMAIN_FIELDS = {
     "tags_header",
     "created_at",
     "verified_at",
+    "compliance",
 }
 
 
@@ -85,7 +86,16 @@ async def test_create_returns_the_domain_with_the_records_to_publish(service: Se
     assert domain["click_tracking"] is False
     assert domain["created_at"].endswith("Z")
     for entry in domain["dns_records"]:
-        assert set(entry) == {"type", "host", "value", "purpose", "required", "status"}
+        assert set(entry) == {
+            "type",
+            "host",
+            "value",
+            "purpose",
+            "required",
+            "status",
+            "detail",
+            "suggested_value",
+        }
         assert entry["status"] == "pending"
     assert sorted(r["purpose"] for r in domain["dns_records"]) == ["dkim", "dmarc", "mx", "spf"]
 
@@ -280,6 +290,7 @@ async def test_spf_dmarc_and_mx_report_verified_but_do_not_verify_the_domain(
     domain = await create_domain(account)
     spf, dmarc, mx = record(domain, "spf"), record(domain, "dmarc"), record(domain, "mx")
     publish(dns_server, dmarc)
+    dns_server.set(SMTP_HOST, "A", ["127.0.0.1"])  # the service's address: `a:` finds it
     # Published at the same name as the MX record: set both types of the apex.
     dns_server.set(spf["host"], "TXT", ["google-site-verification=abc", spf["value"]])
     dns_server.set(mx["host"], "MX", [mx["value"]])
@@ -300,6 +311,8 @@ async def test_spf_and_mx_pointing_elsewhere_are_missing_and_do_not_block_verifi
     account = await service.account()
     domain = await create_domain(account)
     publish(dns_server, record(domain, "dkim"))
+    dns_server.set(SMTP_HOST, "A", ["127.0.0.1"])
+    dns_server.set("_spf.elsewhere.example", "TXT", ["v=spf1 ip4:192.0.2.0/24 -all"])
     dns_server.set("example.com", "TXT", ["v=spf1 include:_spf.elsewhere.example ~all"])
     dns_server.set("example.com", "MX", ["10 mx.elsewhere.example."])
 

@@ -1,5 +1,6 @@
 """`/v1/domains/`: register (DKIM key and DNS records), read, tracking settings and mail
-options (Ed25519 signing, the tags header), verify, delete."""
+options (Ed25519 signing, the tags header), verify, delete. Every domain read carries its
+`compliance`: whether it can send, and its verdict on each bulk-sender rule."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import In, Out
 from api.validation import json_body
+from engine.domains import compliance, spf
 from engine.domains import registry as domains
 from storage.domains import Domain
 
@@ -38,7 +40,34 @@ class DnsRecordOut(Out):
     value: str
     purpose: str
     required: bool
-    status: str
+    status: str  # pending, verified, missing, invalid (engine/domains/findings.py)
+    detail: str | None  # why the status, from the last check
+    suggested_value: str | None  # the whole record to publish in place of the one there
+
+
+class RuleOut(Out):
+    rule: str  # spf, dkim, dmarc, unsubscribe_https, bounce_domain
+    status: str  # pass, fail, pending
+    reason: str
+
+
+class DmarcOut(Out):
+    host: str
+    inherited: bool
+    policy: str
+    subdomain_policy: str
+    adkim: str
+    aspf: str
+    pct: int
+    rua: list[str]
+    ruf: list[str]
+
+
+class ComplianceOut(Out):
+    can_send: bool  # the domain is verified
+    bulk_sender_ready: bool  # every rule passes (Gmail, Yahoo and Microsoft bulk senders)
+    rules: list[RuleOut]
+    dmarc: DmarcOut | None  # the DMARC policy that applies, as parsed
 
 
 class DomainOut(Out):
@@ -52,10 +81,13 @@ class DomainOut(Out):
     tags_header: str | None
     created_at: datetime
     verified_at: datetime | None
+    compliance: ComplianceOut
 
 
 def render(domain: Domain) -> dict[str, object]:
-    records = domains.dns_records(domain, runtime().smtp_host)
+    rt = runtime()
+    records = domains.dns_records(domain, rt.smtp_host, spf.recommended(rt))
+    verdicts = compliance.evaluate(domain, compliance.inputs(rt, domain))
     out = DomainOut(
         id=domain.id,
         name=domain.name,
@@ -67,6 +99,7 @@ def render(domain: Domain) -> dict[str, object]:
         tags_header=domain.tags_header,
         created_at=domain.created_at,
         verified_at=domain.verified_at,
+        compliance=ComplianceOut.model_validate(verdicts),
     )
     return out.model_dump(mode="json")
 

@@ -18,7 +18,7 @@ from api.routes.senders import CreateSender
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine import plans
 from engine.accounts import smtp_credentials
-from engine.domains import bimi, registry, senders
+from engine.domains import bimi, compliance, registry, senders, spf
 from engine.errors import EngineError
 from engine.sandbox import mode as sandbox
 from engine.transfers import actions as transfers
@@ -115,7 +115,8 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         status=status,
         title=domain.name,
         domain=domain,
-        records=registry.dns_records(domain, runtime.smtp_host),
+        records=registry.dns_records(domain, runtime.smtp_host, spf.recommended(runtime)),
+        compliance=compliance.evaluate(domain, compliance.inputs(runtime, domain)),
         senders=[s for s in all_senders if s.domain_id == domain.id],
         credentials=credentials,
         bimi=bimi_status,

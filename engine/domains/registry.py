@@ -3,23 +3,28 @@
 A domain is verified when its DKIM TXT record resolves and publishes the domain's key: that
 is the only `required` record. A domain that signs with Ed25519 too (RFC 8463) publishes a
 second DKIM record, not required: verification rests on the RSA one, which every receiver
-can check. SPF, DMARC and MX are guidance whose status is reported. A
+can check. SPF, DMARC and MX are guidance whose status is reported: SPF evaluated for the
+service's sending addresses (engine/domains/spf.py), DMARC parsed (engine/domains/dmarc.py),
+each with why and what to publish (engine/domains/findings.py). A
 domain whose DKIM record is still absent stays `pending`; one whose record publishes another
 key is `failed`. Only one workspace at a time may have a given name verified.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import trio
 
 from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.domains import dkim_keys
+from engine.domains import dkim_keys, dmarc, spf
+from engine.domains.findings import Finding
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
 from engine.runtime import Principal, Runtime
@@ -42,10 +47,23 @@ class DnsRecord:
     purpose: str
     required: bool
     status: str
+    detail: str | None = None  # why the status, from the last check
+    suggested_value: str | None = None  # the record to publish in place of the one there
 
 
-def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
-    """The records the owner publishes, each with its status from the last check."""
+def dns_records(domain: Domain, smtp_host: str, spf_value: str | None = None) -> list[DnsRecord]:
+    """The records the owner publishes, each with its status and what the last check found;
+    `spf_value`: the SPF record to recommend (engine/domains/spf.py `recommended`)."""
+    return [_with_findings(domain, r) for r in _records(domain, smtp_host, spf_value)]
+
+
+def _with_findings(domain: Domain, entry: DnsRecord) -> DnsRecord:
+    key = "dkim_ed25519" if entry.purpose == "dkim" and not entry.required else entry.purpose
+    found = domain.record_findings.get(key, {})
+    return replace(entry, detail=found.get("detail"), suggested_value=found.get("suggested_value"))
+
+
+def _records(domain: Domain, smtp_host: str, spf_value: str | None) -> list[DnsRecord]:
     status = domain.record_status
     return [
         DnsRecord(
@@ -59,7 +77,7 @@ def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
         DnsRecord(
             "TXT",
             domain.name,
-            f"v=spf1 a:{smtp_host} ~all",
+            spf_value or f"v=spf1 a:{smtp_host} ~all",
             "spf",
             False,
             status.get("spf", PENDING),
@@ -249,9 +267,16 @@ async def delete(rt: Runtime, who: Principal, domain_id: str) -> None:
     await rt.db.write(_delete, who, domain_id, rt.clock.now())
 
 
-async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
-    """Look every record up at once; a status per purpose (a DNS failure keeps `pending`)."""
+async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], dict[str, Any]]:
+    """Look every record up at once: a status per purpose (a DNS failure keeps `pending`), and
+    what was found beside it for the records that say more (findings.py)."""
     results: dict[str, str] = {}
+    findings: dict[str, Any] = {}
+
+    async def evaluate(purpose: str, judged: Awaitable[Finding]) -> None:
+        finding = await judged
+        results[purpose] = finding.status
+        findings[purpose] = finding.stored()
 
     async def check(purpose: str, lookup: Callable[[], Awaitable[bool]]) -> None:
         try:
@@ -272,20 +297,15 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
             results["dkim_mismatch"] = "yes"
         return False
 
-    async def spf() -> bool:
-        records = await dns.txt(rt.resolver, domain.name)
-        return any(
-            r.lower().startswith("v=spf1") and rt.smtp_host.lower() in r.lower() for r in records
-        )
-
-    async def dmarc() -> bool:
-        records = await dns.txt(rt.resolver, f"_dmarc.{domain.name}")
-        return any(r.replace(" ", "").upper().startswith("V=DMARC1") for r in records)
-
     async def mx() -> bool:
-        return any(
-            host == rt.smtp_host.lower() for _, host in await dns.mx(rt.resolver, domain.name)
-        )
+        hosts = [host for _, host in await dns.mx(rt.resolver, domain.name)]
+        if hosts and rt.smtp_host.lower() not in hosts:
+            detail = (
+                f"mail for {domain.name} goes to {', '.join(hosts)}: keep that unless Postroom "
+                "is to receive it (forwarding rules need the MX); sending does not"
+            )
+            findings["mx"] = Finding(MISSING, detail).stored()
+        return rt.smtp_host.lower() in hosts
 
     async def dkim_ed25519() -> bool:
         name = f"{domain.ed25519_selector}._domainkey.{domain.name}"
@@ -294,8 +314,6 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
 
     lookups: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
         ("dkim", dkim),
-        ("spf", spf),
-        ("dmarc", dmarc),
         ("mx", mx),
     ]
     if domain.ed25519_selector:
@@ -303,7 +321,9 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
     async with trio.open_nursery() as nursery:
         for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)
-    return results
+        nursery.start_soon(evaluate, "spf", spf.check(rt, domain.name))
+        nursery.start_soon(evaluate, "dmarc", dmarc.check(rt, domain.name))
+    return results, findings
 
 
 def record_verification(
@@ -315,9 +335,10 @@ def record_verification(
     log_every_check: bool,
     *,
     marked: bool = False,
+    findings: dict[str, Any] | None = None,
 ) -> Domain:
-    """Record what a check found (`statuses` per record purpose) under the one rule;
-    `marked`: the sandbox's mark instead of a DNS lookup."""
+    """Record what a check found (`statuses` per record purpose, `findings` beside them)
+    under the one rule; `marked`: the sandbox's mark instead of a DNS lookup."""
     current = domains.get(tx, domain.workspace_id, domain.id)
     if current is None:
         raise NotFound("domain not found")
@@ -341,7 +362,7 @@ def record_verification(
     else:  # still absent, or DNS could not answer: nothing new was learned
         status = current.status
     verified_at = (current.verified_at or now) if status == VERIFIED else None
-    domains.record_check(tx, current.id, status, statuses, now, verified_at, marked)
+    domains.record_check(tx, current.id, status, statuses, now, verified_at, marked, findings)
     if log_every_check or status != current.status:
         action = "domain.verified" if status == VERIFIED else "domain.verification_failed"
         meta = {"status": status, "records": statuses}
@@ -382,9 +403,14 @@ async def check(rt: Runtime, actor: str, domain: Domain, *, log_every_check: boo
 
     A person's check is always logged; the background checker logs only a change of status.
     """
-    statuses = await _check_records(rt, domain)
+    statuses, findings = await _check_records(rt, domain)
     return await rt.db.write(
-        record_verification, actor, domain, statuses, rt.clock.now(), log_every_check
+        functools.partial(record_verification, findings=findings),
+        actor,
+        domain,
+        statuses,
+        rt.clock.now(),
+        log_every_check,
     )
 
 
