@@ -16,7 +16,7 @@ from engine import dns
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED, Finding
 from engine.runtime import Runtime
 
-_VERSION = re.compile(r"^\s*v\s*=\s*DMARC1\s*(;|$)", re.IGNORECASE)
+_VERSION = re.compile(r"^\s*v\s*=\s*DMARC1\b", re.IGNORECASE)
 POLICIES = ("none", "quarantine", "reject")
 ALIGNMENTS = ("r", "s")
 
@@ -50,7 +50,7 @@ def _tags(text: str) -> dict[str, str]:
             continue
         name, sep, value = part.partition("=")
         name = name.strip().lower()
-        if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or re.search(r"\s\w+\s*=", value):
             raise InvalidRecord(
                 f"{part.strip()!r} is not a tag=value pair (tags are separated by semicolons)"
             )
