@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -24,6 +25,13 @@ def the_service_is_at(dns_server: DnsServer, address: str = "127.0.0.1") -> None
     dns_server.set(SMTP_HOST, "A", [address])
 
 
+@pytest.fixture
+async def account(service: Service, dns_server: DnsServer) -> Account:
+    """An account on a service whose host's address is published."""
+    the_service_is_at(dns_server)
+    return await service.account()
+
+
 def rule(domain: dict[str, Any], name: str) -> dict[str, Any]:
     found: dict[str, Any] = next(r for r in domain["compliance"]["rules"] if r["rule"] == name)
     return found
@@ -35,6 +43,13 @@ async def checked_spf(
     """Register `name`, publish `records` as its TXT records, verify; its SPF record entry."""
     domain = await create_domain(account, name)
     dns_server.set(name, "TXT", list(records))
+    return record(await verify(account, domain), "spf")
+
+
+async def republished_spf(account: Account, dns_server: DnsServer, text: str) -> dict[str, Any]:
+    """Replace the one domain's SPF record with `text` and verify; its SPF record entry."""
+    domain = (await account.client.get("/v1/domains/")).json()[0]
+    dns_server.set(domain["name"], "TXT", [text])
     return record(await verify(account, domain), "spf")
 
 
@@ -95,10 +110,8 @@ async def test_the_include_the_service_recommends_authorises_its_sending_address
 
 
 async def test_two_spf_records_are_a_permanent_error_with_one_merged_record_to_publish(
-    service: Service, dns_server: DnsServer
+    account: Account, dns_server: DnsServer
 ) -> None:
-    account = await service.account()
-    the_service_is_at(dns_server)
     dns_server.set("_spf.mailer.example", "TXT", [f"v=spf1 ip4:{OTHERS} -all"])
     found = await checked_spf(
         account,
@@ -112,16 +125,13 @@ async def test_two_spf_records_are_a_permanent_error_with_one_merged_record_to_p
     assert found["suggested_value"] == (f"v=spf1 include:_spf.mailer.example a:{SMTP_HOST} ~all")
 
     # Publishing the merged record alone makes it verified.
-    dns_server.set("example.com", "TXT", [found["suggested_value"]])
-    domain = (await account.client.get("/v1/domains/")).json()[0]
-    assert record(await verify(account, domain), "spf")["status"] == "verified"
+    merged = await republished_spf(account, dns_server, found["suggested_value"])
+    assert merged["status"] == "verified"
 
 
 async def test_more_than_ten_lookups_is_a_permanent_error(
-    service: Service, dns_server: DnsServer
+    account: Account, dns_server: DnsServer
 ) -> None:
-    account = await service.account()
-    the_service_is_at(dns_server)
     # Eleven includes, each one lookup, each a record of its own.
     for level in range(1, 12):
         dns_server.set(
@@ -135,16 +145,13 @@ async def test_more_than_ten_lookups_is_a_permanent_error(
     assert "more than 10 DNS lookups" in found["detail"]
 
     # Ten includes are within the limit, and the end of the chain authorises the service.
-    dns_server.set("example.com", "TXT", ["v=spf1 include:l3.chain.example -all"])
-    domain = (await account.client.get("/v1/domains/")).json()[0]
-    assert record(await verify(account, domain), "spf")["status"] == "verified"
+    within = await republished_spf(account, dns_server, "v=spf1 include:l3.chain.example -all")
+    assert within["status"] == "verified"
 
 
 async def test_plus_all_lets_anyone_send_and_is_a_failure(
-    service: Service, dns_server: DnsServer
+    account: Account, dns_server: DnsServer
 ) -> None:
-    account = await service.account()
-    the_service_is_at(dns_server)
     found = await checked_spf(account, dns_server, "example.com", f"v=spf1 a:{SMTP_HOST} +all")
     assert found["status"] == "invalid"
     assert "lets every host on the internet send" in found["detail"]
@@ -154,10 +161,8 @@ async def test_plus_all_lets_anyone_send_and_is_a_failure(
 
 
 async def test_guidance_adds_the_service_to_an_existing_record_instead_of_replacing_it(
-    service: Service, dns_server: DnsServer
+    account: Account, dns_server: DnsServer
 ) -> None:
-    account = await service.account()
-    the_service_is_at(dns_server)
     dns_server.set("_spf.google.com", "TXT", [f"v=spf1 ip4:{OTHERS} ~all"])
     found = await checked_spf(
         account, dns_server, "example.com", "v=spf1 include:_spf.google.com ~all"
@@ -169,17 +174,13 @@ async def test_guidance_adds_the_service_to_an_existing_record_instead_of_replac
     # The record given for a domain with none stays what it was.
     assert found["value"] == f"v=spf1 a:{SMTP_HOST} ~all"
 
-    dns_server.set("example.com", "TXT", [merged])
-    domain = (await account.client.get("/v1/domains/")).json()[0]
-    spf_record = record(await verify(account, domain), "spf")
+    spf_record = await republished_spf(account, dns_server, merged)
     assert (spf_record["status"], spf_record["suggested_value"]) == ("verified", None)
 
 
 async def test_no_dmarc_record_can_send_but_does_not_meet_the_bulk_sender_rules(
-    service: Service, dns_server: DnsServer
+    account: Account, dns_server: DnsServer
 ) -> None:
-    account = await service.account()
-    the_service_is_at(dns_server)
     domain = await create_domain(account)
     publish(dns_server, record(domain, "dkim"), record(domain, "spf"))
 
@@ -199,10 +200,8 @@ async def test_no_dmarc_record_can_send_but_does_not_meet_the_bulk_sender_rules(
 
 
 async def test_dmarc_p_none_with_rua_is_parsed_and_passes_aligned(
-    service: Service, dns_server: DnsServer
+    account: Account, dns_server: DnsServer
 ) -> None:
-    account = await service.account()
-    the_service_is_at(dns_server)
     domain = await create_domain(account)
     publish(dns_server, record(domain, "dkim"), record(domain, "spf"))
     dns_server.set(

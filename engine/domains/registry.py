@@ -273,8 +273,8 @@ async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], d
     results: dict[str, str] = {}
     findings: dict[str, Any] = {}
 
-    async def evaluate(purpose: str, judged: Awaitable[Finding]) -> None:
-        finding = await judged
+    async def evaluate(purpose: str, judge: Callable[[Runtime, str], Awaitable[Finding]]) -> None:
+        finding = await judge(rt, domain.name)
         results[purpose] = finding.status
         findings[purpose] = finding.stored()
 
@@ -321,8 +321,8 @@ async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], d
     async with trio.open_nursery() as nursery:
         for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)
-        nursery.start_soon(evaluate, "spf", spf.check(rt, domain.name))
-        nursery.start_soon(evaluate, "dmarc", dmarc.check(rt, domain.name))
+        nursery.start_soon(evaluate, "spf", spf.check)
+        nursery.start_soon(evaluate, "dmarc", dmarc.check)
     return results, findings
 
 

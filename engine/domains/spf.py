@@ -24,6 +24,7 @@ from typing import Any
 
 import spf
 import trio
+from dns.exception import DNSException
 
 from engine import dns
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED, Finding
@@ -127,6 +128,8 @@ def _lookups_through(rt: Runtime) -> Callable[[str, str], list[Any]]:
                 found = trio.from_thread.run(dns.rdatas, rt.resolver, name, qtype)
             except dns.TemporaryDnsError as exc:
                 raise spf.TempError(f"DNS {exc}") from exc
+            except DNSException as exc:  # a name no DNS query can carry (over 255 bytes)
+                raise spf.PermError(f"{name} cannot be looked up: {exc}") from exc
             cache[(name, qtype)] = [_value(r, qtype) for r in found]
         return list(cache[(name, qtype)])  # pyspf sorts MX answers in place
 
@@ -148,7 +151,9 @@ def _evaluate_all(
     for ip in ips:
         query = _Query(lookup, ip, f"bounces@{domain}", helo)
         result, _code, explanation = query.check()
-        results[ip] = (result, str(getattr(query, "prob", None) or explanation))
+        # An error's explanation is "SPF Permanent Error: <what>: <the term>".
+        reason = explanation.split(": ", 1)[-1] if result.endswith("error") else explanation
+        results[ip] = (result, reason)
     return published, results
 
 
