@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from engine.domains import dmarc, spf
+from postroom import config
 from postroom.service import serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
@@ -296,3 +297,16 @@ def test_dmarc_records_receivers_discard_are_invalid() -> None:
     # A bad p with a usable rua is read as none (RFC 7489 section 6.6.3); unknown tags ignored.
     lenient = dmarc.parse("v=DMARC1; p=bogus; rua=mailto:r@example.com; xyz=1", "_dmarc.x")
     assert (lenient.policy, lenient.rua) == ("none", ["mailto:r@example.com"])
+
+
+def test_sending_addresses_and_the_spf_include_are_settings_checked_at_start() -> None:
+    env = {
+        "POSTROOM_SENDING_ADDRESSES": "192.0.2.7, 2001:DB8::7",
+        "POSTROOM_SPF_INCLUDE": "_spf.Mail.example.",
+    }
+    settings = config.load(env)
+    assert settings.sending_addresses == ("192.0.2.7", "2001:db8::7")
+    assert settings.spf_include == "_spf.mail.example"
+    for name, value in (("SENDING_ADDRESSES", "mail.example.com"), ("SPF_INCLUDE", "not a name")):
+        with pytest.raises(config.SettingsError, match=f"POSTROOM_{name}: expected"):
+            config.load({f"POSTROOM_{name}": value})

@@ -312,7 +312,7 @@ async def test_spf_and_mx_pointing_elsewhere_are_missing_and_do_not_block_verifi
     domain = await create_domain(account)
     publish(dns_server, record(domain, "dkim"))
     dns_server.set(SMTP_HOST, "A", ["127.0.0.1"])
-    dns_server.set("_spf.elsewhere.example", "TXT", ["v=spf1 ip4:192.0.2.0/24 -all"])
+    dns_server.set("_spf.elsewhere.example", "TXT", ["v=spf1 ip4:198.51.100.0/24 -all"])
     dns_server.set("example.com", "TXT", ["v=spf1 include:_spf.elsewhere.example ~all"])
     dns_server.set("example.com", "MX", ["10 mx.elsewhere.example."])
 
