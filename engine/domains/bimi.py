@@ -9,13 +9,12 @@ and browsers render it. Enabling needs a verified domain, a logo, and a DMARC po
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import dns, plans
+from engine import plans
 from engine.activity import Change, record
-from engine.domains import svg_policy
+from engine.domains import dmarc, svg_policy
 from engine.errors import InvalidRequest, NotFound
 from engine.runtime import Principal, Runtime
 from storage import domains
@@ -23,7 +22,6 @@ from storage.domains import Domain
 from storage.tx import Tx
 
 MAX_LOGO_BYTES = 100 * 1024
-_DMARC_POLICY = re.compile(r"(?:^|;)\s*p\s*=\s*([a-z]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +49,9 @@ def dns_host(domain: Domain) -> str:
 
 
 async def dmarc_policy(rt: Runtime, domain: Domain) -> str | None:
-    """The domain's DMARC policy (`none`, `quarantine`, `reject`), or None when absent."""
-    try:
-        records = await dns.txt(rt.resolver, f"_dmarc.{domain.name}")
-    except dns.TemporaryDnsError:
-        return None
-    for value in records:
-        if value.replace(" ", "").upper().startswith("V=DMARC1"):
-            found = _DMARC_POLICY.search(value)
-            return found.group(1).lower() if found else None
-    return None
+    """The domain's DMARC policy (`none`, `quarantine`, `reject`) as receivers read it
+    (engine/domains/dmarc.py), or None when no valid record applies."""
+    return await dmarc.applied_policy(rt, domain.name)
 
 
 async def _domain_on_plan(rt: Runtime, who: Principal, domain_id: str) -> Domain:

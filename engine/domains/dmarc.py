@@ -122,6 +122,13 @@ def describe(policy: Policy) -> str:
     )
 
 
+async def applied_policy(rt: Runtime, domain: str) -> str | None:
+    """The policy receivers apply to the domain's failing mail; None when no valid record
+    applies or DNS could not answer."""
+    finding = await check(rt, domain)
+    return Policy(**finding.facts).applied if finding.status == VERIFIED else None
+
+
 async def check(rt: Runtime, domain: str) -> Finding:
     """The DMARC policy that applies to `domain`, as a finding whose facts are the policy."""
     for name in names_to_try(domain):
