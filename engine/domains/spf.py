@@ -85,11 +85,7 @@ class _Query(spf.query):  # type: ignore[misc]  # pyspf has no type hints
         self._lookup = lookup
 
     def dns(
-        self,
-        name: str,
-        qtype: str,
-        cnames: object = None,
-        ignore_void: bool = False,
+        self, name: str, qtype: str, cnames: object = None, ignore_void: bool = False
     ) -> list[Any]:
         # The contract of pyspf's own `dns`: a list of values per type, [] for none, void
         # lookups counted. CNAMEs are followed by the resolver itself.
