@@ -179,6 +179,20 @@ async def test_guidance_adds_the_service_to_an_existing_record_instead_of_replac
     assert (spf_record["status"], spf_record["suggested_value"]) == ("verified", None)
 
 
+async def test_dns_that_cannot_answer_leaves_spf_and_dmarc_pending_saying_so(
+    account: Account, dns_server: DnsServer
+) -> None:
+    domain = await create_domain(account)
+    dns_server.fail("example.com")
+    dns_server.fail("_dmarc.example.com")
+    checked = await verify(account, domain)
+    spf_record, dmarc_record = record(checked, "spf"), record(checked, "dmarc")
+    assert (spf_record["status"], dmarc_record["status"]) == ("pending", "pending")
+    assert spf_record["detail"].startswith("DNS could not answer: ")
+    assert "example.com" in spf_record["detail"]
+    assert rule(checked, "spf")["status"] == "pending"
+
+
 async def test_no_dmarc_record_can_send_but_does_not_meet_the_bulk_sender_rules(
     account: Account, dns_server: DnsServer
 ) -> None:
