@@ -68,6 +68,10 @@ class SendBody(In):
     variables: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, max_length=100
     )
+    # Transactional mail carries no List-Unsubscribe unless asked; asked, it carries the
+    # one-click header, `{{unsubscribe_url}}` and the footer, and an unsubscribed address is
+    # not sent it (engine/suppressions/scopes.py).
+    unsubscribe: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -95,6 +99,7 @@ class SendBody(In):
             attachments=tuple(
                 AttachmentIn(a.filename, a.content_base64, a.content_type) for a in self.attachments
             ),
+            unsubscribe=self.unsubscribe,
         )
 
 
