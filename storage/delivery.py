@@ -4,9 +4,8 @@ Set-based: a delivery round is loaded and recorded with a fixed number of statem
 whatever its size (load: one query each for emails, their submitted messages, sending
 domains, suppressions and unsubscribe footers; record: one UPDATE per distinct outcome, the
 events, one SELECT and one UPDATE per resulting email status; plus one insert per new hard
-bounce), never a
-query per email or per recipient. The claim is storage/emails.py's (one SELECT, one batched
-UPDATE, one MIN).
+bounce), never a query per email or per recipient. The claim is storage/emails.py's (one
+SELECT, one batched UPDATE, one MIN).
 """
 
 from __future__ import annotations
