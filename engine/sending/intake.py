@@ -39,6 +39,7 @@ from engine.errors import (
 )
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
+from engine.mail.unsubscribe_footer import VARIABLE
 from engine.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
@@ -192,6 +193,15 @@ def _request_issues(
     addresses = _normalised(req, issues)
     if not (req.html or req.text):
         issues.append(Issue("content", "at least one of html or text is required"))
+    if not req.unsubscribe and any(VARIABLE.search(part or "") for part in (req.html, req.text)):
+        # Filled only in mail that offers unsubscribe: it would go out as the braces.
+        issues.append(
+            Issue(
+                "content",
+                "the body places {{unsubscribe_url}}: send it with unsubscribe set to true",
+                loc=("unsubscribe",),
+            )
+        )
     issues.extend(_header_issues(req))
     _decoded_attachments(req, issues)
     if req.send_at is not None:
