@@ -34,6 +34,13 @@ def _links(received: ReceivedMessage) -> tuple[str, str]:
     return one_click, mailto
 
 
+async def _account(service: Service, dns_server: DnsServer) -> Account:
+    """A sending account whose mail to DOMAIN reaches the sink."""
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, DOMAIN)
+    return account
+
+
 async def _send(account: Account, to: str, **extra: Any) -> dict[str, Any]:
     response = await account.client.post("/v1/emails/", json=message(to, **extra))
     assert response.status_code == 202, response.text
@@ -58,6 +65,16 @@ async def _suppressions(account: Account) -> list[tuple[str, str, str | None]]:
     return sorted((s["email"], s["reason"], s["source_email_id"]) for s in listed)
 
 
+async def _unsubscribed(account: Account, email_id: str) -> list[tuple[str, str]]:
+    """Who unsubscribed from an email, and how, by its `unsubscribed` events."""
+    events = (await account.client.get(f"/v1/emails/{email_id}/events")).json()
+    return [
+        (e["recipient"], e["metadata"]["method"])
+        for e in events
+        if e["event_type"] == "unsubscribed"
+    ]
+
+
 async def _one_click(service: Service, url: str) -> None:
     done = await service.client().post(
         url.removeprefix(PUBLIC_URL), data={"List-Unsubscribe": "One-Click"}
@@ -68,8 +85,7 @@ async def _one_click(service: Service, url: str) -> None:
 async def test_each_recipient_gets_a_copy_whose_link_names_only_them(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     email_id, copies = await _delivered(
         account, smtp_sink, ANN, count=3, cc=[{"email": BOB}], bcc=[{"email": CY}], unsubscribe=True
     )
@@ -89,19 +105,13 @@ async def test_each_recipient_gets_a_copy_whose_link_names_only_them(
 
     await _one_click(service, links[BOB][0])
     assert await _suppressions(account) == [(BOB, "unsubscribe", email_id)]
-    events = (await account.client.get(f"/v1/emails/{email_id}/events")).json()
-    assert [
-        (e["recipient"], e["metadata"]["method"])
-        for e in events
-        if e["event_type"] == "unsubscribed"
-    ] == [(BOB, "one-click")]
+    assert await _unsubscribed(account, email_id) == [(BOB, "one-click")]
 
 
 async def test_transactional_mail_carries_no_unsubscribe_unless_asked(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     _, [copy] = await _delivered(account, smtp_sink, ANN, cc=[{"email": BOB}])
     assert sorted(copy.rcpt_to) == [ANN, BOB]  # one message, one transaction, as before
     seen = parsed(copy.data)
@@ -112,8 +122,7 @@ async def test_transactional_mail_carries_no_unsubscribe_unless_asked(
 async def test_an_unsubscribe_blocks_subscribed_mail_only_and_is_never_overridden(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     _, [newsletter] = await _delivered(account, smtp_sink, ANN, unsubscribe=True)
     await _one_click(service, _links(newsletter)[0])
 
@@ -156,8 +165,7 @@ async def test_the_override_never_lifts_the_recipients_own_word(
 async def test_a_bounce_is_still_overridden_once(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     await account.client.post("/v1/suppressions/", json={"email": ANN, "reason": "hard_bounce"})
     assert (await _send(account, ANN))["status"] == "rejected"
     assert (await _send(account, ANN))["status"] == "queued"  # the one retry in 24 hours
@@ -166,8 +174,7 @@ async def test_a_bounce_is_still_overridden_once(
 async def test_the_footer_is_added_when_the_body_places_no_link_and_never_twice(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     _, [plain] = await _delivered(account, smtp_sink, ANN, unsubscribe=True)
     one_click, _ = _links(plain)
     seen = parsed(plain.data)
@@ -179,6 +186,10 @@ async def test_the_footer_is_added_when_the_body_places_no_link_and_never_twice(
         "text": "Bye? {{ unsubscribe_url }}",
         "html": '<html><body><a href="{{unsubscribe_url}}">Leave</a></body></html>',
     }
+    # Placed in mail that offers no unsubscribe, it would go out as the braces: refused.
+    refused = await account.client.post("/v1/emails/", json=message(ANN, **placed))
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["loc"] == ["body", "unsubscribe"]
     _, [own] = await _delivered(account, smtp_sink, ANN, unsubscribe=True, **placed)
     one_click, _ = _links(own)
     seen = parsed(own.data)
@@ -190,8 +201,7 @@ async def test_the_footer_is_added_when_the_body_places_no_link_and_never_twice(
 async def test_a_workspace_words_its_footer_or_turns_it_off(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     path = "/v1/workspace/unsubscribe-footer"
     default = (await account.client.get(path)).json()
     assert default["enabled"] is True and default["updated_at"] is None
@@ -244,8 +254,7 @@ def _unsubscribe_letter(to: str, subject: str | None) -> bytes:
 async def test_mailto_unsubscribe_through_the_inbound_mx(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, DOMAIN)
+    account = await _account(service, dns_server)
     email_id, copies = await _delivered(
         account, smtp_sink, ANN, count=2, cc=[{"email": BOB}], unsubscribe=True
     )
@@ -265,12 +274,7 @@ async def test_mailto_unsubscribe_through_the_inbound_mx(
 
     assert await send_inbound(service, [address], _unsubscribe_letter(address, subject)) == set()
     assert await _suppressions(account) == [(BOB, "unsubscribe", email_id)]
-    events = (await account.client.get(f"/v1/emails/{email_id}/events")).json()
-    assert [
-        (e["recipient"], e["metadata"]["method"])
-        for e in events
-        if e["event_type"] == "unsubscribed"
-    ] == [(BOB, "mailto")]
+    assert await _unsubscribed(account, email_id) == [(BOB, "mailto")]
 
     # An email to one reader (as every broadcast email is) needs no subject.
     single_id, [single] = await _delivered(account, smtp_sink, CY, unsubscribe=True)
