@@ -89,6 +89,8 @@ async def test_each_recipient_gets_a_copy_whose_link_names_only_them(
     email_id, copies = await _delivered(
         account, smtp_sink, ANN, count=3, cc=[{"email": BOB}], bcc=[{"email": CY}], unsubscribe=True
     )
+    detail = (await account.client.get(f"/v1/emails/{email_id}")).json()
+    assert detail["unsubscribe"] is True
     by_reader = {copy.rcpt_to: copy for copy in copies}
     assert set(by_reader) == {(ANN,), (BOB,), (CY,)}  # one transaction per recipient
     links = {reader: _links(copy) for (reader,), copy in by_reader.items()}

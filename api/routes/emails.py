@@ -162,6 +162,7 @@ class EmailDetailOut(EmailItem):
     rejection_reason: str | None
     retry_of_id: str | None
     send_at: datetime | None
+    unsubscribe: bool  # carries List-Unsubscribe and the unsubscribe link
     recipients: list[RecipientOut]
     events: list[EventOut]
 
@@ -430,6 +431,7 @@ async def get(email_id: str) -> dict[str, Any]:
         rejection_reason=email.rejection_reason,
         retry_of_id=email.retry_of_id,
         send_at=email.send_at,
+        unsubscribe=email.unsubscribe,
         recipients=[RecipientOut.model_validate(r) for r in found.recipients],
         events=[EventOut.model_validate(e) for e in found.events],
     )
