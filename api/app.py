@@ -34,6 +34,7 @@ from api.routes import (
     templates,
     tracking,
     transfers,
+    unsubscribe_footer,
     verify,
     webhooks,
 )
@@ -70,6 +71,7 @@ BLUEPRINTS = (
     queue.blueprint,
     incidents.blueprint,
     delivery.blueprint,
+    unsubscribe_footer.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

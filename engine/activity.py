@@ -44,6 +44,7 @@ _CATEGORY_OF_RESOURCE = {
     "queue": "Send",  # queue actions by search: hold, release, cancel, retry now
     "delivery_policy": "Send",
     "delivery_ramp": "Send",
+    "unsubscribe_footer": "Send",
     "email": "Send",  # only the emails an agent sends, one by one (engine/sending/intake.py)
 }
 
@@ -70,6 +71,7 @@ _TARGET_TYPE = {
     "queue": "Delivery queue",
     "delivery_policy": "Delivery policy",
     "delivery_ramp": "Warm-up ramp",
+    "unsubscribe_footer": "Unsubscribe footer",
     "email": "Email",
 }
 

@@ -28,6 +28,7 @@ from engine import plans
 from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.nodes import Role
+from engine.sending import link_security
 from engine.supervisor import DatabaseGone
 from postroom import config, health, logs, workers
 from postroom.startup import open_runtime, return_large_blocks, settle_heap, trim_heap
@@ -162,6 +163,10 @@ def _mcp_stdio(args: argparse.Namespace, settings: config.Settings) -> int:
 
 def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     if args.command == "serve":
+        # Once, by the process the operator started (not by each of its workers).
+        warning = link_security.http_warning(settings.public_url, sandbox=settings.sandbox)
+        if warning is not None and args.instance is None:
+            log.warning("%s", warning)
         count = workers.default_workers() if args.workers is None else args.workers
         try:
             roles = workers.roles(count, args.delivery_workers)

@@ -2,26 +2,27 @@
 
 Set-based: a delivery round is loaded and recorded with a fixed number of statements
 whatever its size (load: one query each for emails, their submitted messages, sending
-domains and suppressions; record: one UPDATE per distinct outcome, the events, one SELECT
-and one UPDATE per resulting email status; plus one insert per new hard bounce), never a
-query per email or per recipient. The claim is storage/emails.py's (one SELECT, one batched
-UPDATE, one MIN).
+domains, suppressions and unsubscribe footers; record: one UPDATE per distinct outcome, the
+events, one SELECT and one UPDATE per resulting email status; plus one insert per new hard
+bounce), never a query per email or per recipient. The claim is storage/emails.py's (one
+SELECT, one batched UPDATE, one MIN).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from storage import domains, emails, suppressions
+from storage import domains, emails, suppressions, unsubscribe_footers
 from storage.codec import in_list, parse_timestamp, timestamp
 from storage.domains import Domain
 from storage.emails import Email, Event, Recipient, RecipientUpdate, Unreadable
 from storage.suppressions import Suppression
 from storage.tx import Tx
+from storage.unsubscribe_footers import StoredFooter
 
 
 def _pairs(prefix: str, keys: Sequence[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
@@ -40,12 +41,14 @@ class RoundData:
 
     `emails`: each readable email with its sending domain (None when deleted since) and
     those of its recipients that were suppressed after it was accepted (address -> reason);
-    `unreadable`: the emails whose stored row cannot be read.
+    `unreadable`: the emails whose stored row cannot be read; `footers`: the unsubscribe
+    footers stored by the workspaces of the emails that offer unsubscribe.
     """
 
     emails: list[tuple[Email, Domain | None, dict[str, str]]]
     unreadable: dict[str, Unreadable]
     large: dict[str, int]  # emails whose submitted message was left out: its size
+    footers: dict[str, StoredFooter] = field(default_factory=dict)
 
 
 def load_round(
@@ -58,6 +61,9 @@ def load_round(
     found, large = emails.with_raw(tx, found, larger_than)
     sending = _domains(tx, {(e.workspace_id, e.domain_id) for e in found.values()})
     late = _suppressed_since_accepted(tx, found, recipients)
+    footers = unsubscribe_footers.of_workspaces(
+        tx, (e.workspace_id for e in found.values() if e.unsubscribe)
+    )
     return RoundData(
         [
             (email, sending.get((email.workspace_id, email.domain_id)), late.get(email.id, {}))
@@ -65,6 +71,7 @@ def load_round(
         ],
         unreadable,
         large,
+        footers,
     )
 
 

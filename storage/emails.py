@@ -59,6 +59,9 @@ class Email:
     # The message as submitted (SMTP relay, forwards), sent as given; None for API emails.
     # Loaded only for delivery (`with_raw`), never by lists.
     raw: bytes | None = None
+    # Carries List-Unsubscribe and `{{unsubscribe_url}}`: broadcasts, and emails whose sender
+    # asked; only such mail is blocked by an unsubscribe (engine/suppressions/scopes.py).
+    unsubscribe: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,7 @@ def _email(row: Row) -> Email:
         created_at=parse_timestamp(row["created_at"]),
         updated_at=parse_timestamp(row["updated_at"]),
         delivered_at=parse_optional_timestamp(row["delivered_at"]),
+        unsubscribe=bool(row.get("unsubscribe")),
     )
 
 
@@ -196,10 +200,10 @@ def insert(
             "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
             " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
             " status, source, message_id, rejection_reason, retry_of_id, send_at,"
-            " created_at, updated_at) VALUES (:id, :ws, :domain_id, :from_address, :from_name, :to,"
-            " :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags, :status,"
-            " :source, :message_id, :rejection_reason, :retry_of_id, :send_at, :created_at,"
-            " :created_at)",
+            " created_at, updated_at, unsubscribe) VALUES (:id, :ws, :domain_id, :from_address,"
+            " :from_name, :to, :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags,"
+            " :status, :source, :message_id, :rejection_reason, :retry_of_id, :send_at,"
+            " :created_at, :created_at, :unsubscribe)",
             (
                 {
                     "id": e.id,
@@ -223,6 +227,7 @@ def insert(
                     "retry_of_id": e.retry_of_id,
                     "send_at": None if e.send_at is None else timestamp(e.send_at),
                     "created_at": timestamp(e.created_at),
+                    "unsubscribe": e.unsubscribe,
                 }
                 for e in emails
             ),

@@ -18,18 +18,29 @@ class Suppression:
     source_email_id: str | None
 
 
+# An unsubscribe blocks only the mail that offers one (engine/suppressions/scopes.py), less
+# than any other reason: an entry of another reason replaces it, so a recipient who
+# unsubscribed and then bounces or complains is not sent transactional mail any more.
+NARROW = "unsubscribe"
+
+
 def add(tx: Tx, workspace_id: str, entry: Suppression) -> bool:
-    """Suppress an address; False when it was already suppressed (left unchanged)."""
+    """Suppress an address; False when it was already suppressed (left unchanged), unless
+    only by an unsubscribe that this entry, of another reason, replaces."""
     return (
         tx.execute(
             "INSERT INTO suppressions (workspace_id, email, reason, source_email_id, created_at)"
-            " VALUES (:ws, :email, :reason, :source, :created_at) ON CONFLICT DO NOTHING",
+            " VALUES (:ws, :email, :reason, :source, :created_at)"
+            " ON CONFLICT (workspace_id, email) DO UPDATE SET reason = excluded.reason,"
+            " source_email_id = excluded.source_email_id, created_at = excluded.created_at"
+            " WHERE suppressions.reason = :narrow AND excluded.reason <> :narrow",
             {
                 "ws": workspace_id,
                 "email": entry.email,
                 "reason": entry.reason,
                 "source": entry.source_email_id,
                 "created_at": timestamp(entry.created_at),
+                "narrow": NARROW,
             },
         )
         == 1

@@ -203,6 +203,29 @@ def test_busy_api_address_stops_serve_with_one_line(sqlite_process: ServiceProce
     assert_stops_with_one_log_record(result.stderr, "in use")
 
 
+@pytest.mark.parametrize(
+    ("public_url", "warned"),
+    [("http://mail.example.com", True), ("https://mail.example.com", False)],
+)
+def test_serve_warns_once_when_unsubscribe_links_are_not_https(
+    sqlite_process: ServiceProcess, public_url: str, warned: bool
+) -> None:
+    sqlite_process.env["POSTROOM_PUBLIC_URL"] = public_url
+    host, port = sqlite_process.env["POSTROOM_API_LISTEN"].split(":")
+    with socket.socket() as squatter:  # the start stops early, after the warning
+        squatter.bind((host, int(port)))
+        squatter.listen()
+
+        result = sqlite_process.cli("serve", check=False)
+
+    records = [json.loads(line) for line in result.stderr.strip().splitlines()]
+    warnings = [
+        r["message"] for r in records if r["level"] == "warning" and "https" in r["message"]
+    ]
+    assert len(warnings) == warned, result.stderr
+    assert all(public_url in w and "one-click unsubscribe" in w for w in warnings)
+
+
 def test_unusable_database_stops_serve_with_one_line(
     sqlite_process: ServiceProcess, tmp_path: Path
 ) -> None:

@@ -114,7 +114,11 @@ async def test_erasure_leaves_the_address_in_no_table_and_no_file(
     await _webhook(account, https_receiver)
     note = base64.b64encode(f"Statement for {ANN}".encode()).decode()
     sends = [
-        message(ANN, html=f'<p>Hi {ANN}, <a href="https://shop.example/o?id=1">order</a></p>'),
+        message(
+            ANN,
+            html=f'<p>Hi {ANN}, <a href="https://shop.example/o?id=1">order</a></p>',
+            unsubscribe=True,
+        ),
         message(BOB, cc=[{"email": ANN.upper(), "name": "Ann"}]),
         message(BOB, bcc=[{"email": ANN}]),
         message(
@@ -299,7 +303,8 @@ async def test_tracking_links_are_opaque_and_keep_the_urls_query(
         f"/v1/domains/{domain['id']}", json={"open_tracking": True, "click_tracking": True}
     )
     html = '<p><a href="https://shop.example/o?id=1&amp;ref=mail">order</a></p>'
-    sent = (await account.client.post("/v1/emails/", json=message(ANN, html=html))).json()
+    body = message(ANN, html=html, unsubscribe=True)
+    sent = (await account.client.post("/v1/emails/", json=body)).json()
     [received] = await smtp_sink.wait_for_messages(1)
     await wait_for_status(account, sent["id"])
     links = _links(received.data)

@@ -97,7 +97,8 @@ async def test_sandboxed_mail_is_captured_signed_and_never_sent(
     assert detail["html"].strip() == "<p>Thanks for your <b>order</b>.</p>"
     assert detail["text"].strip() == "Thanks for your order."
     names = [h["name"].lower() for h in detail["headers"]]
-    assert names[0] == "dkim-signature" and "list-unsubscribe" in names
+    # Transactional mail: no List-Unsubscribe unless the sender asks (issue 30).
+    assert names[0] == "dkim-signature" and "list-unsubscribe" not in names
     source = await account.client.get(f"/v1/sandbox/messages/{captured['id']}/source")
     assert source.headers["content-type"] == "message/rfc822"
     assert source.content == base64.b64decode(detail["source_base64"])

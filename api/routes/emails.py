@@ -68,6 +68,10 @@ class SendBody(In):
     variables: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, max_length=100
     )
+    # Transactional mail carries no List-Unsubscribe unless asked; asked, it carries the
+    # one-click header, `{{unsubscribe_url}}` and the footer, and an unsubscribed address is
+    # not sent it (engine/suppressions/scopes.py).
+    unsubscribe: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -95,6 +99,7 @@ class SendBody(In):
             attachments=tuple(
                 AttachmentIn(a.filename, a.content_base64, a.content_type) for a in self.attachments
             ),
+            unsubscribe=self.unsubscribe,
         )
 
 
@@ -157,6 +162,7 @@ class EmailDetailOut(EmailItem):
     rejection_reason: str | None
     retry_of_id: str | None
     send_at: datetime | None
+    unsubscribe: bool  # carries List-Unsubscribe and the unsubscribe link
     recipients: list[RecipientOut]
     events: list[EventOut]
 
@@ -425,6 +431,7 @@ async def get(email_id: str) -> dict[str, Any]:
         rejection_reason=email.rejection_reason,
         retry_of_id=email.retry_of_id,
         send_at=email.send_at,
+        unsubscribe=email.unsubscribe,
         recipients=[RecipientOut.model_validate(r) for r in found.recipients],
         events=[EventOut.model_validate(e) for e in found.events],
     )

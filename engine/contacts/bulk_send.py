@@ -207,6 +207,7 @@ def _queue_chunk(
                 tags=req.tags,
                 headers=headers,
                 source="broadcast",
+                unsubscribe=True,  # one-click, mailto:, visible link (issue 30)
             )
         )
     # The volume was reserved when the send started; delivery is woken after the last chunk.

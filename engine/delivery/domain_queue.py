@@ -63,14 +63,16 @@ from engine.delivery.classify import (
 )
 from engine.delivery.full_mailboxes import FullMailboxes
 from engine.delivery.latency import LatencyHistogram
-from engine.delivery.messages import LinkSettings, WireMessage, build_all
+from engine.delivery.messages import LinkSettings, ToBuild, WireMessage, build_all
 from engine.nodes import LEASE
 from engine.runtime import Runtime
 from engine.sandbox import capture as sandbox_capture
 from engine.sending import statuses
+from engine.sending import unsubscribe_footers as footers
 from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
+from engine.suppressions import scopes
 from engine.webhooks import outbox
 from storage import delivery, delivery_policies, destination_slots, emails
 from storage import incidents as stored_incidents
@@ -494,28 +496,47 @@ class DomainQueue:
         data = await self._rt.db.read(delivery.load_round, claim.recipients, LARGE)
         if data.large:
             data = await self._take_large(data, by_email, token)
-        links = LinkSettings(self._rt.public_url, self._rt.secret_key)
-        built = await trio.to_thread.run_sync(
-            build_all, [(email, domain) for email, domain, _ in data.emails], links
+        # Only those suppressed since that this email may not reach: an unsubscribe stops
+        # only mail that offers one (engine/suppressions/scopes.py).
+        data = replace(
+            data,
+            emails=[
+                (email, domain, scopes.blocking(late, subscribed=email.unsubscribe))
+                for email, domain, late in data.emails
+            ],
         )
+        links = LinkSettings(self._rt.public_url, self._rt.secret_key)
+        to_build = [
+            ToBuild(
+                email,
+                domain,
+                footers.footer_of(data.footers.get(email.workspace_id)),
+                [r.address for r in by_email[email.id] if r.address not in late],
+            )
+            for email, domain, late in data.emails
+        ]
+        built = await trio.to_thread.run_sync(build_all, to_build, links)
         outcome = _Round(self._rt.clock.now())
         for email_id, unreadable in data.unreadable.items():
             for recipient in by_email[email_id]:
                 outcome.unreadable(recipient, unreadable.workspace_id, unreadable.error)
         work: list[_Transfer] = []
         for email, _, late in data.emails:
-            message = built[email.id]
+            messages = built[email.id]
             recipients = []
             for recipient in by_email[email.id]:
                 if recipient.address in late:
                     outcome.settle(email, recipient, SuppressedSince(late[recipient.address]))
-                elif isinstance(message, str):
-                    outcome.settle(email, recipient, Unbuildable(message))
+                elif isinstance(messages, str):
+                    outcome.settle(email, recipient, Unbuildable(messages))
                 else:
                     recipients.append(recipient)
-            if recipients and isinstance(message, WireMessage):
+            if recipients and not isinstance(messages, str):
                 # The submitted message is in the built one now: not kept twice.
-                work.append(_Transfer(replace(email, raw=None), recipients, message))
+                email = replace(email, raw=None)
+                for message in messages:
+                    mine = [r for r in recipients if message.recipient in (None, r.address)]
+                    work.append(_Transfer(email, mine, message))
         return _Prepared(claim, outcome, work, token, epoch)
 
     async def _take_large(

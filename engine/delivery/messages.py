@@ -3,6 +3,12 @@
 Composition and DKIM signing run in a worker thread, one hop for a whole batch of emails.
 An email submitted as a complete message (SMTP relay, forwards: `Email.raw`) is not
 composed: it goes out as given, only signed and completed (`as_given`).
+
+An email that offers unsubscribe (`Email.unsubscribe`: broadcasts, and emails whose sender
+asked) is built once per recipient: each copy's List-Unsubscribe (one-click URL and mailto:),
+`{{unsubscribe_url}}` and footer (engine/mail/unsubscribe_footer.py) and tracking links name
+that recipient alone, so a Cc recipient's unsubscribe is the Cc recipient's. Other emails
+are one message for all their recipients at a domain, with no List-Unsubscribe.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
 from engine.mail.text_part import from_html
+from engine.mail.unsubscribe_footer import DEFAULT, Footer, personal_html, personal_text
 from engine.sending.tracking import Links, instrument_html
 from engine.smtp.grammar import to_crlf
 from storage.domains import Domain
@@ -27,6 +34,8 @@ class WireMessage:
     email_id: str
     envelope_from: str
     data: bytes
+    # The one recipient this copy is for; None: every recipient of the email.
+    recipient: str | None = None
 
 
 def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
@@ -117,28 +126,58 @@ def signed(message: bytes, domain: Domain) -> bytes:
     return message
 
 
-def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
-    """The DKIM-signed message of an email, and its per-email bounce address."""
+def build(
+    email: Email,
+    domain: Domain,
+    link_settings: LinkSettings,
+    footer: Footer = DEFAULT,
+    recipients: Sequence[str] = (),
+) -> list[WireMessage]:
+    """The DKIM-signed messages of an email and its per-email bounce address: one for all
+    its recipients, or, when it offers unsubscribe, one for each of `recipients`."""
+    bounce = bounce_address(email.id, domain.name)
     if email.raw is not None:
-        data = _signed_as_given(email, domain)
-        return WireMessage(email.id, bounce_address(email.id, domain.name), data)
-    links = Links(
-        link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
-    )
+        return [WireMessage(email.id, bounce, _signed_as_given(email, domain))]
+    if not email.unsubscribe:
+        links = Links(
+            link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
+        )
+        data = signed(compose(_outgoing(email, domain, links, None, footer)), domain)
+        return [WireMessage(email.id, bounce, data)]
+    built = []
+    for recipient in dict.fromkeys(recipients):
+        links = Links(link_settings.public_url, link_settings.secret, email.id, recipient)
+        data = signed(compose(_outgoing(email, domain, links, bounce, footer)), domain)
+        built.append(WireMessage(email.id, bounce, data, recipient))
+    return built
+
+
+def _outgoing(
+    email: Email, domain: Domain, links: Links, bounce: str | None, footer: Footer
+) -> OutgoingMessage:
+    """The message of an email for the reader `links` name; with unsubscribe when `bounce`
+    (the email's bounce address, beside which the mailto: address is) is given."""
     html = email.html
     if html is not None and (domain.open_tracking or domain.click_tracking):
         html = instrument_html(
             html, links, opens=domain.open_tracking, clicks=domain.click_tracking
         )
-    outgoing = OutgoingMessage(
+    # HTML alone gets a text part made from it (before tracking rewrote its links).
+    text = email.text if email.text is not None or email.html is None else from_html(email.html)
+    one_click = mailto = None
+    if bounce is not None:
+        one_click, mailto = links.unsubscribe(bounce)
+        # After tracking: the unsubscribe link is never routed through a click redirect.
+        text = personal_text(text, one_click, footer)
+        html = personal_html(html, one_click, footer)
+    return OutgoingMessage(
         from_address=email.from_address,
         from_name=email.from_name,
         to=tuple(_mailbox(e) for e in email.to),
         cc=tuple(_mailbox(e) for e in email.cc),
         reply_to=None if email.reply_to is None else _mailbox(email.reply_to),
         subject=email.subject,
-        # HTML alone gets a text part made from it (before tracking rewrote its links).
-        text=email.text if email.text is not None or email.html is None else from_html(email.html),
+        text=text,
         html=html,
         headers=tuple(email.headers.items()),
         attachments=tuple(
@@ -149,23 +188,33 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
         date=email.created_at,
         tags=tuple(email.tags),
         tags_header=domain.tags_header,
-        list_unsubscribe=links.unsubscribe,
+        list_unsubscribe=one_click,
+        list_unsubscribe_mailto=mailto,
     )
-    data = signed(compose(outgoing), domain)
-    return WireMessage(email.id, bounce_address(email.id, domain.name), data)
+
+
+@dataclass(frozen=True, slots=True)
+class ToBuild:
+    """An email of a round, with what its messages are built from."""
+
+    email: Email
+    domain: Domain | None  # None: the sending domain was deleted
+    footer: Footer
+    recipients: Sequence[str]  # the round's recipients of it
 
 
 def build_all(
-    pairs: Sequence[tuple[Email, Domain | None]], link_settings: LinkSettings
-) -> dict[str, WireMessage | str]:
+    emails: Sequence[ToBuild], link_settings: LinkSettings
+) -> dict[str, list[WireMessage] | str]:
     """Every message of a batch; an email that cannot be built maps to the reason why."""
-    built: dict[str, WireMessage | str] = {}
-    for email, domain in pairs:
+    built: dict[str, list[WireMessage] | str] = {}
+    for item in emails:
+        email, domain = item.email, item.domain
         if domain is None:
             built[email.id] = "the sending domain was deleted"
             continue
         try:
-            built[email.id] = build(email, domain, link_settings)
+            built[email.id] = build(email, domain, link_settings, item.footer, item.recipients)
         except Exception as exc:  # stored data no code can build from: fails that email only
             built[email.id] = f"cannot build the message: {type(exc).__name__}: {exc}"
     return built

@@ -7,7 +7,8 @@ room for it (engine/message_memory.py). An email destination becomes an email of
 `raw_mail.store_raw` (source "forward"), in the same unit of work as the job's outcome and
 its log entry, so a copy is queued exactly once; delivery then signs it with the forward
 domain's key and sends it from that email's bounce address. A destination address on the
-workspace's suppression list is not sent to. A URL destination gets the message as JSON
+workspace's suppression list is not sent to (unless only unsubscribed: a forward offers no
+unsubscribe, engine/suppressions/scopes.py). A URL destination gets the message as JSON
 (engine/mail/forwarding.py) in a POST, retried on the webhook schedule (1 m, 5 m, 30 m,
 2 h, 6 h, 24 h, 48 h; the 8th failure is final); for a workspace in the sandbox the POST is
 captured instead (engine/sandbox/posts.py), never sent. Every forwarded copy writes a
@@ -35,6 +36,7 @@ from engine.runtime import Runtime
 from engine.sandbox import posts
 from engine.sending import raw_mail
 from engine.sending.raw_mail import RawMail
+from engine.suppressions import scopes
 from storage import forwards, inbound, sandbox, suppressions
 from storage.codec import new_id
 from storage.forwards import LogEntry
@@ -104,7 +106,7 @@ def _email_one(
 ) -> bool:
     """Queue one emailed `copy` (logged as `entry`); whether it was, else the job failed."""
     suppressed = suppressions.get(tx, job.workspace_id, job.target)
-    if suppressed is not None:
+    if suppressed is not None and scopes.blocks(suppressed.reason, subscribed=False):
         reason = f"{job.target} is suppressed ({suppressed.reason})"
         inbound.record_outcomes(tx, [Outcome(job.id, "failed", None, reason)], now)
         return False

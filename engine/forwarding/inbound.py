@@ -1,7 +1,8 @@
 """What the inbound MX server accepts, and what happens to a message it accepted.
 
 The server is never an open relay: a recipient is accepted only when it is an active
-forward's source address or the bounce address of an email this service sent. `receive`
+forward's source address, or the bounce address or mailto: unsubscribe address
+(engine/forwarding/unsubscribe_mail.py) of an email this service sent. `receive`
 returns only once the message's work is committed (the listener answers 250 after it):
 forwarded mail is stored with one job per destination and the forwarder is woken; a
 delivery report or complaint sent to a bounce address is recorded against its email in the
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.forwarding import feedback
+from engine.forwarding import feedback, unsubscribe_mail
 from engine.mail import forwarding, reports
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
@@ -29,6 +30,9 @@ def _clean(address: str) -> str:
 async def accepts(rt: Runtime, address: str) -> bool:
     """Whether mail to this address is ours to take (else the server answers 550)."""
     address = _clean(address)
+    unsubscribe = await unsubscribe_mail.accepts(rt, address)
+    if unsubscribe is not None:
+        return unsubscribe
     email_id = email_id_from_bounce_address(address)
     if email_id is not None:
         return bool(await rt.db.read(emails.by_ids, [email_id]))
@@ -54,9 +58,11 @@ def _store(
     recipients: list[str],
     data: bytes,
     report: reports.Report | None,
+    unsubscribes: list[unsubscribe_mail.Request],
     now: datetime,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
+    unsubscribe_mail.record(tx, unsubscribes, now)
     bounce_ids = {i for i in map(email_id_from_bounce_address, recipients) if i is not None}
     if report is not None:
         for email in emails.by_ids(tx, sorted(bounce_ids)).values():
@@ -72,4 +78,5 @@ async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: 
     recipients = sorted({_clean(r) for r in recipients})
     to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
     report = reports.parse(data) if to_bounce_address else None
-    await rt.db.write(_store, envelope_from, recipients, data, report, rt.clock.now())
+    unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
+    await rt.db.write(_store, envelope_from, recipients, data, report, unsubscribes, rt.clock.now())

@@ -12,6 +12,8 @@ import os
 import re
 
 BOUNCE_PREFIX = "bounces"
+# The mailto: alternative of List-Unsubscribe: `unsubscribe+<email id>@<bounce domain>`.
+UNSUBSCRIBE_PREFIX = "unsubscribe"
 
 _DOMAIN = re.compile(r"(?=.{1,253}\Z)[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?", re.IGNORECASE)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
@@ -36,9 +38,25 @@ def bounce_address(email_id: str, domain: str) -> str:
 
 def email_id_from_bounce_address(address: str) -> str | None:
     """The email id in a bounce address (any domain, any case, `<>` allowed), else None."""
+    return _email_id(address, BOUNCE_PREFIX)
+
+
+def unsubscribe_address(bounce: str) -> str:
+    """The mailto: unsubscribe address of the email whose bounce address is `bounce`: on
+    the same domain, which the inbound MX serves for the email's reports already."""
+    local, _, domain = bounce.rpartition("@")
+    return f"{UNSUBSCRIBE_PREFIX}+{local.partition('+')[2]}@{domain}"
+
+
+def email_id_from_unsubscribe_address(address: str) -> str | None:
+    """The email id in an unsubscribe address (any domain, any case, `<>` allowed), else None."""
+    return _email_id(address, UNSUBSCRIBE_PREFIX)
+
+
+def _email_id(address: str, wanted: str) -> str | None:
     local, at, domain = address.strip().removeprefix("<").removesuffix(">").rpartition("@")
     prefix, plus, email_id = local.partition("+")
-    if not at or not domain or not plus or prefix.lower() != BOUNCE_PREFIX:
+    if not at or not domain or not plus or prefix.lower() != wanted:
         return None
     if not _UUID.fullmatch(email_id):
         return None

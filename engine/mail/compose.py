@@ -88,6 +88,8 @@ class OutgoingMessage:
     # for its own reports, not something to show recipients and their filters).
     tags_header: str | None = None
     list_unsubscribe: str | None = None  # one-click (RFC 8058) unsubscribe URL
+    # Its mailto: alternative (RFC 2369), listed after it; only beside the URL.
+    list_unsubscribe_mailto: str | None = None
 
     @property
     def needs_smtputf8(self) -> bool:
@@ -166,14 +168,13 @@ def _fields(message: OutgoingMessage) -> list[tuple[str, Any]]:
     fields.append(("Date", message.date))
     fields.append(("Message-ID", VerbatimHeader("Message-ID", message.message_id)))
     if message.list_unsubscribe is not None:
-        if not URL.fullmatch(message.list_unsubscribe):
+        uris = [message.list_unsubscribe]
+        if message.list_unsubscribe_mailto is not None:
+            uris.append(message.list_unsubscribe_mailto)
+        if not all(URL.fullmatch(uri) for uri in uris):
             raise ValueError("list_unsubscribe must be a URL in printable ASCII")
-        fields.append(
-            (
-                "List-Unsubscribe",
-                VerbatimHeader("List-Unsubscribe", f"<{message.list_unsubscribe}>"),
-            )
-        )
+        value = ", ".join(f"<{uri}>" for uri in uris)
+        fields.append(("List-Unsubscribe", VerbatimHeader("List-Unsubscribe", value)))
         fields.append(
             (
                 "List-Unsubscribe-Post",

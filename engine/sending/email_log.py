@@ -154,6 +154,7 @@ async def retry(rt: Runtime, who: Principal, email_id: str, *, logged: bool = Fa
             AttachmentIn(a["filename"], a["content_base64"], a["content_type"])
             for a in original.attachments
         ),
+        unsubscribe=original.unsubscribe,
     )
     return await send(
         rt, who, request, source=original.source, retry_of_id=original.id, logged=logged

@@ -39,10 +39,12 @@ from engine.errors import (
 )
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
+from engine.mail.unsubscribe_footer import VARIABLE
 from engine.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
-from engine.suppressions.override import OverrideState, Verdict, decide
+from engine.suppressions import scopes
+from engine.suppressions.override import FINAL, OverrideState, Verdict, decide
 from engine.webhooks import outbox
 from storage import domains, emails, privacy, suppressions
 from storage.codec import new_id
@@ -86,6 +88,9 @@ class SendRequest:
     tags: tuple[str, ...] = ()
     send_at: datetime | None = None
     attachments: tuple[AttachmentIn, ...] = ()
+    # Carry List-Unsubscribe and `{{unsubscribe_url}}` (transactional mail does not unless
+    # asked); such an email is not sent to an address that unsubscribed.
+    unsubscribe: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +193,15 @@ def _request_issues(
     addresses = _normalised(req, issues)
     if not (req.html or req.text):
         issues.append(Issue("content", "at least one of html or text is required"))
+    if not req.unsubscribe and any(VARIABLE.search(part or "") for part in (req.html, req.text)):
+        # Filled only in mail that offers unsubscribe: it would go out as the braces.
+        issues.append(
+            Issue(
+                "content",
+                "the body places {{unsubscribe_url}}: send it with unsubscribe set to true",
+                loc=("unsubscribe",),
+            )
+        )
     issues.extend(_header_issues(req))
     _decoded_attachments(req, issues)
     if req.send_at is not None:
@@ -252,17 +266,25 @@ def attempt_suppressed(
         if verdict is Verdict.REJECT_AND_OPEN_WINDOW:
             suppressions.open_override_window(tx, workspace_id, email, now)
         if verdict is not Verdict.ALLOW_ONCE and rejection is None:
-            rejection = (
-                "a recipient is suppressed: its address was erased on request and is never"
-                " sent to again"
-                if reason == suppressions.ERASED
-                else f"{email} is suppressed ({reason}); a retry within 24 hours of the first"
-                " rejection is delivered once"
-            )
+            rejection = _rejection(email, reason)
     if rejection is None:
         for email in suppressed:
             suppressions.use_override(tx, workspace_id, email, now)
     return rejection
+
+
+def _rejection(email: str, reason: str) -> str:
+    if reason == suppressions.ERASED:
+        return "a recipient is suppressed: its address was erased on request and is never sent to again"
+    if reason in FINAL:
+        return (
+            f"{email} is suppressed ({reason}): the recipient's own request, which no retry"
+            " overrides; only removing it from the suppression list lifts it"
+        )
+    return (
+        f"{email} is suppressed ({reason}); a retry within 24 hours of the first rejection"
+        " is delivered once"
+    )
 
 
 def suppression_overrides(
@@ -304,6 +326,7 @@ class NewEmail:
     rejection: str | None = None
     raw: bytes | None = None  # sent as given (relay, forwards)
     message_id: str | None = None  # the given message's own, if it has one
+    unsubscribe: bool = False  # carries List-Unsubscribe (engine/suppressions/scopes.py)
     # A message sent as given goes to its envelope recipients, whoever its header names.
     envelope: tuple[str, ...] = ()
 
@@ -359,6 +382,7 @@ def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
         updated_at=now,
         delivered_at=None,
         raw=new.raw,
+        unsubscribe=new.unsubscribe,
     )
     recipient_rows = (
         []
@@ -475,6 +499,8 @@ class _Addresses:
     to: tuple[Mailbox, ...]
     cc: tuple[Mailbox, ...]
     bcc: tuple[Mailbox, ...]
+    # The request offers an unsubscribe: an unsubscribed address blocks it (scopes.py).
+    subscribed: bool = False
 
     @property
     def recipients(self) -> list[str]:
@@ -500,7 +526,13 @@ def _normalised(req: SendRequest, issues: list[Issue]) -> _Addresses | None:
         issues.append(Issue("to", "at least one `to` recipient is required"))
     if len(issues) > before:
         return None
-    return _Addresses(from_email, tuple(kinds["to"]), tuple(kinds["cc"]), tuple(kinds["bcc"]))
+    return _Addresses(
+        from_email,
+        tuple(kinds["to"]),
+        tuple(kinds["cc"]),
+        tuple(kinds["bcc"]),
+        req.unsubscribe,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,7 +568,9 @@ def _contexts(
     sent = emails.sent_in_month(tx, workspace_id, month(now))
     contexts = []
     for a in many:
-        mine = {r: suppressed[r] for r in a.recipients if r in suppressed}
+        mine = scopes.blocking(
+            {r: suppressed[r] for r in a.recipients if r in suppressed}, subscribed=a.subscribed
+        )
         contexts.append(
             _Context(
                 *senders[a.from_email],
@@ -645,6 +679,7 @@ def _accepted(
         send_at=req.send_at,
         source=checked.source,
         retry_of_id=checked.retry_of_id,
+        unsubscribe=req.unsubscribe,
         rejection=attempt_suppressed(tx, who.workspace_id, ctx.suppressed, ctx.overrides, now),
     )
 

@@ -16,6 +16,7 @@ from engine.sending import intake as sending
 from engine.sending import statuses
 from engine.sending.intake import SendResult
 from engine.sending.statuses import Trigger
+from engine.suppressions import scopes
 from engine.webhooks import outbox
 from storage import emails, suppressions
 from storage.codec import new_id
@@ -48,7 +49,9 @@ def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Ema
     if email is None or email.status != statuses.SCHEDULED:
         raise NotFound("no scheduled email with this id")
     addresses = [r.address for r in emails.recipients_of(tx, email_id)]
-    suppressed = suppressions.suppressed_among(tx, who.workspace_id, addresses)
+    suppressed = scopes.blocking(
+        suppressions.suppressed_among(tx, who.workspace_id, addresses), subscribed=email.unsubscribe
+    )
     overrides = sending.suppression_overrides(tx, who.workspace_id, suppressed)
     rejection = sending.attempt_suppressed(tx, who.workspace_id, suppressed, overrides, now)
     if rejection is not None:

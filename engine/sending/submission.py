@@ -45,6 +45,7 @@ from engine.runtime import Runtime
 from engine.sending import idempotency, intake
 from engine.sending.intake import NewEmail, attempt_suppressed, suppression_overrides
 from engine.sending.raw_mail import HeaderSummary, RawMail, raw_email, sending_domain, summarize
+from engine.suppressions import scopes
 from storage import domains, emails, smtp_credentials, suppressions
 from storage.domains import Domain
 from storage.engines import runs_together
@@ -177,8 +178,14 @@ def check_sender(submitter: Submitter, address: str) -> str | None:
     )
 
 
+def _blocking(tx: Tx, workspace_id: str, address: str) -> dict[str, str]:
+    # Relay mail is sent as given, with no unsubscribe of ours: an unsubscribe does not block it.
+    found = suppressions.suppressed_among(tx, workspace_id, [address])
+    return scopes.blocking(found, subscribed=False)
+
+
 def _attempt(tx: Tx, workspace_id: str, address: str, now: datetime) -> str | None:
-    suppressed = suppressions.suppressed_among(tx, workspace_id, [address])
+    suppressed = _blocking(tx, workspace_id, address)
     if not suppressed:
         return None
     overrides = suppression_overrides(tx, workspace_id, suppressed)
@@ -192,7 +199,7 @@ async def check_recipient(rt: Runtime, submitter: Submitter, address: str) -> st
     """
     address = address.lower()
     workspace_id = submitter.login.workspace_id
-    found = await rt.db.read(suppressions.suppressed_among, workspace_id, [address])
+    found = await rt.db.read(_blocking, workspace_id, address)
     if not found:
         return None
     reason: str | None = await rt.db.write(_attempt, workspace_id, address, rt.clock.now())

@@ -3,9 +3,13 @@
 A token carries what it is for (open, click, unsubscribe), the email and the recipient (and
 the target URL of a click), sealed with AES-GCM under a key derived from the service's
 secret key: a link can neither be forged nor pointed elsewhere, and nobody who sees one (a
-forwardee, a log, a link scanner) reads the address in it. Tracking is per email: an email
-to several recipients reports its first `to` address. Following a link records an event;
-unsubscribing also suppresses the address (reason `unsubscribe`). Opening the unsubscribe
+forwardee, a log, a link scanner) reads the address in it. Mail that offers unsubscribe is
+built per recipient, so each copy's links name its own recipient; other mail to several
+recipients is one message whose tracking reports its first `to` address. Following a link
+records an event; unsubscribing also suppresses the address (reason `unsubscribe`, for the
+workspace's mail that offers unsubscribe: engine/suppressions/scopes.py). The mailto:
+alternative of List-Unsubscribe carries the same token in its subject; the inbound MX reads
+it (engine/forwarding/unsubscribe_mail.py). Opening the unsubscribe
 page changes nothing: only its POST (the RFC 8058 one-click request, or the page's button)
 does, so link scanners cannot unsubscribe anyone. A link whose recipient was erased since
 (`POST /v1/privacy/erase`) still works for its reader but records nothing: it would write
@@ -37,6 +41,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from engine.errors import InvalidRequest, NotFound
+from engine.mail.addresses import unsubscribe_address
 from engine.runtime import Runtime
 from engine.webhooks import outbox
 from storage import emails, suppressions
@@ -128,9 +133,11 @@ class Links:
     def open(self) -> str:
         return self._url(OPEN)
 
-    @property
-    def unsubscribe(self) -> str:
-        return self._url(UNSUBSCRIBE)
+    def unsubscribe(self, bounce: str) -> tuple[str, str]:
+        """The one-click URL and the mailto: alternative (an email to the address beside
+        `bounce`, the email's bounce address) of List-Unsubscribe, sharing one token."""
+        token = seal(self.secret, {"k": UNSUBSCRIBE, "e": self.email_id, "r": self.recipient})
+        return f"{self.base}/t/u/{token}", f"mailto:{unsubscribe_address(bounce)}?subject={token}"
 
     def click(self, url: str) -> str:
         return self._url(CLICK, u=url)
@@ -221,6 +228,24 @@ async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
 def check_unsubscribe(rt: Runtime, token: str) -> str:
     """The address an unsubscribe link is for (NotFound if the token is not valid)."""
     return _link(rt, token, UNSUBSCRIBE).payload["r"]
+
+
+def unsubscribe_request(secret: str, token: str) -> tuple[str, str] | None:
+    """The email id and recipient a sealed unsubscribe token names, or None."""
+    payload = unseal(secret, token)
+    if payload is None or payload.get("k") != UNSUBSCRIBE:
+        return None
+    email_id, recipient = payload.get("e"), payload.get("r")
+    if not isinstance(email_id, str) or not isinstance(recipient, str):
+        return None
+    return email_id, recipient
+
+
+def record_unsubscribe(tx: Tx, email_id: str, recipient: str, method: str, now: datetime) -> None:
+    """Suppress a recipient of an email who asked to unsubscribe, and record it (NotFound
+    when the email is gone); in the caller's unit of work."""
+    payload = {"k": UNSUBSCRIBE, "e": email_id, "r": recipient}
+    _record(tx, _Link(payload, legacy=False), {"method": method}, now)
 
 
 async def unsubscribed(rt: Runtime, token: str, method: str) -> str:

@@ -5,7 +5,9 @@ retry within the window (the retry endpoint, or a new send to the address) is de
 once; every later attempt is rejected. An attempt after the window counts as a fresh first
 attempt: rejected again, opening a new window. Validation never consumes or counts.
 An erased address (`POST /v1/privacy/erase`) is never overridden and opens no window: the
-person asked never to be mailed again, and a window would write the address back.
+person asked never to be mailed again, and a window would write the address back. Neither
+is an unsubscribe or a complaint: they are the recipient's own word, which a sender's retry
+must not outvote; the override exists for bounces (and manual entries), which can be wrong.
 
 `decide` is pure; the caller stores what it returns inside the send's own unit of work.
 """
@@ -20,7 +22,7 @@ from storage.suppressions import ERASED
 
 WINDOW = timedelta(hours=24)
 # Reasons no override lifts.
-FINAL = frozenset({ERASED})
+FINAL = frozenset({ERASED, "unsubscribe", "complaint"})
 
 
 class Verdict(Enum):

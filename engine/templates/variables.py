@@ -6,6 +6,8 @@ One renderer serves templates and bulk sends. Rules:
 - Substitution is a single pass: a value that itself contains `{{x}}` is not expanded again.
   An unknown variable renders as the empty string. Values are HTML-escaped in HTML bodies,
   and have line breaks (any control character) folded into spaces in subjects.
+- `{{unsubscribe_url}}` is filled at delivery, with each recipient's own link
+  (engine/mail/unsubscribe_footer.py): rendering leaves it as it is, whatever the values say.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.mail.compose import CONTROL
+from engine.mail.unsubscribe_footer import UNSUBSCRIBE_URL
 
 _CONTROL_RUN = re.compile(CONTROL.pattern + "+")  # folded into one space
 
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}\r\n]+?)\s*\}\}")
+# Filled per recipient when the message is built, not when the body is rendered.
+AT_DELIVERY = frozenset({UNSUBSCRIBE_URL})
 # What may not appear in a header line (as engine/mail/compose.py refuses it).
 
 
@@ -42,6 +47,8 @@ def render(template: str, values: Mapping[str, Any], *, escape_html: bool = Fals
         return template
 
     def fill(match: re.Match[str]) -> str:
+        if match.group(1) in AT_DELIVERY:
+            return match.group(0)
         value = _text(values.get(match.group(1)))
         return html.escape(value) if escape_html else value
 
