@@ -27,8 +27,8 @@ import trio
 from engine import plans
 from engine.accounts import users as accounts
 from engine.errors import EngineError
+from engine.mail import link_security
 from engine.nodes import Role
-from engine.sending import link_security
 from engine.supervisor import DatabaseGone
 from postroom import config, health, logs, workers
 from postroom.startup import open_runtime, return_large_blocks, settle_heap, trim_heap

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from engine.sending.link_security import http_warning, unsubscribe_is_https
+from engine.mail.link_security import http_warning, unsubscribe_is_https
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink

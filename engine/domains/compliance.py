@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED
+from engine.mail.link_security import unsubscribe_is_https
 from engine.runtime import Runtime
 from storage.domains import Domain
 
@@ -40,9 +41,9 @@ class Inputs:
 
 def inputs(rt: Runtime, domain: Domain) -> Inputs:
     """The inputs as the service knows them today. Unsubscribe links live under
-    POSTROOM_PUBLIC_URL (engine/mail/list_headers.py), so they are https when it is; no
-    domain has a bounce domain until engine/domains/bounce_domain.py gives one."""
-    return Inputs(unsubscribe_https=rt.public_url.startswith("https://"), bounce_domain=None)
+    POSTROOM_PUBLIC_URL (engine/mail/link_security.py); no domain has a bounce domain
+    until engine/domains/bounce_domain.py gives one."""
+    return Inputs(unsubscribe_https=unsubscribe_is_https(rt.public_url), bounce_domain=None)
 
 
 @dataclass(frozen=True, slots=True)
