@@ -10,6 +10,9 @@ Rules:
   and custom headers may not replace the headers Postroom owns (`validate_custom_headers`).
 - A field is folded by the `email` package's header classes (`fold_field`) unless it is
   plain enough to be written as one line, which is what those classes write for it.
+- An RFC 2047 encoded word is at most 75 characters (section 2). The package fills a
+  folded line with its encoded words up to 78 columns, so a continuation line holds a word of
+  76; a field where that happens is folded again at `ENCODED_FOLD_AT` (`BoundedWordsPolicy`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from email.headerregistry import Address, BaseHeader, HeaderRegistry
-from email.policy import SMTP, SMTPUTF8, EmailPolicy, Policy
+from email.policy import EmailPolicy, Policy
 from typing import Any
 
 Mailbox = tuple[str, str | None]
@@ -54,6 +57,10 @@ STRUCTURAL_HEADERS = frozenset(
 
 MAX_LINE = 998  # RFC 5322 2.1.1, excluding the CRLF
 FOLD_AT = 78  # RFC 5322 2.1.1's "SHOULD" line length, where a header folds if it can
+MAX_ENCODED_WORD = 75  # RFC 2047 2
+# A continuation line's folding space, then an encoded word that fills the rest: 75.
+ENCODED_FOLD_AT = MAX_ENCODED_WORD + 1
+_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=")
 
 
 class HeaderClasses(HeaderRegistry):
@@ -72,9 +79,37 @@ class HeaderClasses(HeaderRegistry):
         return built
 
 
-# cte_type="7bit": bodies are encoded so the message needs no 8BITMIME from the next hop.
-ASCII_POLICY = SMTP.clone(cte_type="7bit", header_factory=HeaderClasses())
-UTF8_POLICY = SMTPUTF8.clone(cte_type="7bit", header_factory=HeaderClasses())
+def longest_encoded_word(folded: str) -> int:
+    """The length of the longest RFC 2047 encoded word in folded header text (0: none)."""
+    if "=?" not in folded:
+        return 0
+    return max((len(word) for word in _ENCODED_WORD.findall(folded)), default=0)
+
+
+class BoundedWordsPolicy(EmailPolicy):
+    """The package's policy, but a field whose folding makes an encoded word longer than
+    `MAX_ENCODED_WORD` is folded again at `ENCODED_FOLD_AT` columns (what the generator
+    writes, for the messages the package writes; `fold_field` does the same)."""
+
+    def fold(self, name: str, value: Any) -> str:
+        folded = super().fold(name, value)
+        if longest_encoded_word(folded) <= MAX_ENCODED_WORD:
+            return folded
+        return EmailPolicy.fold(self.clone(max_line_length=ENCODED_FOLD_AT), name, value)
+
+    def fold_binary(self, name: str, value: Any) -> bytes:
+        folded = super().fold_binary(name, value)
+        if longest_encoded_word(folded.decode("ascii", "replace")) <= MAX_ENCODED_WORD:
+            return folded
+        return EmailPolicy.fold_binary(self.clone(max_line_length=ENCODED_FOLD_AT), name, value)
+
+
+# The stdlib's SMTP and SMTPUTF8 policies, with encoded words bounded. cte_type="7bit":
+# bodies are encoded so the message needs no 8BITMIME from the next hop.
+ASCII_POLICY = BoundedWordsPolicy(
+    linesep="\r\n", cte_type="7bit", header_factory=HeaderClasses()
+)
+UTF8_POLICY = ASCII_POLICY.clone(utf8=True)
 UNSTRUCTURED = HeaderClasses(use_default_map=False)
 
 _FIELD_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+")  # RFC 5322 ftext: printable ASCII but ':'
@@ -210,7 +245,11 @@ def fold_field(name: str, value: Any, policy: EmailPolicy[Any] = ASCII_POLICY) -
     """
     if isinstance(value, VerbatimHeader):
         return value.fold(policy=policy)
-    return str(policy.header_factory(name, value).fold(policy=policy))
+    header = policy.header_factory(name, value)
+    folded = str(header.fold(policy=policy))
+    if longest_encoded_word(folded) <= MAX_ENCODED_WORD:
+        return folded
+    return str(header.fold(policy=policy.clone(max_line_length=ENCODED_FOLD_AT)))
 
 
 def text_field(name: str, value: str) -> str:
