@@ -2,7 +2,9 @@
 
 Composition and DKIM signing run in a worker thread, one hop for a whole batch of emails.
 An email submitted as a complete message (SMTP relay, forwards: `Email.raw`) is not
-composed: it goes out as given, only signed and completed (`as_given`).
+composed: it goes out as given, only signed and completed (`as_given`). A message whose
+header has UTF-8 is built twice, as it is and downgraded, each signed (`WireMessage.for_hop`
+picks one per next hop).
 """
 
 from __future__ import annotations
@@ -15,18 +17,58 @@ from email.utils import format_datetime
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
+from engine.mail.international import CannotDowngrade, downgrade
 from engine.mail.text_part import from_html
 from engine.sending.tracking import Links, instrument_html
-from engine.smtp.grammar import to_crlf
+from engine.smtp.grammar import has_utf8_header, header_end, to_crlf
 from storage.domains import Domain
 from storage.emails import Email
 
 
 @dataclass(frozen=True, slots=True)
 class WireMessage:
+    """A built message. One whose header has UTF-8 (RFC 6532) goes as it is only to a hop
+    that offers SMTPUTF8; for the others it carries its downgraded header (RFC 2047,
+    engine/mail/international.py), signed on its own, that replaces `data`'s first
+    `header_length` octets; None when the header has no ASCII form."""
+
     email_id: str
     envelope_from: str
     data: bytes
+    ascii_header: bytes | None = None
+    header_length: int = 0
+
+    def for_hop(self, smtputf8: bool) -> bytes:
+        """What to send to a server that offers SMTPUTF8 (`smtputf8`) or does not: `data`,
+        or its downgraded form; `data` when there is none (the session refuses that
+        locally with 5.6.7 rather than send a UTF-8 header raw)."""
+        if smtputf8 or self.ascii_header is None:
+            return self.data
+        return self.ascii_header + self.data[self.header_length :]
+
+
+def _international(email_id: str, envelope_from: str, data: bytes, ascii: bytes) -> WireMessage:
+    """A message with a UTF-8 header and its downgraded, signed form `ascii`: only the
+    latter's header is kept when the two bodies are the same (a large message is not held
+    twice), else the whole of it."""
+    length, cut = header_end(data), header_end(ascii)
+    if memoryview(ascii)[cut:] == memoryview(data)[length:]:
+        return WireMessage(email_id, envelope_from, data, ascii[:cut], length)
+    return WireMessage(email_id, envelope_from, data, ascii, len(data))
+
+
+def _wire(
+    email_id: str, envelope_from: str, data: bytes, unsigned: bytes, domain: Domain
+) -> WireMessage:
+    """The wire message of signed `data`, made from `unsigned`; with the downgraded form
+    when its header has UTF-8."""
+    if not has_utf8_header(data):
+        return WireMessage(email_id, envelope_from, data)
+    try:
+        ascii = signed(downgrade(unsigned), domain)
+    except CannotDowngrade:
+        return WireMessage(email_id, envelope_from, data)
+    return _international(email_id, envelope_from, data, ascii)
 
 
 def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
@@ -119,9 +161,12 @@ def signed(message: bytes, domain: Domain) -> bytes:
 
 def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
     """The DKIM-signed message of an email, and its per-email bounce address."""
+    envelope_from = bounce_address(email.id, domain.name)
     if email.raw is not None:
         data = _signed_as_given(email, domain)
-        return WireMessage(email.id, bounce_address(email.id, domain.name), data)
+        if not has_utf8_header(data):  # as given: the unsigned form only when needed
+            return WireMessage(email.id, envelope_from, data)
+        return _wire(email.id, envelope_from, data, as_given(email), domain)
     links = Links(
         link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
     )
@@ -151,8 +196,8 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
         tags_header=domain.tags_header,
         list_unsubscribe=links.unsubscribe,
     )
-    data = signed(compose(outgoing), domain)
-    return WireMessage(email.id, bounce_address(email.id, domain.name), data)
+    unsigned = compose(outgoing)
+    return _wire(email.id, envelope_from, signed(unsigned, domain), unsigned, domain)
 
 
 def build_all(

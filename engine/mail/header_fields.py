@@ -92,23 +92,22 @@ class BoundedWordsPolicy(EmailPolicy):
     writes, for the messages the package writes; `fold_field` does the same)."""
 
     def fold(self, name: str, value: Any) -> str:
-        folded = super().fold(name, value)
+        folded = str(super().fold(name, value))
         if longest_encoded_word(folded) <= MAX_ENCODED_WORD:
             return folded
-        return EmailPolicy.fold(self.clone(max_line_length=ENCODED_FOLD_AT), name, value)
+        return str(EmailPolicy.fold(self.clone(max_line_length=ENCODED_FOLD_AT), name, value))
 
     def fold_binary(self, name: str, value: Any) -> bytes:
         folded = super().fold_binary(name, value)
         if longest_encoded_word(folded.decode("ascii", "replace")) <= MAX_ENCODED_WORD:
             return folded
-        return EmailPolicy.fold_binary(self.clone(max_line_length=ENCODED_FOLD_AT), name, value)
+        narrow = self.clone(max_line_length=ENCODED_FOLD_AT)
+        return bytes(EmailPolicy.fold_binary(narrow, name, value))
 
 
 # The stdlib's SMTP and SMTPUTF8 policies, with encoded words bounded. cte_type="7bit":
 # bodies are encoded so the message needs no 8BITMIME from the next hop.
-ASCII_POLICY = BoundedWordsPolicy(
-    linesep="\r\n", cte_type="7bit", header_factory=HeaderClasses()
-)
+ASCII_POLICY = BoundedWordsPolicy(linesep="\r\n", cte_type="7bit", header_factory=HeaderClasses())
 UTF8_POLICY = ASCII_POLICY.clone(utf8=True)
 UNSTRUCTURED = HeaderClasses(use_default_map=False)
 

@@ -23,6 +23,9 @@ from email.headerregistry import Address, Group
 import idna
 
 from engine.mail.header_fields import ASCII_POLICY, fold_field
+from engine.smtp.grammar import has_utf8_header, header_end
+
+__all__ = ["FIELD_KINDS", "CannotDowngrade", "as_received", "downgrade", "has_utf8_header"]
 
 
 class CannotDowngrade(ValueError):
@@ -91,20 +94,6 @@ FIELD_KINDS: dict[str, FieldKind] = {
 }
 
 
-def header_end(data: bytes) -> int:
-    """Where the message's header ends: the offset of the empty line's CRLF (the body
-    follows it), or the length of a message that is all header. Lines end in CRLF."""
-    if data.startswith(b"\r\n"):
-        return 0
-    end = data.find(b"\r\n\r\n")
-    return len(data) if end < 0 else end + 2
-
-
-def has_utf8_header(data: bytes) -> bool:
-    """Whether the message's header has octets over 127 (it needs SMTPUTF8 as it is)."""
-    return not data[: header_end(data)].isascii()
-
-
 def header_problem(data: bytes) -> str | None:
     """Why an internationalised header is unusable as it is (not UTF-8), or None."""
     header = data[: header_end(data)]
@@ -115,6 +104,17 @@ def header_problem(data: bytes) -> str | None:
     except UnicodeDecodeError:
         return "the header has 8-bit octets that are not UTF-8 (RFC 6532)"
     return None
+
+
+def as_received(data: bytes, smtputf8: bool) -> bytes:
+    """A message as a door of ours keeps it, given whether it came in an SMTPUTF8
+    transaction: its header must be UTF-8 if it is not ASCII; without SMTPUTF8 it is
+    downgraded (a client that did not ask for an internationalised message gets the
+    encoded form it should have sent). CannotDowngrade when it is refused."""
+    problem = header_problem(data)
+    if problem is not None:
+        raise CannotDowngrade(problem)
+    return data if smtputf8 else downgrade(data)
 
 
 def downgrade(data: bytes) -> bytes:
