@@ -162,7 +162,8 @@ def _fields(message: OutgoingMessage) -> list[tuple[str, Any]]:
         fields.append(("Cc", [address("cc", mailbox) for mailbox in message.cc]))
     if message.reply_to is not None:
         fields.append(("Reply-To", address("reply_to", message.reply_to)))
-    fields.append(("Subject", header_text("subject", message.subject)))
+    utf8 = message.needs_smtputf8
+    fields.append(("Subject", _text("Subject", header_text("subject", message.subject), utf8)))
     fields.append(("Date", message.date))
     fields.append(("Message-ID", VerbatimHeader("Message-ID", message.message_id)))
     if message.list_unsubscribe is not None:
@@ -184,11 +185,18 @@ def _fields(message: OutgoingMessage) -> list[tuple[str, Any]]:
     if message.tags and message.tags_header and message.tags_header.lower() not in custom:
         tags = [header_text("tags", tag) for tag in message.tags]
         name = message.tags_header
-        fields.append((name, custom_header(name, ", ".join(tags))))
+        fields.append((name, _text(name, ", ".join(tags), utf8)))
     for name, value in message.headers:
-        fields.append((name, custom_header(name, value)))
+        fields.append((name, _text(name, value, utf8)))
     fields.append(("MIME-Version", "1.0"))
     return fields
+
+
+def _text(name: str, value: str, utf8: bool) -> str:
+    """A text field's value: in a message with UTF-8 headers (RFC 6532) as it is, folded at
+    its spaces (the package, given UTF-8 text it does not encode, moves the whole value to
+    a continuation line, which reads back with a leading space); else `custom_header`'s."""
+    return VerbatimHeader(name, value) if utf8 else custom_header(name, value)
 
 
 def _boundary() -> str:
