@@ -13,13 +13,18 @@ Rules:
 - An RFC 2047 encoded word is at most 75 characters (section 2). The package fills a
   folded line with its encoded words up to 78 columns, so a continuation line holds a word of
   76; a field where that happens is folded again at `ENCODED_FOLD_AT` (`BoundedWordsPolicy`).
+- Non-ASCII text and address fields with a non-ASCII display name are encoded here
+  (`encoded_text`, `encoded_addresses`): the package, folding such text, can drop a space
+  that falls between two of its encoded words, or leave it between them, where a reader
+  drops it (RFC 2047 6.2).
 """
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Iterable, Mapping
-from email.headerregistry import Address, BaseHeader, HeaderRegistry
+from collections.abc import Iterable, Mapping, Sequence
+from email.headerregistry import Address, BaseHeader, Group, HeaderRegistry
 from email.policy import EmailPolicy, Policy
 from typing import Any
 
@@ -202,13 +207,6 @@ def _longest_line(header: VerbatimHeader) -> int:
     return max(len(line) for line in header.fold(policy=ASCII_POLICY).split("\r\n"))
 
 
-def custom_header(name: str, value: str) -> str:
-    """ASCII values verbatim (they may be structured); others as RFC 2047 unstructured text."""
-    if value.isascii():
-        return VerbatimHeader(name, value)
-    return UNSTRUCTURED(name, value)
-
-
 def header_text(what: str, value: str) -> str:
     problem = header_text_problem(value)
     if problem is not None:
@@ -274,3 +272,74 @@ def address_field(name: str, value: Address | list[Address]) -> str:
     if len(line) <= FOLD_AT:
         return line + "\r\n"
     return fold_field(name, value)
+
+
+# What a "Q" encoded word in a phrase may hold as itself (RFC 2047 5(3)); "=" and "_" have a
+# meaning in Q, and the space is written "_".
+_Q_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!*+-/")
+_ENCODED_PREFIX = len("=?utf-8?q?")
+
+
+def _q(data: bytes) -> str:
+    return "".join(chr(b) if b in _Q_PLAIN else "_" if b == 0x20 else f"={b:02X}" for b in data)
+
+
+def _b(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encoded_words(text: str, first: int = MAX_ENCODED_WORD) -> list[str]:
+    """`text` as RFC 2047 encoded words of UTF-8: each at most `MAX_ENCODED_WORD`
+    characters, the first at most `first`, split only between characters (each word decodes
+    on its own, section 5); "Q" or "B", whichever is shorter for the whole text. Fit for a
+    phrase (a display name) and for unstructured text alike."""
+    data = text.encode("utf-8")
+    plain = sum(b in _Q_PLAIN or b == 0x20 for b in data)
+    use_q = plain + 3 * (len(data) - plain) <= 4 * -(-len(data) // 3)
+    encode, kind = (_q, "q") if use_q else (_b, "b")
+    words: list[str] = []
+    chunk = b""
+    room = max(first, _ENCODED_PREFIX + 2 + 12)  # room for one character, at least
+    for char in text:
+        longer = chunk + char.encode("utf-8")
+        if chunk and _ENCODED_PREFIX + len(encode(longer)) + 2 > room:
+            words.append(f"=?utf-8?{kind}?{encode(chunk)}?=")
+            chunk, room = char.encode("utf-8"), MAX_ENCODED_WORD
+        else:
+            chunk = longer
+    words.append(f"=?utf-8?{kind}?{encode(chunk)}?=")
+    return words
+
+
+def encoded_text(name: str, value: str) -> VerbatimHeader:
+    """Unstructured text (Subject, custom fields) as encoded words, folded between them:
+    every character of `value`, its spaces included, is inside a word."""
+    return VerbatimHeader(name, " ".join(encoded_words(value, FOLD_AT - len(name) - 2)))
+
+
+def encoded_addresses(name: str, items: Sequence[Address | Group]) -> VerbatimHeader:
+    """An address field in ASCII: display names with non-ASCII text as encoded words
+    (`encoded_words`), the rest as the package writes them; folded only between words, so
+    no line passes 78 columns and every encoded word stays whole."""
+    first = FOLD_AT - len(name) - len(": ")
+    rendered: list[str] = []
+
+    def phrase(text: str) -> str:
+        return " ".join(encoded_words(text, first if not rendered else MAX_ENCODED_WORD))
+
+    def mailbox(box: Address) -> str:
+        if box.display_name and not box.display_name.isascii():
+            return f"{phrase(box.display_name)} <{box.addr_spec}>"
+        return str(box)
+
+    for item in items:
+        if not isinstance(item, Group):
+            rendered.append(mailbox(item))
+        elif item.display_name is None:  # the package's form of a plain mailbox list
+            rendered.extend(mailbox(box) for box in item.addresses)
+        else:
+            shown = item.display_name
+            label = str(Group(shown, [])).removesuffix(":;") if shown.isascii() else phrase(shown)
+            boxes = ", ".join(mailbox(box) for box in item.addresses)
+            rendered.append(f"{label}: {boxes};" if boxes else f"{label}:;")
+    return VerbatimHeader(name, ", ".join(rendered))

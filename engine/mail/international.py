@@ -22,7 +22,13 @@ from email.headerregistry import Address, Group
 
 import idna
 
-from engine.mail.header_fields import ASCII_POLICY, fold_field
+from engine.mail.header_fields import (
+    ASCII_POLICY,
+    UNSTRUCTURED,
+    encoded_addresses,
+    encoded_text,
+    fold_field,
+)
 from engine.smtp.grammar import has_utf8_header, header_end
 
 __all__ = ["FIELD_KINDS", "CannotDowngrade", "as_received", "downgrade", "has_utf8_header"]
@@ -153,9 +159,9 @@ def _downgraded(field: bytes) -> bytes:
     kind = FIELD_KINDS.get(name.lower(), FieldKind.TEXT)
     if kind is FieldKind.STRUCTURED:
         raise CannotDowngrade(f"the {name} field has UTF-8 that has no ASCII form")
-    if kind is FieldKind.TEXT:
-        return fold_field(name, text).encode("ascii")
-    return fold_field(name, _ascii_addresses(name, text)).encode("ascii")
+    if kind is FieldKind.TEXT:  # encoded words already in it are read, then made anew
+        return encoded_text(name, str(UNSTRUCTURED(name, text))).fold(policy=ASCII_POLICY).encode()
+    return fold_field(name, encoded_addresses(name, _ascii_addresses(name, text))).encode("ascii")
 
 
 def _ascii_addresses(name: str, text: str) -> list[Address | Group]:
