@@ -309,7 +309,7 @@ def test_smtputf8_is_offered_and_opens_an_internationalised_transaction() -> Non
         + client.rcpt_to("b@example.net")
         + client.data()
     )
-    events, replies = run(server, commands)
+    events, _ = run(server, commands)
     assert events == [
         MailFrom("jos\u00e9@example.org", None, smtputf8=True),
         RcptTo("\u00fcml\u00e4ut@example.net"),
