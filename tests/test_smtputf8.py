@@ -16,7 +16,14 @@ from tests.harness.service import Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_relay import relay_account
-from tests.test_sending import SENDER, dkim_verifies, message, ready_account, route_mail
+from tests.test_sending import (
+    SENDER,
+    SENDING_DOMAIN,
+    dkim_verifies,
+    message,
+    ready_account,
+    route_mail,
+)
 from tests.test_sending import wait_for_status as final_status
 
 SUBJECT = "R\u00e9union \u4f1a\u8b70 \U0001f600 " + " ".join(["d\u00e9j\u00e0 vu"] * 8)  # folds
@@ -137,12 +144,30 @@ async def test_api_utf8_local_part_needs_smtputf8_and_fails_cleanly_without_it(
     assert len(smtp_sink.messages) == 1
 
 
-async def test_inbound_mx_offers_smtputf8(service: Service) -> None:
+async def test_inbound_mx_takes_utf8_headers_and_refuses_what_is_not_utf8(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    sent = (await account.client.post("/v1/emails/", json=message("ann@customer.example"))).json()
+    await smtp_sink.wait_for_messages(1)
+    bounce_to = f"bounces+{sent['id']}@{SENDING_DOMAIN}"  # an address the MX takes mail for
     host, port = service.inbound_address
 
-    def ehlo() -> bool:
+    def deliver(data: bytes, options: list[str]) -> tuple[int, str]:
         with smtplib.SMTP(host, port, timeout=15) as smtp:
             smtp.ehlo()
-            return bool(smtp.has_extn("smtputf8"))
+            assert smtp.has_extn("smtputf8")
+            smtp.mail("", options)
+            assert smtp.rcpt(bounce_to)[0] == 250
+            code, text = smtp.data(data)
+            return code, text.decode()
 
-    assert await trio.to_thread.run_sync(ehlo)
+    latin1 = "From: mx@far.example\r\nSubject: caf\u00e9\r\n\r\nx\r\n".encode("latin-1")
+    for options in ([], ["SMTPUTF8"]):
+        code, text = await trio.to_thread.run_sync(deliver, latin1, options)
+        assert (code, text.split()[0]) == (554, "5.6.7") and "not UTF-8" in text
+    utf8 = latin1.decode("latin-1").encode()
+    for options in ([], ["SMTPUTF8"]):
+        code, _ = await trio.to_thread.run_sync(deliver, utf8, options)
+        assert code == 250
