@@ -64,7 +64,8 @@ def _mailbox(raw: bytes, field: str) -> str:
     encoded words is not text. (The `email` package's parser keeps it in a display name,
     though it drops it in unstructured text; its legacy decoder follows the RFC.)"""
     legacy = email.message_from_bytes(raw, policy=email.policy.compat32)
-    return str(make_header(decode_header(legacy[field])))
+    unfolded = re.sub(r"\r?\n(?=[ \t])", "", legacy[field])  # RFC 5322 2.2.3
+    return str(make_header(decode_header(unfolded))).strip()  # leading FWS is not text
 
 
 @bounded(400)

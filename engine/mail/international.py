@@ -63,6 +63,7 @@ FIELD_KINDS: dict[str, FieldKind] = {
             "resent-to",
             "resent-cc",
             "resent-bcc",
+            "disposition-notification-to",
         ),
         FieldKind.ADDRESSES,
     ),
