@@ -9,8 +9,10 @@ import smtplib
 from functools import partial
 from typing import Any
 
+import pytest
 import trio
 
+from engine.mail.international import CannotDowngrade, downgrade
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
@@ -171,3 +173,38 @@ async def test_inbound_mx_takes_utf8_headers_and_refuses_what_is_not_utf8(
     for options in ([], ["SMTPUTF8"]):
         code, _ = await trio.to_thread.run_sync(deliver, utf8, options)
         assert code == 250
+
+
+def test_downgrade_keeps_ascii_fields_and_encodes_the_rest() -> None:
+    kept = b"Message-ID: <a@b.example>\r\nX-Ascii: as\r\n  it was\r\n"
+    utf8 = (
+        (
+            "From: Z\u00f6e <zoe@b\u00fccher.example>, Team: ann@a.example, b@b.example;\r\n"
+            "Subject: d\u00e9j\u00e0 =?utf-8?q?vu?=\r\n"
+        ).encode()
+        + kept
+        + "\r\n\u00e9t\u00e9 body\r\n".encode()
+    )
+    downgraded = downgrade(utf8)
+    head, body = downgraded.split(b"\r\n\r\n")
+    assert head.isascii() and kept in downgraded and body == "\u00e9t\u00e9 body\r\n".encode()
+    parsed = email.message_from_bytes(downgraded, policy=email.policy.default)
+    assert parsed["subject"] == "d\u00e9j\u00e0 vu"  # an encoded word already there is read
+    assert [str(a) for a in parsed["from"].addresses] == [
+        "Z\u00f6e <zoe@xn--bcher-kva.example>",
+        "ann@a.example",
+        "b@b.example",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ("To: j\u00f6s\u00e9@customer.example".encode(), "non-ASCII local part"),
+        ("Message-ID: <\u00e9@x.example>".encode(), "Message-ID field"),
+        ("Subject: caf\u00e9".encode("latin-1"), "not UTF-8"),
+    ],
+)
+def test_downgrade_says_what_has_no_ascii_form(header: bytes, reason: str) -> None:
+    with pytest.raises(CannotDowngrade, match=reason):
+        downgrade(header + b"\r\nFrom: a@b.example\r\n\r\nbody\r\n")

@@ -13,6 +13,11 @@ field, by what each field is (`FIELD_KINDS`, the rules as data):
   that means the same, so it cannot be downgraded either.
 Fields that are ASCII already are kept byte for byte. Only the message's own header is read:
 the header fields of MIME parts are body content (8BITMIME), not the message's header.
+
+The doors (relay/connection.py) keep a message `as_received`: a UTF-8 header as it is in an
+SMTPUTF8 transaction, downgraded outside one, refused when it is not UTF-8 or has no ASCII
+form there. Delivery (engine/delivery/messages.py) builds the downgraded form beside the
+UTF-8 one for hops that lack SMTPUTF8.
 """
 
 from __future__ import annotations
@@ -29,9 +34,7 @@ from engine.mail.header_fields import (
     encoded_text,
     fold_field,
 )
-from engine.smtp.grammar import has_utf8_header, header_end
-
-__all__ = ["FIELD_KINDS", "CannotDowngrade", "as_received", "downgrade", "has_utf8_header"]
+from engine.smtp.grammar import header_end
 
 
 class CannotDowngrade(ValueError):
@@ -161,8 +164,10 @@ def _downgraded(field: bytes) -> bytes:
     if kind is FieldKind.STRUCTURED:
         raise CannotDowngrade(f"the {name} field has UTF-8 that has no ASCII form")
     if kind is FieldKind.TEXT:  # encoded words already in it are read, then made anew
-        return encoded_text(name, str(UNSTRUCTURED(name, text))).fold(policy=ASCII_POLICY).encode()
-    return fold_field(name, encoded_addresses(name, _ascii_addresses(name, text))).encode("ascii")
+        ascii = encoded_text(name, str(UNSTRUCTURED(name, text)))
+    else:
+        ascii = encoded_addresses(name, _ascii_addresses(name, text))
+    return fold_field(name, ascii).encode("ascii")
 
 
 def _ascii_addresses(name: str, text: str) -> list[Address | Group]:
