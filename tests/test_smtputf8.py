@@ -14,7 +14,7 @@ import trio
 
 from engine.mail.international import CannotDowngrade, downgrade
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Service
+from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_relay import relay_account
@@ -60,6 +60,13 @@ def relay(
             assert code == 250, recipient
         code, text = smtp.data(data)
         return code, text.decode()
+
+
+async def sending_account(service: Service, dns_server: DnsServer) -> Account:
+    """An account with a verified domain and sender, mail to customer.example routed."""
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    return account
 
 
 def parsed(received: ReceivedMessage) -> email.message.EmailMessage:
@@ -121,8 +128,7 @@ async def test_relay_without_smtputf8_encodes_utf8_headers_and_refuses_the_rest(
 async def test_api_utf8_local_part_needs_smtputf8_and_fails_cleanly_without_it(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, "customer.example")
+    account = await sending_account(service, dns_server)
     smtp_sink.smtputf8 = True
     body = message([LOCAL, "ann@customer.example"], subject=SUBJECT)
     sent = (await account.client.post("/v1/emails/", json=body)).json()
@@ -149,8 +155,7 @@ async def test_api_utf8_local_part_needs_smtputf8_and_fails_cleanly_without_it(
 async def test_inbound_mx_takes_utf8_headers_and_refuses_what_is_not_utf8(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, "customer.example")
+    account = await sending_account(service, dns_server)
     sent = (await account.client.post("/v1/emails/", json=message("ann@customer.example"))).json()
     await smtp_sink.wait_for_messages(1)
     bounce_to = f"bounces+{sent['id']}@{SENDING_DOMAIN}"  # an address the MX takes mail for
