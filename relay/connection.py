@@ -13,7 +13,9 @@ wraps the stream in TLS when the machine asks for it. Rules:
   (engine/message_memory.py), and the whole message is read back only when the budget has
   room for working on it: a session waits, and after `MEMORY_WAIT` is told 452 4.3.1. A
   message whose structure breaks a bound (engine/mail/structure.py) is refused with 554
-  5.6.0 before any handler parses it.
+  5.6.0 before any handler parses it. A header with 8-bit octets must be UTF-8, and outside
+  an SMTPUTF8 transaction is encoded (RFC 2047) before a handler sees it, or refused with
+  554 5.6.7 where it cannot be (engine/mail/international.py): never kept raw.
 - Foreign errors (a broken socket, a failed handshake) end the connection quietly; an
   unexpected error in a handler is logged and answered 451, never allowed to take the
   listener down. A database that cannot be reached is 451 4.3.0 too, at once while storage
@@ -31,7 +33,7 @@ from typing import Protocol
 import trio
 
 from engine.errors import StorageFull
-from engine.mail import structure
+from engine.mail import international, structure
 from engine.message_memory import MessageMemory
 from engine.smtp.replies import (
     S421_SHUTTING_DOWN,
@@ -239,7 +241,8 @@ class _Incoming:
 
 async def _message(handler: SessionHandler, event: MessageData, incoming: _Incoming) -> SmtpReply:
     """The reply to a whole message: 452 when memory stays short, 554 5.6.0 when its
-    structure breaks a bound (engine/mail/structure.py), else the handler's."""
+    structure breaks a bound (engine/mail/structure.py), 554 5.6.7 when its header is
+    not UTF-8 or needs SMTPUTF8 the client did not ask for, else the handler's."""
     try:
         whole = await incoming.whole(event, MEMORY_WAIT)
         if whole is None:
@@ -247,7 +250,11 @@ async def _message(handler: SessionHandler, event: MessageData, incoming: _Incom
         problem = structure.problem(whole.data)
         if problem is not None:
             return SmtpReply.of(554, f"5.6.0 Message refused: {problem}")
-        return await _decide(handler, whole)
+        try:
+            data = international.as_received(whole.data, whole.smtputf8)
+        except international.CannotDowngrade as refused:
+            return SmtpReply.of(554, f"5.6.7 Message refused: {refused.reason}")
+        return await _decide(handler, replace(whole, data=data))
     finally:
         incoming.done()
 

@@ -21,7 +21,7 @@ from engine.delivery.classify import (
     Verdict,
     classify,
 )
-from engine.smtp.replies import SmtpReply
+from engine.smtp.replies import S553_NEEDS_SMTPUTF8, S554_MESSAGE_NEEDS_SMTPUTF8, SmtpReply
 
 R = SmtpReply.of
 TABLE: list[tuple[Outcome, Verdict, str]] = [
@@ -488,3 +488,13 @@ def test_only_a_recipient_that_is_gone_bounces_and_a_full_mailbox_is_soft(
 def test_a_refusal_at_mail_from_never_blames_the_recipient() -> None:
     decision = classify(Replied(R(550, "5.1.1 <ann@example.org>: user unknown"), at_mail=True))
     assert (decision.verdict, decision.blame) == (Verdict.UNDELIVERABLE, Blame.SENDER)
+
+
+def test_a_utf8_header_no_hop_can_take_fails_the_message_without_suppressing() -> None:
+    """Made up by our client (engine/smtp/session.py) for a UTF-8 header with no ASCII form
+    and a hop without SMTPUTF8, in place of MAIL's reply."""
+    decision = classify(Replied(S554_MESSAGE_NEEDS_SMTPUTF8, at_mail=True))
+    assert decision.verdict is Verdict.UNDELIVERABLE
+    assert (decision.dsn, decision.blame) == ("5.6.7", Blame.MESSAGE)
+    decision = classify(Replied(S553_NEEDS_SMTPUTF8))
+    assert decision.verdict is Verdict.UNDELIVERABLE and decision.blame is Blame.MESSAGE

@@ -34,6 +34,7 @@ from engine.smtp.replies import (
     S450_MAILBOX_BUSY,
     S550_NO_SUCH_USER,
     S553_NEEDS_SMTPUTF8,
+    S554_MESSAGE_NEEDS_SMTPUTF8,
 )
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
@@ -448,12 +449,49 @@ async def test_too_big_message_refused_at_mail_fails_every_recipient(nursery: tr
 
 async def test_eight_bit_message_is_declared(smtp_sink: SmtpSink) -> None:
     async with await connect(smtp_sink.host, smtp_sink.port, helo_name=HELO, tls=None) as session:
-        await session.send(
-            SENDER, ["b@rcpt.test"], "Subject: caf\u00e9\n\n\u00e9t\u00e9\n".encode()
-        )
+        await session.send(SENDER, ["b@rcpt.test"], "Subject: cafe\n\n\u00e9t\u00e9\n".encode())
     mail = next(line for line in smtp_sink.transcript if line.startswith("MAIL"))
     assert mail.endswith(" BODY=8BITMIME") and " SIZE=" in mail
-    assert smtp_sink.messages[0].data == "Subject: caf\u00e9\r\n\r\n\u00e9t\u00e9\r\n".encode()
+    assert smtp_sink.messages[0].data == "Subject: cafe\r\n\r\n\u00e9t\u00e9\r\n".encode()
+
+
+UTF8_HEADER = "From: a@b.test\r\nSubject: caf\u00e9\r\n\r\nbody\r\n".encode()
+
+
+async def test_utf8_header_is_never_sent_raw_to_a_server_without_smtputf8(
+    smtp_sink: SmtpSink,
+) -> None:
+    async with await connect(smtp_sink.host, smtp_sink.port, helo_name=HELO, tls=None) as session:
+        result = await session.send(SENDER, ["b@rcpt.test"], UTF8_HEADER)
+        assert session.usable
+    assert result.outcome_for("b@rcpt.test") == S554_MESSAGE_NEEDS_SMTPUTF8
+    assert result.mail_reply.enhanced_status == "5.6.7"
+    assert not any(line.startswith("MAIL") for line in smtp_sink.transcript)
+
+
+async def test_utf8_header_and_address_go_in_an_smtputf8_transaction(
+    nursery: trio.Nursery,
+) -> None:
+    sink = SmtpSink(smtputf8=True)
+    await nursery.start(sink.run)
+    async with await connect(sink.host, sink.port, helo_name=HELO, tls=None) as session:
+        await session.send(SENDER, ["b@rcpt.test"], UTF8_HEADER)
+        await session.send(SENDER, ["jos\u00e9@rcpt.test"], MESSAGE)
+        probed = await session.probe(SENDER, "jos\u00e9@rcpt.test")
+    mails = [line for line in sink.transcript if line.startswith("MAIL")]
+    assert len(mails) == 3 and all(line.endswith(" SMTPUTF8") for line in mails)
+    assert [m.data for m in sink.messages] == [UTF8_HEADER, MESSAGE]
+    assert sink.messages[1].rcpt_to == ("jos\u00e9@rcpt.test",)
+    assert probed.is_success
+
+
+async def test_probe_of_a_non_ascii_address_without_smtputf8_is_answered_locally(
+    smtp_sink: SmtpSink,
+) -> None:
+    async with await connect(smtp_sink.host, smtp_sink.port, helo_name=HELO, tls=None) as session:
+        reply = await session.probe(SENDER, "jos\u00e9@rcpt.test")
+    assert reply == S553_NEEDS_SMTPUTF8
+    assert not any(line.startswith("MAIL") for line in smtp_sink.transcript)
 
 
 async def test_non_ascii_recipient_is_refused_locally_without_smtputf8(

@@ -293,3 +293,59 @@ def test_client_closing_is_a_notice() -> None:
     run(server, b"EHLO c\r\n")
     server.receive_data(b"")
     assert run(server, b"") == ([Closed()], b"")
+
+
+def test_smtputf8_is_offered_and_opens_an_internationalised_transaction() -> None:
+    server = authenticated(OPEN)
+    client = SmtpClient()
+    client.receive_data(b"220 mx.test\r\n")
+    client.next_reply()
+    client.ehlo("client.test")
+    client.receive_data(b"250-mx.test\r\n250 SMTPUTF8\r\n")
+    client.next_reply()
+    commands = (
+        client.mail_from("jos\u00e9@example.org", smtputf8=True)
+        + client.rcpt_to("\u00fcml\u00e4ut@example.net")
+        + client.rcpt_to("b@example.net")
+        + client.data()
+    )
+    events, _ = run(server, commands)
+    assert events == [
+        MailFrom("jos\u00e9@example.org", None, smtputf8=True),
+        RcptTo("\u00fcml\u00e4ut@example.net"),
+        RcptTo("b@example.net"),
+    ]
+    [message], _ = run(server, "Subject: caf\u00e9\r\n\r\nx\r\n.\r\n".encode())
+    assert isinstance(message, MessageData) and message.smtputf8
+    _, ehlo = run(SmtpServer(OPEN), b"EHLO client.test\r\n")
+    assert b"250-SMTPUTF8\r\n" in ehlo
+
+
+@pytest.mark.parametrize(
+    "commands",
+    [
+        "MAIL FROM:<jos\u00e9@example.org>\r\n".encode(),
+        "MAIL FROM:<a@example.org>\r\nRCPT TO:<jos\u00e9@example.net>\r\n".encode(),
+    ],
+)
+def test_non_ascii_address_without_smtputf8_is_refused_with_5_6_7(commands: bytes) -> None:
+    server = authenticated(OPEN)
+    events, replies = run(server, commands)
+    assert codes(replies)[-1] == "553 5.6.7"
+    assert not any(isinstance(e, RcptTo) for e in events)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        b"MAIL FROM:<jos\xe9@example.org> SMTPUTF8\r\n",  # Latin-1, not UTF-8
+        "MAIL FROM:<a\u0085b@example.org> SMTPUTF8\r\n".encode(),  # a C1 control (NEL)
+        ("MAIL FROM:<" + "\u00e9" * 33 + "@example.org> SMTPUTF8\r\n").encode(),  # 66 octets
+        b"MAIL FROM:<a@example.org> SMTPUTF8=yes\r\n",
+    ],
+)
+def test_malformed_internationalised_paths_are_refused(path: bytes) -> None:
+    server = authenticated(OPEN)
+    events, replies = run(server, path)
+    assert events == []
+    assert codes(replies)[-1] in ("553 5.1.3", "555 5.5.4")

@@ -220,7 +220,12 @@ def classify(outcome: Outcome) -> Decision:
 
 def _failure(reply: SmtpReply, at_mail: bool) -> Decision:
     """The verdict on a 4xx or 5xx reply that is no destination incident."""
-    about = Blame.SENDER if at_mail and reply.is_permanent else blame(reply)
+    # A refused MAIL FROM is about our sender, but an X.6.x refusal there is about the
+    # message's content or form (5.6.7: a UTF-8 header a hop without SMTPUTF8 cannot take).
+    status = reply.enhanced_status or ""
+    about = blame(reply)
+    if at_mail and reply.is_permanent and status[1:4] != ".6.":
+        about = Blame.SENDER
     response, code = str(reply), dsn_code(reply)
     if about is Blame.MAILBOX_FULL:
         return Decision(Verdict.SOFT_BOUNCED, response, dsn=code, blame=about)

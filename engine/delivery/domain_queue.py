@@ -795,9 +795,9 @@ class DomainQueue:
                 transfer = queue.popleft()
                 addresses = [r.address for r in transfer.recipients]
                 try:
-                    result = await session.send(
-                        transfer.message.envelope_from, addresses, transfer.message.data
-                    )
+                    message = transfer.message
+                    data = message.for_hop("SMTPUTF8" in session.extensions)
+                    result = await session.send(message.envelope_from, addresses, data)
                 except SmtpError as exc:
                     if reused:
                         # A kept connection the server dropped while it waited: the

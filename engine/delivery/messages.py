@@ -2,7 +2,9 @@
 
 Composition and DKIM signing run in a worker thread, one hop for a whole batch of emails.
 An email submitted as a complete message (SMTP relay, forwards: `Email.raw`) is not
-composed: it goes out as given, only signed and completed (`as_given`).
+composed: it goes out as given, only signed and completed (`as_given`). A message whose
+header has UTF-8 is built twice, as it is and downgraded, each signed (`WireMessage.for_hop`
+picks one per next hop).
 
 An email that offers unsubscribe (`Email.unsubscribe`: broadcasts, and emails whose sender
 asked) is built once per recipient: each copy's List-Unsubscribe (one-click URL and mailto:),
@@ -21,21 +23,68 @@ from email.utils import format_datetime
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
+from engine.mail.international import CannotDowngrade, downgrade
 from engine.mail.text_part import from_html
 from engine.mail.unsubscribe_footer import DEFAULT, Footer, personal_html, personal_text
 from engine.sending.tracking import Links, instrument_html
-from engine.smtp.grammar import to_crlf
+from engine.smtp.grammar import has_utf8_header, header_end, to_crlf
 from storage.domains import Domain
 from storage.emails import Email
 
 
 @dataclass(frozen=True, slots=True)
 class WireMessage:
+    """A built message. One whose header has UTF-8 (RFC 6532) goes as it is only to a hop
+    that offers SMTPUTF8; for the others it carries its downgraded header (RFC 2047,
+    engine/mail/international.py), signed on its own, that replaces `data`'s first
+    `header_length` octets; None when the header has no ASCII form."""
+
     email_id: str
     envelope_from: str
     data: bytes
     # The one recipient this copy is for; None: every recipient of the email.
     recipient: str | None = None
+    ascii_header: bytes | None = None
+    header_length: int = 0
+
+    def for_hop(self, smtputf8: bool) -> bytes:
+        """What to send to a server that offers SMTPUTF8 (`smtputf8`) or does not: `data`,
+        or its downgraded form; `data` when there is none (the session refuses that
+        locally with 5.6.7 rather than send a UTF-8 header raw)."""
+        if smtputf8 or self.ascii_header is None:
+            return self.data
+        return self.ascii_header + self.data[self.header_length :]
+
+
+def _international(
+    email_id: str, envelope_from: str, data: bytes, ascii: bytes, recipient: str | None
+) -> WireMessage:
+    """A message with a UTF-8 header and its downgraded, signed form `ascii`: only the
+    latter's header is kept when the two bodies are the same (a large message is not held
+    twice), else the whole of it."""
+    length, cut = header_end(data), header_end(ascii)
+    if memoryview(ascii)[cut:] == memoryview(data)[length:]:
+        return WireMessage(email_id, envelope_from, data, recipient, ascii[:cut], length)
+    return WireMessage(email_id, envelope_from, data, recipient, ascii, len(data))
+
+
+def _wire(
+    email_id: str,
+    envelope_from: str,
+    data: bytes,
+    unsigned: bytes,
+    domain: Domain,
+    recipient: str | None = None,
+) -> WireMessage:
+    """The wire message of signed `data`, made from `unsigned`; with the downgraded form
+    when its header has UTF-8."""
+    if not has_utf8_header(data):
+        return WireMessage(email_id, envelope_from, data, recipient)
+    try:
+        ascii = signed(downgrade(unsigned), domain)
+    except CannotDowngrade:
+        return WireMessage(email_id, envelope_from, data, recipient)
+    return _international(email_id, envelope_from, data, ascii, recipient)
 
 
 def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
@@ -137,18 +186,21 @@ def build(
     its recipients, or, when it offers unsubscribe, one for each of `recipients`."""
     bounce = bounce_address(email.id, domain.name)
     if email.raw is not None:
-        return [WireMessage(email.id, bounce, _signed_as_given(email, domain))]
+        data = _signed_as_given(email, domain)
+        if not has_utf8_header(data):  # as given: the unsigned form only when needed
+            return [WireMessage(email.id, bounce, data)]
+        return [_wire(email.id, bounce, data, as_given(email), domain)]
     if not email.unsubscribe:
         links = Links(
             link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
         )
-        data = signed(compose(_outgoing(email, domain, links, None, footer)), domain)
-        return [WireMessage(email.id, bounce, data)]
+        unsigned = compose(_outgoing(email, domain, links, None, footer))
+        return [_wire(email.id, bounce, signed(unsigned, domain), unsigned, domain)]
     built = []
     for recipient in dict.fromkeys(recipients):
         links = Links(link_settings.public_url, link_settings.secret, email.id, recipient)
-        data = signed(compose(_outgoing(email, domain, links, bounce, footer)), domain)
-        built.append(WireMessage(email.id, bounce, data, recipient))
+        unsigned = compose(_outgoing(email, domain, links, bounce, footer))
+        built.append(_wire(email.id, bounce, signed(unsigned, domain), unsigned, domain, recipient))
     return built
 
 

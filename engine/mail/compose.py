@@ -23,6 +23,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
+from email.headerregistry import Address
 from typing import Any
 
 from engine.mail import mime_package, mime_writer
@@ -37,8 +38,9 @@ from engine.mail.header_fields import (
     Mailbox,
     VerbatimHeader,
     address,
-    custom_header,
     custom_header_problems,
+    encoded_addresses,
+    encoded_text,
     header_text,
     header_text_problem,
     validate_custom_headers,
@@ -58,6 +60,10 @@ __all__ = [
     "header_text_problem",
     "validate_custom_headers",
 ]
+
+
+# The longest word of a Subject the package writes beside "Subject: " on the first line.
+_PLAIN_WORD = 68
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,16 +161,21 @@ def _fields(message: OutgoingMessage) -> list[tuple[str, Any]]:
         raise ValueError("date must be timezone-aware")
     if not MESSAGE_ID.fullmatch(message.message_id):
         raise ValueError(f"message_id {message.message_id!r} is not <unique@domain>")
+    utf8 = message.needs_smtputf8
     fields: list[tuple[str, Any]] = [
-        ("From", address("from", (message.from_address, message.from_name)))
+        (
+            "From",
+            _addresses("From", [address("from", (message.from_address, message.from_name))], utf8),
+        )
     ]
     if message.to:
-        fields.append(("To", [address("to", mailbox) for mailbox in message.to]))
+        fields.append(("To", _addresses("To", [address("to", box) for box in message.to], utf8)))
     if message.cc:
-        fields.append(("Cc", [address("cc", mailbox) for mailbox in message.cc]))
+        fields.append(("Cc", _addresses("Cc", [address("cc", box) for box in message.cc], utf8)))
     if message.reply_to is not None:
-        fields.append(("Reply-To", address("reply_to", message.reply_to)))
-    fields.append(("Subject", header_text("subject", message.subject)))
+        reply_to = [address("reply_to", message.reply_to)]
+        fields.append(("Reply-To", _addresses("Reply-To", reply_to, utf8)))
+    fields.append(("Subject", _subject(header_text("subject", message.subject), utf8)))
     fields.append(("Date", message.date))
     fields.append(("Message-ID", VerbatimHeader("Message-ID", message.message_id)))
     if message.list_unsubscribe is not None:
@@ -185,11 +196,38 @@ def _fields(message: OutgoingMessage) -> list[tuple[str, Any]]:
     if message.tags and message.tags_header and message.tags_header.lower() not in custom:
         tags = [header_text("tags", tag) for tag in message.tags]
         name = message.tags_header
-        fields.append((name, custom_header(name, ", ".join(tags))))
+        fields.append((name, _text(name, ", ".join(tags), utf8)))
     for name, value in message.headers:
-        fields.append((name, custom_header(name, value)))
+        fields.append((name, _text(name, value, utf8)))
     fields.append(("MIME-Version", "1.0"))
     return fields
+
+
+def _addresses(name: str, boxes: list[Address], utf8: bool) -> Any:
+    """An address field's value: `encoded_addresses` when a display name is non-ASCII and
+    the header is ASCII; else the addresses (one alone, as From and Reply-To are given)."""
+    if not utf8 and any(not box.display_name.isascii() for box in boxes):
+        return encoded_addresses(name, boxes)
+    return boxes if name in ("To", "Cc") else boxes[0]
+
+
+def _subject(value: str, utf8: bool) -> str:
+    """The Subject's value: plain ASCII words as they are (the package folds them at their
+    spaces), as `_text` otherwise. Text with "=?" is all encoded words, or a reader would
+    take it for one; a longer ASCII word is kept verbatim (the package would move it to a
+    continuation line, which reads back with a leading space)."""
+    if "=?" in value:
+        return encoded_text("Subject", value)
+    if value.isascii() and len(max(value.split(" "), key=len)) <= _PLAIN_WORD:
+        return value
+    return _text("Subject", value, utf8)
+
+
+def _text(name: str, value: str, utf8: bool) -> str:
+    """A text field's value: verbatim, folded at its spaces, when it is ASCII or the header
+    is UTF-8 (RFC 6532; the package would move UTF-8 text it does not encode to a
+    continuation line), else encoded words (`encoded_text`)."""
+    return VerbatimHeader(name, value) if utf8 or value.isascii() else encoded_text(name, value)
 
 
 def _boundary() -> str:

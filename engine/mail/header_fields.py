@@ -10,14 +10,22 @@ Rules:
   and custom headers may not replace the headers Postroom owns (`validate_custom_headers`).
 - A field is folded by the `email` package's header classes (`fold_field`) unless it is
   plain enough to be written as one line, which is what those classes write for it.
+- An RFC 2047 encoded word is at most 75 characters (section 2). The package fills a
+  folded line with its encoded words up to 78 columns, so a continuation line holds a word of
+  76; a field where that happens is folded again at `ENCODED_FOLD_AT` (`BoundedWordsPolicy`).
+- Non-ASCII text and address fields with a non-ASCII display name are encoded here
+  (`encoded_text`, `encoded_addresses`): the package, folding such text, can drop a space
+  that falls between two of its encoded words, or leave it between them, where a reader
+  drops it (RFC 2047 6.2).
 """
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Iterable, Mapping
-from email.headerregistry import Address, BaseHeader, HeaderRegistry
-from email.policy import SMTP, SMTPUTF8, EmailPolicy, Policy
+from collections.abc import Iterable, Mapping, Sequence
+from email.headerregistry import Address, BaseHeader, Group, HeaderRegistry
+from email.policy import EmailPolicy, Policy
 from typing import Any
 
 Mailbox = tuple[str, str | None]
@@ -54,6 +62,10 @@ STRUCTURAL_HEADERS = frozenset(
 
 MAX_LINE = 998  # RFC 5322 2.1.1, excluding the CRLF
 FOLD_AT = 78  # RFC 5322 2.1.1's "SHOULD" line length, where a header folds if it can
+MAX_ENCODED_WORD = 75  # RFC 2047 2
+# A continuation line's folding space, then an encoded word that fills the rest: 75.
+ENCODED_FOLD_AT = MAX_ENCODED_WORD + 1
+_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=")
 
 
 class HeaderClasses(HeaderRegistry):
@@ -72,9 +84,36 @@ class HeaderClasses(HeaderRegistry):
         return built
 
 
-# cte_type="7bit": bodies are encoded so the message needs no 8BITMIME from the next hop.
-ASCII_POLICY = SMTP.clone(cte_type="7bit", header_factory=HeaderClasses())
-UTF8_POLICY = SMTPUTF8.clone(cte_type="7bit", header_factory=HeaderClasses())
+def longest_encoded_word(folded: str) -> int:
+    """The length of the longest RFC 2047 encoded word in folded header text (0: none)."""
+    if "=?" not in folded:
+        return 0
+    return max((len(word) for word in _ENCODED_WORD.findall(folded)), default=0)
+
+
+class BoundedWordsPolicy(EmailPolicy):
+    """The package's policy, but a field whose folding makes an encoded word longer than
+    `MAX_ENCODED_WORD` is folded again at `ENCODED_FOLD_AT` columns (what the generator
+    writes, for the messages the package writes; `fold_field` does the same)."""
+
+    def fold(self, name: str, value: Any) -> str:
+        folded = str(super().fold(name, value))
+        if longest_encoded_word(folded) <= MAX_ENCODED_WORD:
+            return folded
+        return str(EmailPolicy.fold(self.clone(max_line_length=ENCODED_FOLD_AT), name, value))
+
+    def fold_binary(self, name: str, value: Any) -> bytes:
+        folded = super().fold_binary(name, value)
+        if longest_encoded_word(folded.decode("ascii", "replace")) <= MAX_ENCODED_WORD:
+            return folded
+        narrow = self.clone(max_line_length=ENCODED_FOLD_AT)
+        return bytes(EmailPolicy.fold_binary(narrow, name, value))
+
+
+# The stdlib's SMTP and SMTPUTF8 policies, with encoded words bounded. cte_type="7bit":
+# bodies are encoded so the message needs no 8BITMIME from the next hop.
+ASCII_POLICY = BoundedWordsPolicy(linesep="\r\n", cte_type="7bit", header_factory=HeaderClasses())
+UTF8_POLICY = ASCII_POLICY.clone(utf8=True)
 UNSTRUCTURED = HeaderClasses(use_default_map=False)
 
 _FIELD_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+")  # RFC 5322 ftext: printable ASCII but ':'
@@ -168,13 +207,6 @@ def _longest_line(header: VerbatimHeader) -> int:
     return max(len(line) for line in header.fold(policy=ASCII_POLICY).split("\r\n"))
 
 
-def custom_header(name: str, value: str) -> str:
-    """ASCII values verbatim (they may be structured); others as RFC 2047 unstructured text."""
-    if value.isascii():
-        return VerbatimHeader(name, value)
-    return UNSTRUCTURED(name, value)
-
-
 def header_text(what: str, value: str) -> str:
     problem = header_text_problem(value)
     if problem is not None:
@@ -210,7 +242,11 @@ def fold_field(name: str, value: Any, policy: EmailPolicy[Any] = ASCII_POLICY) -
     """
     if isinstance(value, VerbatimHeader):
         return value.fold(policy=policy)
-    return str(policy.header_factory(name, value).fold(policy=policy))
+    header = policy.header_factory(name, value)
+    folded = str(header.fold(policy=policy))
+    if longest_encoded_word(folded) <= MAX_ENCODED_WORD:
+        return folded
+    return str(header.fold(policy=policy.clone(max_line_length=ENCODED_FOLD_AT)))
 
 
 def text_field(name: str, value: str) -> str:
@@ -236,3 +272,74 @@ def address_field(name: str, value: Address | list[Address]) -> str:
     if len(line) <= FOLD_AT:
         return line + "\r\n"
     return fold_field(name, value)
+
+
+# What a "Q" encoded word in a phrase may hold as itself (RFC 2047 5(3)); "=" and "_" have a
+# meaning in Q, and the space is written "_".
+_Q_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!*+-/")
+_ENCODED_PREFIX = len("=?utf-8?q?")
+
+
+def _q(data: bytes) -> str:
+    return "".join(chr(b) if b in _Q_PLAIN else "_" if b == 0x20 else f"={b:02X}" for b in data)
+
+
+def _b(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encoded_words(text: str, first: int = MAX_ENCODED_WORD) -> list[str]:
+    """`text` as RFC 2047 encoded words of UTF-8: each at most `MAX_ENCODED_WORD`
+    characters, the first at most `first`, split only between characters (each word decodes
+    on its own, section 5); "Q" or "B", whichever is shorter for the whole text. Fit for a
+    phrase (a display name) and for unstructured text alike."""
+    data = text.encode("utf-8")
+    plain = sum(b in _Q_PLAIN or b == 0x20 for b in data)
+    use_q = plain + 3 * (len(data) - plain) <= 4 * -(-len(data) // 3)
+    encode, kind = (_q, "q") if use_q else (_b, "b")
+    words: list[str] = []
+    chunk = b""
+    room = max(first, _ENCODED_PREFIX + 2 + 12)  # room for one character, at least
+    for char in text:
+        longer = chunk + char.encode("utf-8")
+        if chunk and _ENCODED_PREFIX + len(encode(longer)) + 2 > room:
+            words.append(f"=?utf-8?{kind}?{encode(chunk)}?=")
+            chunk, room = char.encode("utf-8"), MAX_ENCODED_WORD
+        else:
+            chunk = longer
+    words.append(f"=?utf-8?{kind}?{encode(chunk)}?=")
+    return words
+
+
+def encoded_text(name: str, value: str) -> VerbatimHeader:
+    """Unstructured text (Subject, custom fields) as encoded words, folded between them:
+    every character of `value`, its spaces included, is inside a word."""
+    return VerbatimHeader(name, " ".join(encoded_words(value, FOLD_AT - len(name) - 2)))
+
+
+def encoded_addresses(name: str, items: Sequence[Address | Group]) -> VerbatimHeader:
+    """An address field in ASCII: display names with non-ASCII text as encoded words
+    (`encoded_words`), the rest as the package writes them; folded only between words, so
+    no line passes 78 columns and every encoded word stays whole."""
+    first = FOLD_AT - len(name) - len(": ")
+    rendered: list[str] = []
+
+    def phrase(text: str) -> str:
+        return " ".join(encoded_words(text, first if not rendered else MAX_ENCODED_WORD))
+
+    def mailbox(box: Address) -> str:
+        if box.display_name and not box.display_name.isascii():
+            return f"{phrase(box.display_name)} <{box.addr_spec}>"
+        return str(box)
+
+    for item in items:
+        if not isinstance(item, Group):
+            rendered.append(mailbox(item))
+        elif item.display_name is None:  # the package's form of a plain mailbox list
+            rendered.extend(mailbox(box) for box in item.addresses)
+        else:
+            shown = item.display_name
+            label = str(Group(shown, [])).removesuffix(":;") if shown.isascii() else phrase(shown)
+            boxes = ", ".join(mailbox(box) for box in item.addresses)
+            rendered.append(f"{label}: {boxes};" if boxes else f"{label}:;")
+    return VerbatimHeader(name, ", ".join(rendered))

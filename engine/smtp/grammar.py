@@ -155,3 +155,18 @@ def encode_message_parts(data: bytes) -> tuple[bytes, bytes]:
     if body and not body.endswith(b"\r\n"):
         return body, b"\r\n.\r\n"
     return body, b".\r\n"
+
+
+def header_end(data: bytes) -> int:
+    """Where a message's header ends: the offset of the empty line's CRLF (the body follows
+    it), or the length of a message that is all header. Lines end in CRLF."""
+    if data.startswith(b"\r\n"):
+        return 0
+    end = data.find(b"\r\n\r\n")
+    return len(data) if end < 0 else end + 2
+
+
+def has_utf8_header(data: bytes) -> bool:
+    """Whether a message's header has octets over 127: an internationalised header (RFC
+    6532), which only an SMTPUTF8 transaction may carry (RFC 6531 3.2)."""
+    return not data[: header_end(data)].isascii()

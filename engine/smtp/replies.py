@@ -130,6 +130,11 @@ S553_BAD_ADDRESS = SmtpReply.of(553, "5.1.3 Bad address syntax")
 # Made up by the client, never received: the address has a non-ASCII local part and the
 # server does not offer SMTPUTF8 (RFC 6531 3.2), so the message cannot go to it there.
 S553_NEEDS_SMTPUTF8 = SmtpReply.of(553, "5.6.7 Non-ASCII address, and the server lacks SMTPUTF8")
+# Made up by the client, never received: the message's header has UTF-8 (RFC 6532), the
+# server lacks SMTPUTF8 and the header has no ASCII form (engine/mail/international.py).
+S554_MESSAGE_NEEDS_SMTPUTF8 = SmtpReply.of(
+    554, "5.6.7 The message has UTF-8 header fields, and the server lacks SMTPUTF8"
+)
 S554_FAILED = SmtpReply.of(554, "5.0.0 Transaction failed")
 S554_NO_VALID_RECIPIENTS = SmtpReply.of(554, "5.5.1 No valid recipients")
 S554_NO_SERVICE = SmtpReply.of(554, "5.3.2 No SMTP service here")
@@ -160,6 +165,9 @@ S504_AUTH_MECHANISM = SmtpReply.of(
     504, "5.5.4 Unrecognized authentication type; use PLAIN or LOGIN"
 )
 S552_SIZE_DECLARED = SmtpReply.of(552, "5.3.4 Message size exceeds fixed maximum message size")
+S553_NEEDS_SMTPUTF8_PARAMETER = SmtpReply.of(
+    553, "5.6.7 Non-ASCII address; open the transaction with MAIL FROM:<...> SMTPUTF8"
+)
 S554_BARE_LINE_ENDING_DATA = SmtpReply.of(
     554, "5.6.0 Message refused: bare CR or LF in the message; end every line with CRLF"
 )

@@ -1,4 +1,5 @@
-"""The server side of SMTP as a sans-I/O state machine (RFC 5321, 2920, 3207, 4954, 1870).
+"""The server side of SMTP as a sans-I/O state machine (RFC 5321, 2920, 3207, 4954, 1870,
+6531).
 
 Feed it what the client sent (`receive_data`), take events out (`next_event`), answer the
 requests among them (`respond`) and send what `data_to_send` hands back; the caller moves
@@ -74,6 +75,7 @@ from engine.smtp.replies import (
     S552_SIZE_DECLARED,
     S552_TOO_BIG,
     S553_BAD_ADDRESS,
+    S553_NEEDS_SMTPUTF8_PARAMETER,
     S554_BARE_LINE_ENDING_DATA,
     S554_DATA_LINE_TOO_LONG,
     S554_NO_VALID_RECIPIENTS,
@@ -90,9 +92,12 @@ MAX_ERRORS = 20  # refused commands before the server hangs up (421)
 MAX_JUNK = 20
 
 # A path: "<" then no angle brackets, spaces or controls, ">" (a source route "@a,@b:" is
-# allowed and ignored, RFC 5321 3.3). Non-ASCII needs SMTPUTF8, which is not offered.
-_PATH = re.compile(r"<(?:@[^<>:\s]+:)?([\x21-\x3b\x3d\x3f-\x7e]*)>", re.ASCII)
-_ADDRESS = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9.-]{1,253}|", re.ASCII)
+# allowed and ignored, RFC 5321 3.3). UTF-8 in the local part is allowed by SMTPUTF8
+# (RFC 6531 3.3), checked per transaction; octets that are not UTF-8 arrive as surrogates
+# (`_next_line`), which no path takes. Domains stay ASCII (A-labels).
+_PATH = re.compile(r"<(?:@[^<>:\s]+:)?([\x21-\x3b\x3d\x3f-\x7e\u00a0-\ud7ff\ue000-\U0010ffff]*)>")
+_ADDRESS = re.compile(r"[^@\s]+@[A-Za-z0-9.-]{1,253}|")
+_MAX_LOCAL_PART = 64  # octets (RFC 5321 4.5.3.1.1), UTF-8 ones too (RFC 6531 3.3)
 _PARAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9-]*)(?:=([\x21-\x3c\x3e-\x7e]+))?", re.ASCII)
 _HELO_NAME = re.compile(r"[\x21-\x7e]{1,255}")
 
@@ -112,10 +117,12 @@ class AuthAttempt:
 @dataclass(frozen=True, slots=True)
 class MailFrom:
     """Request: open a transaction from `address` ("" is the null sender of bounces).
-    `size` is what the client declared with SIZE=, if it did."""
+    `size` is what the client declared with SIZE=, if it did; `smtputf8` whether it asked
+    for an internationalised transaction (RFC 6531: UTF-8 addresses and header fields)."""
 
     address: str
     size: int | None
+    smtputf8: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +141,7 @@ class MessageData:
     mail_from: str
     recipients: tuple[str, ...]
     data: bytes
+    smtputf8: bool = False  # the transaction was opened with SMTPUTF8 (RFC 6531)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +216,7 @@ class SmtpServer:
         self._pending: Request | None = None
         self._auth_step: tuple[str, str | None] | None = None  # (mechanism, username so far)
         self._mail_from = ""
+        self._smtputf8 = False  # the open transaction's MAIL had SMTPUTF8
         self._recipients: list[str] = []
         self._data = _DataReader(policy.max_message_size)
         self._queue(SmtpReply.of(220, f"{policy.hostname} ESMTP Postroom"))
@@ -308,6 +317,7 @@ class SmtpServer:
                 self._error()
         elif isinstance(request, MailFrom) and reply.is_success:
             self._mail_from = request.address
+            self._smtputf8 = request.smtputf8
             self._state = _S.MAIL
         elif isinstance(request, RcptTo) and reply.is_success:
             self._recipients.append(request.address)
@@ -343,7 +353,8 @@ class SmtpServer:
             elif not raw.endswith(b"\r\n") or b"\r" in raw[:-2]:
                 self._refuse(S500_BARE_LINE_ENDING)
             else:
-                return raw[:-2].decode("utf-8", "replace")
+                # Octets that are not UTF-8 become surrogates, which no argument accepts.
+                return raw[:-2].decode("utf-8", "surrogateescape")
         return None
 
     def _on_line(self, line: str) -> Event | None:
@@ -378,6 +389,7 @@ class SmtpServer:
             f"SIZE {self._policy.max_message_size}",
             "8BITMIME",
             "ENHANCEDSTATUSCODES",
+            "SMTPUTF8",
         ]
         if self._policy.tls_available and not self._tls_active:
             lines.append("STARTTLS")
@@ -477,9 +489,12 @@ class SmtpServer:
             return None
         address, params = parsed
         size: int | None = None
+        smtputf8 = False
         for name, value in params:
             if name == "SIZE" and value is not None and value.isdigit() and len(value) < 20:
                 size = int(value)
+            elif name == "SMTPUTF8" and value is None:
+                smtputf8 = True
             elif name == "BODY" and value is not None and value.upper() in ("7BIT", "8BITMIME"):
                 continue
             elif name == "AUTH" and value is not None:
@@ -490,7 +505,10 @@ class SmtpServer:
         if size is not None and size > self._policy.max_message_size:
             self._refuse(S552_SIZE_DECLARED)
             return None
-        return MailFrom(address, size)
+        if not (smtputf8 or address.isascii()):
+            self._refuse(S553_NEEDS_SMTPUTF8_PARAMETER)
+            return None
+        return MailFrom(address, size, smtputf8)
 
     def _rcpt(self, argument: str) -> Event | None:
         if self._state not in (_S.MAIL, _S.RCPT):
@@ -506,6 +524,9 @@ class SmtpServer:
         if not address:
             self._refuse(S553_BAD_ADDRESS)
             return None
+        if not (self._smtputf8 or address.isascii()):
+            self._refuse(S553_NEEDS_SMTPUTF8_PARAMETER)
+            return None
         if len(self._recipients) >= self._policy.max_recipients:
             self._queue(S452_TOO_MANY_RECIPIENTS)
             return None
@@ -520,7 +541,11 @@ class SmtpServer:
             return None
         rest = argument[len(keyword) :].lstrip()
         match = _PATH.match(rest)
-        if match is None or not _ADDRESS.fullmatch(match[1]):
+        if (
+            match is None
+            or not _ADDRESS.fullmatch(match[1])
+            or len(match[1].rpartition("@")[0].encode()) > _MAX_LOCAL_PART
+        ):
             self._refuse(S553_BAD_ADDRESS)
             return None
         params: list[tuple[str, str | None]] = []
@@ -599,12 +624,13 @@ class SmtpServer:
             self._queue(problem)
             self._reset()
             return MessageRefused(problem)
-        return MessageData(self._mail_from, tuple(self._recipients), data)
+        return MessageData(self._mail_from, tuple(self._recipients), data, self._smtputf8)
 
     # -- helpers -------------------------------------------------------------------------
 
     def _reset(self) -> None:
         self._mail_from = ""
+        self._smtputf8 = False
         self._recipients = []
         if self._state in (_S.MAIL, _S.RCPT, _S.DATA):
             self._state = _S.READY

@@ -25,8 +25,8 @@ from engine.smtp.errors import (
     TlsFailure,
     TransientFailure,
 )
-from engine.smtp.grammar import check_helo_name, check_path, to_crlf
-from engine.smtp.replies import S553_NEEDS_SMTPUTF8, SmtpReply
+from engine.smtp.grammar import check_helo_name, check_path, has_utf8_header, to_crlf
+from engine.smtp.replies import S553_NEEDS_SMTPUTF8, S554_MESSAGE_NEEDS_SMTPUTF8, SmtpReply
 
 DEFAULT_TIMEOUT = 60.0  # each command's reply, connecting, the TLS handshake
 DEFAULT_DATA_TIMEOUT = 120.0  # sending the message content, and the reply to the final dot
@@ -195,7 +195,10 @@ class SmtpSession(trio.abc.AsyncResource):
         at least one recipient was accepted (RSET otherwise). With PIPELINING, MAIL, the
         RCPTs and DATA go out in one write. Refusals are results, not errors; a recipient
         with a non-ASCII local part is refused locally (`S553_NEEDS_SMTPUTF8`) when the
-        server lacks SMTPUTF8. The session may send again afterwards.
+        server lacks SMTPUTF8, and so is a message whose header has UTF-8
+        (`S554_MESSAGE_NEEDS_SMTPUTF8`: never sent raw; send its `downgrade` instead).
+        SMTPUTF8 is asked for when an address or the header needs it. The session may send
+        again afterwards.
 
         Raises ValueError for an address that cannot be sent (see `check_path`) or no
         recipients, and `TransientFailure` when the connection fails, the server answers
@@ -209,6 +212,8 @@ class SmtpSession(trio.abc.AsyncResource):
         utf8_offered = "SMTPUTF8" in self._client.extensions
         if not (mail_from.isascii() or utf8_offered):
             return TransferResult(S553_NEEDS_SMTPUTF8, {}, None)
+        if not utf8_offered and has_utf8_header(to_crlf(message)):
+            return TransferResult(S554_MESSAGE_NEEDS_SMTPUTF8, {}, None)
         refused = {a: S553_NEEDS_SMTPUTF8 for a in unique if not (a.isascii() or utf8_offered)}
         to_send = [address for address in unique if address not in refused]
         if not to_send:
@@ -224,13 +229,17 @@ class SmtpSession(trio.abc.AsyncResource):
         """Whether the server would take mail for ``recipient``: MAIL, RCPT, then RSET.
 
         Never DATA: nothing is delivered. Returns the RCPT reply (the MAIL reply when MAIL is
-        refused). Raises like `send`.
+        refused; `S553_NEEDS_SMTPUTF8`, made up, for a non-ASCII address the server cannot
+        take). Raises like `send`.
         """
         check_path(mail_from, allow_null=True)
         address = check_path(recipient)
         client = self._client
+        utf8 = not (mail_from.isascii() and address.isascii())
+        if utf8 and "SMTPUTF8" not in client.extensions:
+            return S553_NEEDS_SMTPUTF8
         with self._conversation("probing"):
-            await self._write(client.mail_from(mail_from))
+            await self._write(client.mail_from(mail_from, smtputf8=utf8))
             reply = await self._read()
             if reply.is_success:
                 await self._write(client.rcpt_to(address))
@@ -245,6 +254,7 @@ class SmtpSession(trio.abc.AsyncResource):
         client = self._client
         body = to_crlf(message)
         utf8 = not (mail_from.isascii() and all(a.isascii() for a in recipients))
+        utf8 = utf8 or has_utf8_header(body)
         mail = client.mail_from(mail_from, len(body), eight_bit=not body.isascii(), smtputf8=utf8)
         replies: dict[str, SmtpReply] = {}
         data_answer: SmtpReply | None = None

@@ -8,6 +8,11 @@ as the test tells it to:
 * ``fail_first(address, n)``: the first ``n`` RCPTs for an address fail, later ones pass;
 * ``data_reply(code, text, count)``: the reply after the next ``count`` DATA transfers.
 
+It offers SMTPUTF8 (RFC 6531) only when made with ``smtputf8=True``, and is strict about it
+as a conforming MX may be: the parameter where it is not offered is refused (555), and a
+message whose header has 8-bit octets outside an SMTPUTF8 transaction is refused with
+``554 5.6.7`` (nothing may pass a UTF-8 header to a hop that did not agree to take one).
+
 Explicit ``reply_for`` wins over ``fail_first``, which wins over the local-part convention.
 Addresses are matched case-insensitively. Timestamps use the Trio clock, so intervals
 between deliveries are meaningful under a virtual (``MockClock``) clock too.
@@ -44,6 +49,7 @@ class ReceivedMessage:
     data: bytes  # dot-unstuffed, CRLF line endings, without the terminating "."
     tls: bool  # whether the session had been upgraded with STARTTLS
     received_at: float  # trio.current_time()
+    smtputf8: bool = False  # whether MAIL FROM carried SMTPUTF8
 
 
 @dataclass(frozen=True)
@@ -116,8 +122,10 @@ class SmtpSink(LoopbackPeer):
         *,
         hostname: str = "sink.test",
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        smtputf8: bool = False,
     ) -> None:
         self.ssl_context = ssl_context  # None: STARTTLS is neither advertised nor accepted
+        self.smtputf8 = smtputf8  # SMTPUTF8 advertised and accepted
         self.hostname = hostname
         self.max_message_size = max_message_size
         self._arrivals: Arrivals[ReceivedMessage] = Arrivals()
@@ -218,6 +226,7 @@ class _Session:
         self.greeted = False
         self.done = False
         self.mail_from: str | None = None
+        self.smtputf8 = False
         self.rcpt_to: list[str] = []
         self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "EHLO": self.ehlo,
@@ -241,6 +250,7 @@ class _Session:
             self.sink.open_transactions -= 1
             self.sink.open_by_sender[_domain_of(self.mail_from)] -= 1
         self.mail_from = None
+        self.smtputf8 = False
         self.rcpt_to = []
 
     async def run(self) -> None:
@@ -276,6 +286,8 @@ class _Session:
             "ENHANCEDSTATUSCODES",
             f"SIZE {self.sink.max_message_size}",
         ]
+        if self.sink.smtputf8:
+            extensions.append("SMTPUTF8")
         if self.sink.ssl_context is not None and not self.tls:
             extensions.append("STARTTLS")
         await self.reply(250, f"{self.sink.hostname} greets {argument}", *extensions)
@@ -316,9 +328,12 @@ class _Session:
             await self.mail_with_params(match[2], match[3].split())
 
     async def mail_with_params(self, sender: str, params: list[str]) -> None:
+        smtputf8 = False
         for param in params:
             key, _, value = param.partition("=")
-            if key.upper() == "SIZE" and value.isdigit():
+            if key.upper() == "SMTPUTF8" and self.sink.smtputf8 and not value:
+                smtputf8 = True
+            elif key.upper() == "SIZE" and value.isdigit():
                 if int(value) > self.sink.max_message_size:
                     await self.reply(552, "5.3.4 message size exceeds fixed limit")
                     return
@@ -326,7 +341,11 @@ class _Session:
                 # Strict on purpose: e.g. SMTPUTF8 was not advertised, so must not be used.
                 await self.reply(555, f"5.5.4 unsupported parameter {param}")
                 return
+        if not (smtputf8 or sender.isascii()):
+            await self.reply(553, "5.6.7 non-ASCII address without SMTPUTF8")
+            return
         self.mail_from = sender
+        self.smtputf8 = smtputf8
         sink = self.sink
         sink.open_transactions += 1
         sink.most_open_transactions = max(sink.most_open_transactions, sink.open_transactions)
@@ -343,6 +362,8 @@ class _Session:
             await self.reply(503, "5.5.1 need MAIL first")
         elif match is None or match[1].upper() != "TO" or not match[2]:
             await self.reply(501, "5.5.4 syntax: RCPT TO:<address>")
+        elif not (self.smtputf8 or match[2].isascii()):
+            await self.reply(553, "5.6.7 non-ASCII address without SMTPUTF8")
         else:
             answer = self.sink.rcpt_reply(match[2])
             if answer.accepted:
@@ -358,6 +379,9 @@ class _Session:
             return
         await self.reply(354, "end data with <CR><LF>.<CR><LF>")
         outcome, data = await self.receive_data()
+        header = data.split(b"\r\n\r\n", 1)[0]
+        if outcome is None and not (self.smtputf8 or header.isascii()):
+            outcome = SmtpReply(554, "5.6.7 8-bit header octets without SMTPUTF8")
         if outcome is None:
             outcome = self.sink.next_data_reply()
             if outcome.accepted:
@@ -368,6 +392,7 @@ class _Session:
                         data=data,
                         tls=self.tls,
                         received_at=trio.current_time(),
+                        smtputf8=self.smtputf8,
                     )
                 )
         if self.sink.data_delay:
