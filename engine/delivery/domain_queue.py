@@ -30,6 +30,12 @@ held many times over at once).
 
 When nothing is due it sleeps until the next retry or until woken; after `IDLE_EXIT` with no
 work at all it returns, and the router starts it again when work arrives.
+
+A node that cannot record what it sends must not send it: once the database fails one of the
+queue's writes (an outage, storage/errors.py) or is known gone (storage/reachability.py), no
+connection starts another transaction; those under way finish, and the outcomes not written
+go to the router (`Kept`), which writes them before this node delivers anything else. The
+queue then drains as for a stop and `run` raises the outage.
 """
 
 from __future__ import annotations

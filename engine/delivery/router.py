@@ -11,11 +11,13 @@ under way finish and their outcomes are written, so a restart sends nothing twic
 
 A database outage drains it the same way, from the first queue whose write fails or that
 finds the database gone, except that the outcomes nothing could write are kept: the queues
-hand them to the router (`Kept`), whose `run` alone holds them. Once every queue has ended it
-raises the outage; the supervisor starts it again when the database answers, and it first
-writes what it kept (fenced: storage/delivery.py, `statuses.UNHELD`), then gives back its
-node's leases and looks for work. So what a node delivered is never sent again because the
-database was gone when it was, and nothing is delivered before those outcomes are written.
+hand them to the router (`Kept`), which alone holds and writes them. Once every queue has
+ended it raises the outage; the supervisor starts it again when the database answers, and it
+first writes what it kept (fenced: storage/delivery.py, `statuses.UNHELD`), then gives back
+its node's leases and looks for work. So what a node delivered is not sent again because the
+database was gone when it was, and nothing is delivered before those outcomes are written. (A
+clean stop writes them too if the database takes them; what a process still keeps when it
+ends is lost with it, and those recipients are sent again.)
 """
 
 from __future__ import annotations
@@ -75,9 +77,11 @@ class DeliveryRouter:
         self._draining = False
         self._drained = trio.Event()  # draining, and every queue has returned
         # Outcomes the queues could not write (an outage), handed over on this channel and
-        # taken into `_kept` by `run` alone; both outlive a run, so a restart writes them.
+        # taken into `_kept` only by `_write_kept` (one call at a time: a restarted `run`, or
+        # a drain); both outlive a run, so a restart writes them.
         self._keep, self._kept_receive = trio.open_memory_channel[Kept](math.inf)
         self._kept: list[Kept] = []
+        self._writing_kept = trio.Lock()
         self._lost: BaseException | None = None  # the outage that is draining the queues
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -111,16 +115,32 @@ class DeliveryRouter:
         """Write the outcomes kept through an outage, before anything else: before this node
         gives back its leases (they are still its own unless it was declared dead) and long
         before it claims anything. Raises while the database cannot take them: kept still."""
+        async with self._writing_kept:
+            await self._write_kept_now()
+
+    async def _write_kept_now(self) -> None:
         while True:
             try:
                 self._kept.append(self._kept_receive.receive_nowait())
             except trio.WouldBlock:
                 break
-        if self._kept:
+        if not self._kept:
+            return
+        recipients = sum(len(each.part.updates) for each in self._kept)
+        try:
             await self._rt.db.write(write_kept, self._kept, self._rt.node)
-            recipients = sum(len(each.part.updates) for each in self._kept)
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            # Never let what was kept hold delivery back for good.
+            log.exception(
+                "could not write the outcomes of %d recipients kept through an outage;"
+                " they will be delivered again",
+                recipients,
+            )
+        else:
             log.warning("wrote the outcomes of %d recipients kept through an outage", recipients)
-            self._kept = []
+        self._kept = []
 
     def _lose(self, exc: BaseException) -> None:
         """The database is gone: every queue drains as for a stop (the transactions under way
@@ -143,6 +163,18 @@ class DeliveryRouter:
         if not self._queues:
             self._drained.set()
         await self._drained.wait()
+        # Stopping during or just after an outage: what is kept is written if the database
+        # takes it now; else it is lost with the process, and those recipients sent again.
+        try:
+            await self._write_kept()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            log.error(
+                "stopping with the outcomes of %d recipients the database did not take: they"
+                " will be delivered again",
+                sum(len(each.part.updates) for each in self._kept),
+            )
 
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:
         if self._draining or self._lost is not None:
