@@ -670,7 +670,9 @@ class DomainQueue:
             outcome.write_queued = False
             if self._lost is None and not await self._rt.tenure.hold(epoch):
                 return  # the leases were freed: the outcomes are not this node's to write
-            outcome.recount(await self._write_or_keep(outcome.take(), []))
+            part = outcome.take()
+            if part is not None:
+                outcome.recount(await self._write_or_keep(part, []))
 
     async def _write_or_keep(
         self, part: _Outcomes | None, released: list[int]
@@ -895,6 +897,7 @@ class DomainQueue:
         return await self._rt.tenure.hold(epoch) and self._can_record()
 
     def _can_record(self) -> bool:
+        """Whether the queue may go on sending: not draining, and (noted now) not lost."""
         down_for = self._rt.db.unreachable_for()
         if down_for is not None:
             self._lose(DatabaseUnreachable(down_for))
