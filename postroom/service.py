@@ -1,10 +1,11 @@
 """Service start-up: opens the root nursery with storage, the engine and the front doors.
 
 Order matters for a clean stop: the front doors stop taking requests (idle keep-alive
-connections are closed at once) and let those in flight finish while delivery drains: it
-claims nothing more and starts no SMTP transaction, and those under way finish and have
-their outcomes written, for up to `drain_seconds` (POSTROOM_DRAIN_SECONDS), so that no
-message the receiver already has is sent again after the restart. Then the engine's actors
+connections are closed at once) and let those in flight finish while delivery, webhooks and
+forwards drain: they claim nothing more and start no SMTP transaction or POST, and those under
+way finish and have their outcomes written, for up to `drain_seconds`
+(POSTROOM_DRAIN_SECONDS), so that nothing the receiver already has is sent again after the
+restart. Then the engine's actors
 are cancelled, the node gives back what it still holds, the group-commit writer drains what
 was handed to it and the database closes. Everything accepted was committed before it was
 acknowledged, so even a kill -9 loses nothing.
@@ -52,6 +53,9 @@ from storage import backlog
 from storage.database import open_database
 
 log = logging.getLogger("postroom")
+
+# The actors a clean stop drains: what they have under way finishes and is recorded.
+Draining = DeliveryRouter | WebhookDispatcher | Forwarder
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +159,15 @@ async def _end_http(
     scope.cancel()
 
 
-async def _drain_on(shutdown: trio.Event, router: DeliveryRouter, seconds: float) -> None:
-    """On shutdown, let the SMTP transactions under way finish, for `seconds` at most."""
+async def _drain_on(shutdown: trio.Event, actors: list[Draining], seconds: float) -> None:
+    """On shutdown, let the SMTP transactions, webhook POSTs and forwards under way finish,
+    for `seconds` at most."""
     await shutdown.wait()
     began = trio.current_time()
     with trio.move_on_after(seconds) as bounded:
-        await router.drain()
+        async with trio.open_nursery() as nursery:
+            for actor in actors:
+                nursery.start_soon(actor.drain)
     waited = trio.current_time() - began
     if bounded.cancelled_caught:
         log.warning("delivery did not drain in %.0f s: the rest is cut short", seconds)
@@ -209,7 +216,7 @@ async def serve(
                 # would hold up the others' first writes (and the start) behind them.
                 DeliveryRouter(rt),
             ]
-        router = next((a for a in actors if isinstance(a, DeliveryRouter)), None)
+        draining = [a for a in actors if isinstance(a, Draining)]
         supervisor = Supervisor(actors, db, rt.faults)
         metrics = ServiceMetrics(rt, supervisor, instance)
         if instance is not None:  # the scrapes of the other workers add up what it publishes
@@ -217,8 +224,8 @@ async def serve(
         async with trio.open_nursery() as engine:
             await engine.start(supervisor.run)
             async with trio.open_nursery() as stopping:
-                if router is not None:
-                    stopping.start_soon(_drain_on, shutdown, router, settings.drain_seconds)
+                if draining:
+                    stopping.start_soon(_drain_on, shutdown, draining, settings.drain_seconds)
                 if role == "delivery":
                     task_status.started(RunningService("", rt, shutdown.set))
                     await shutdown.wait()

@@ -36,6 +36,16 @@ def _pairs(prefix: str, keys: Sequence[tuple[str, str]]) -> tuple[str, dict[str,
 
 
 @dataclass(frozen=True, slots=True)
+class Unheld:
+    """Which outcomes are written over recipients their writer no longer holds, when no
+    node does (the engine's rule, engine/sending/statuses.py `UNHELD`): those moving a recipient still
+    waiting in one of `from_` to one of `to`. Storage carries it out, never picks it."""
+
+    from_: tuple[str, ...]
+    to: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RoundData:
     """What a delivery round needs of the database, loaded in one unit of work.
 
@@ -127,20 +137,24 @@ def record_outcomes(
     summary: emails.Summary,
     outbox: emails.Outbox,
     holder: str | None = None,
+    unheld: Unheld | None = None,
 ) -> None:
     """One batched write of delivery outcomes: outcomes, events (their webhook deliveries
     queued by the engine's `outbox`) and new suppressions; the emails' statuses summarised
     by the engine's rule `summary`. With `holder`, only the recipients that node still holds
     are written: one whose lease was freed (the node was declared dead) is another node's now,
-    and a late outcome must not overwrite what that node found."""
+    and a late outcome must not overwrite what that node found; with `unheld` too, the
+    outcomes that rule allows over recipients no node holds are written as well."""
     if holder is not None:
-        held = _still_held(tx, [(u.email_id, u.address) for u in updates], holder)
-        updates = [u for u in updates if (u.email_id, u.address) in held]
-        events = [e for e in events if (e.email_id, e.recipient or "") in held]
+        held, free = _still_held(tx, [(u.email_id, u.address) for u in updates], holder, unheld)
+        allowed = () if unheld is None else unheld.to
+        ours = held | {(u.email_id, u.address) for u in updates if u.status in allowed} & free
+        updates = [u for u in updates if (u.email_id, u.address) in ours]
+        events = [e for e in events if (e.email_id, e.recipient or "") in ours]
         hard_bounces = [
             (workspace_id, entry)
             for workspace_id, entry in hard_bounces
-            if (entry.source_email_id or "", entry.email) in held
+            if (entry.source_email_id or "", entry.email) in ours
         ]
     # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
     alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
@@ -161,16 +175,26 @@ def record_outcomes(
         suppressions.add(tx, workspace_id, entry)
 
 
-def _still_held(tx: Tx, keys: Sequence[tuple[str, str]], holder: str) -> set[tuple[str, str]]:
-    """Those of `keys` (email id, address) whose lease `holder` holds, locked until the
-    transaction ends so that a node reaping `holder` meanwhile waits for this write."""
+def _still_held(
+    tx: Tx, keys: Sequence[tuple[str, str]], holder: str, unheld: Unheld | None = None
+) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """Those of `keys` (email id, address) whose lease `holder` holds, and (with `unheld`)
+    those no node holds that wait in one of `unheld.from_`; locked until the transaction ends,
+    so that a node reaping `holder` or claiming them meanwhile waits for this write."""
     if not keys:
-        return set()
+        return set(), set()
     rows, params = _pairs("h", keys)
     lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+    holders = "leased_by = :holder"
+    if unheld is not None:
+        waiting, waiting_params = in_list("u", unheld.from_)
+        holders = f"({holders} OR (leased_by IS NULL AND status IN ({waiting})))"
+        params |= waiting_params
     found = tx.all(
-        "SELECT email_id, address FROM email_recipients"
-        f" WHERE (email_id, address) IN ({rows}) AND leased_by = :holder{lock}",
+        "SELECT email_id, address, leased_by FROM email_recipients"
+        f" WHERE (email_id, address) IN ({rows}) AND {holders}{lock}",
         {"holder": holder} | params,
     )
-    return {(row["email_id"], row["address"]) for row in found}
+    held = {(row["email_id"], row["address"]) for row in found if row["leased_by"] == holder}
+    free = {(row["email_id"], row["address"]) for row in found if row["leased_by"] is None}
+    return held, free

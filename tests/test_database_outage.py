@@ -7,11 +7,16 @@ crashed with `pg_ctl stop -m immediate` and started again. Asserted, as an opera
 - the service comes back by itself when the database does, as the same processes;
 - a second outage, however long after the first, is waited out like the first (the grace
   before the service stops counts from the latest time the database answered);
-- nothing accepted is lost, and every node stays alive: an outage is not a node death.
+- nothing accepted is lost, and every node stays alive: an outage is not a node death;
+- under load, the delivery node starts no SMTP transaction from a second after the crash until
+  the database is back, and each crash has no more messages delivered twice than the SMTP
+  transactions past DATA when it happened (the outcomes of finished transactions are kept
+  through the outage and written first when the database answers).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import smtplib
@@ -47,6 +52,7 @@ from tests.test_sending import message, ready_account, route_mail
 
 FAST = 0.5  # seconds: the slowest answer allowed once the service knows the database is gone
 KNOWN_WITHIN = 2.0  # seconds after the crash by which every answer must be fast
+HALTED_WITHIN = 1.0  # seconds after the crash from which no SMTP transaction may start
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +251,11 @@ async def _fast_answers(url: str, key: str, seconds: float) -> float:
     return max(took for since, took, _ in seen if since > KNOWN_WITHIN)
 
 
+def _delivered_twice(sink: SmtpSink) -> int:
+    """Messages the sink has accepted more than once, each extra arrival counted."""
+    return sum(count - 1 for count in Counter(mid for mid, _ in arrivals(sink)).values())
+
+
 async def test_database_crashes_under_load_lose_nothing_and_keep_every_node(
     postgres_server: PostgresServer,
     tmp_path: Path,
@@ -271,45 +282,62 @@ async def test_database_crashes_under_load_lose_nothing_and_keep_every_node(
         accepted: dict[str, str] = {}
         answered = trio.Event()
         report: list[str] = []
+        past_data: list[int] = []  # per crash: SMTP transactions past DATA when it happened
+        twice: list[int] = []  # messages delivered twice so far, just before each crash
         async with trio.open_nursery() as load:
             load.start_soon(_patient_batches, node.url, key, accepted, answered)
             # Outages while the load runs: the first longer than a node's DEAD_AFTER, so an
             # outage taken for deaths would free the delivery node's work.
             for outage, (after, lasting) in enumerate([(100, 17.0), (300, 5.0)], start=1):
                 await smtp_sink.wait_for_messages(after, timeout=60)
-                in_flight = smtp_sink.open_transactions
+                twice.append(_delivered_twice(smtp_sink))
+                past_data.append(smtp_sink.past_data)
                 await start(postgres_server.crash)
                 crashed = time.monotonic()
+                down = trio.current_time()  # gone by now: the crash has returned
                 before = len(smtp_sink.messages)
                 slowest = await _fast_answers(node.url, key, 3.0)
                 assert slowest < FAST, f"outage {outage}: an answer took {slowest:.2f} s"
                 await trio.sleep(lasting - (time.monotonic() - crashed))
                 during = len(smtp_sink.messages) - before
+                starting = trio.current_time()
+                begun = [t - down for t in smtp_sink.mail_times if down < t < starting]
                 await start(postgres_server.start)
                 back = await _until_healthy_at(node.url, 30)
                 report.append(
-                    f"outage {outage} ({lasting:.0f} s): {in_flight} SMTP transactions open at"
-                    f" the crash, {during} messages delivered during the outage; answers at"
-                    f" most {slowest:.3f} s; healthy {back:.2f} s after the database"
+                    f"outage {outage} ({lasting:.0f} s): {past_data[-1]} SMTP transactions past"
+                    f" DATA at the crash; {len(begun)} begun after it (the last"
+                    f" {max(begun, default=0):.3f} s after), {during} messages delivered during"
+                    f" the outage; answers at most {slowest:.3f} s; healthy {back:.2f} s after"
+                    " the database"
                 )
+                # No MAIL FROM once the node could know: what it sent could not be recorded.
+                assert max(begun, default=0) < HALTED_WITHIN, report[-1]
             restarted = time.monotonic()
             with trio.fail_after(60):
                 await answered.wait()
 
         assert len(accepted) == BATCHES * BATCH
         await until_arrived(smtp_sink, set(accepted), timeout=60)
-        arrived = Counter(mid for mid, _ in arrivals(smtp_sink))
-        duplicates = sum(count - 1 for mid, count in arrived.items() if mid in accepted)
+        twice.append(_delivered_twice(smtp_sink))
+        # Each crash's duplicates: those that arrived between it and the next (or the end).
+        duplicates = [later - earlier for earlier, later in itertools.pairwise(twice)]
         report.append(
             f"{len(accepted)} accepted, all delivered {time.monotonic() - restarted:.1f} s after"
-            f" the last restart; {duplicates} delivered twice"
+            f" the last restart; delivered twice: {twice[0]} before the first crash, then"
+            f" {duplicates} after each (bound: {past_data})"
         )
         print("\n".join(report))
+        assert twice[0] == 0, report[-1]
+        for crash, (extra, bound) in enumerate(zip(duplicates, past_data, strict=True), 1):
+            assert extra <= bound, f"crash {crash}: {report[-1]}"
 
         # The same processes serve: no node was declared dead, none started again.
         assert node.alive
         assert await start(_nodes, url) == nodes_before
         log = node.log.read_text() if node.log else ""
+        kept = [json.loads(line)["message"] for line in log.splitlines() if "kept" in line]
+        print("\n".join(kept))
         assert "declared dead" not in log and "took over the work" not in log
         for line in log.splitlines():
             json.loads(line)  # every line a JSON record, none plain text

@@ -15,7 +15,7 @@ from trio.testing import MockClock
 from engine.sending import statuses as email_statuses
 from engine.webhooks import outbox
 from storage import delivery, emails
-from storage.codec import timestamp
+from storage.codec import new_id, timestamp
 from storage.emails import RecipientUpdate
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
@@ -215,4 +215,95 @@ async def test_a_round_is_claimed_loaded_and_recorded_with_a_fixed_number_of_sta
     rows = await db.read(statuses)
     assert len(rows) == 64 and {(r["recipient"], r["email"]) for r in rows} == {
         ("deferred", "deferred")
+    }
+
+
+async def test_kept_outcomes_are_written_over_lost_leases_only_when_they_end_a_free_recipient(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """The fence for outcomes a node kept through a database outage (statuses.UNHELD): those
+    of recipients it still holds are written as ever; of the others, only an outcome that
+    ends a recipient no node holds and that still waits (a success over a re-delivery
+    scheduled elsewhere), never one under way on another node or already done."""
+    account = await ready_account(service, dns_server)
+    ids = await _schedule(account, "kept.example", 3)
+    db = service.running.runtime.db
+    # (email, local part): (status, holder) as the database has it when the outcome is written.
+    rows = {
+        (0, "a"): ("queued", "this-node"),
+        (0, "b"): ("queued", "this-node"),
+        (1, "a"): ("queued", None),  # freed: this node was declared dead during the outage
+        (1, "b"): ("deferred", None),
+        (2, "a"): ("queued", "other-node"),  # freed and claimed by another node since
+        (2, "b"): ("delivered", None),  # delivered by another node since
+    }
+    kept = {  # the outcome this node kept for each
+        (0, "a"): "deferred",
+        (0, "b"): "delivered",
+        (1, "a"): "delivered",
+        (1, "b"): "deferred",
+        (2, "a"): "delivered",
+        (2, "b"): "delivered",
+    }
+    written = {(0, "a"), (0, "b"), (1, "a")}
+
+    def address(key: tuple[int, str]) -> str:
+        return f"{key[1]}{key[0]}@kept.example"
+
+    def prepare(tx: Tx) -> str:
+        for (n, part), (status, holder) in rows.items():
+            tx.execute(
+                "UPDATE email_recipients SET status = :status, leased_by = :holder"
+                " WHERE email_id = :id AND address = :address",
+                {"status": status, "holder": holder, "id": ids[n], "address": address((n, part))},
+            )
+        return str(tx.value("SELECT workspace_id FROM emails WHERE id = :id", {"id": ids[0]}))
+
+    workspace = await db.write(prepare)
+    now = datetime.now(UTC)
+    updates = [
+        RecipientUpdate(ids[n], address((n, part)), status, None, "250 2.0.0 OK")
+        for (n, part), status in kept.items()
+    ]
+    events = [
+        emails.Event(new_id(), ids[n], workspace, status, address((n, part)), {}, now)
+        for (n, part), status in kept.items()
+    ]
+
+    def write(tx: Tx) -> None:
+        delivery.record_outcomes(
+            tx,
+            updates,
+            events,
+            [],
+            now,
+            email_statuses.SUMMARISE,
+            outbox.queue,
+            holder="this-node",
+            unheld=email_statuses.UNHELD,
+        )
+
+    await db.write(write)
+
+    def found(tx: Tx) -> dict[tuple[int, str], tuple[str, int, str | None, int]]:
+        result = {}
+        for key in rows:
+            params = {"id": ids[key[0]], "address": address(key)}
+            row = tx.one(
+                "SELECT status, attempts, leased_by FROM email_recipients"
+                " WHERE email_id = :id AND address = :address",
+                params,
+            )
+            recorded = tx.value(
+                "SELECT COUNT(*) FROM email_events WHERE email_id = :id AND recipient = :address"
+                " AND event_type IN ('delivered', 'deferred')",
+                params,
+            )
+            assert row is not None
+            result[key] = (row["status"], row["attempts"], row["leased_by"], int(recorded))
+        return result
+
+    assert await db.read(found) == {
+        key: (kept[key], 1, None, 1) if key in written else (status, 0, holder, 0)
+        for key, (status, holder) in rows.items()
     }

@@ -15,6 +15,7 @@ import trio
 from trio.testing import MockClock
 
 from postroom.service import RunningService, serve
+from storage.database import open_database
 from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
@@ -406,3 +407,37 @@ async def test_basic_auth_stays_with_the_origin_it_was_given_for(
     assert replayed.status_code == 200
     [_, replay] = await https_receiver.wait_for_requests(2)
     assert "authorization" not in replay.headers
+
+
+async def test_a_clean_stop_lets_a_post_under_way_finish_and_records_it(
+    database_url: str,
+    dns_server: DnsServer,
+    https_receiver: HttpsReceiver,
+    tls_ca: TlsAuthority,
+    clock: MockClock,
+) -> None:
+    """A webhook POST the receiver has in hand at a stop is answered and recorded delivered,
+    not cut and POSTed again after the restart."""
+    https_receiver.respond(200, delay=3.0)  # a slow receiver: the POST is under way at the stop
+    settings = harness.test_settings(database_url, dns_server, extra_ca_file=str(tls_ca.ca_file))
+    async with trio.open_nursery() as running_in:
+        running: RunningService = await running_in.start(serve, settings)
+        service = Service(running, clock)
+        account = await service.account()
+        hook = await _webhook(account, https_receiver)
+        await account.client.post(f"/v1/webhooks/{hook['id']}/test")
+        await https_receiver.wait_for_requests(1)
+        await service.aclose()
+        running.stop()  # the nursery waits until the service has stopped
+
+    async with open_database(database_url) as db:
+        statuses = await db.read(_delivery_statuses, hook["id"])
+    assert statuses == ["delivered"]
+    assert len(https_receiver.requests) == 1
+
+
+def _delivery_statuses(tx: Tx, webhook_id: str) -> list[str]:
+    rows = tx.all(
+        "SELECT status FROM webhook_deliveries WHERE webhook_id = :id", {"id": webhook_id}
+    )
+    return [row["status"] for row in rows]

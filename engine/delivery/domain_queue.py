@@ -30,6 +30,12 @@ held many times over at once).
 
 When nothing is due it sleeps until the next retry or until woken; after `IDLE_EXIT` with no
 work at all it returns, and the router starts it again when work arrives.
+
+A node that cannot record what it sends must not send it: once the database fails one of the
+queue's writes (an outage, storage/errors.py) or is known gone (storage/reachability.py), no
+connection starts another transaction; those under way finish, and the outcomes not written
+go to the router (`Kept`), which writes them before this node delivers anything else. The
+queue then drains as for a stop and `run` raises the outage.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -77,7 +83,9 @@ from engine.webhooks import outbox
 from storage import delivery, delivery_policies, destination_slots, emails
 from storage import incidents as stored_incidents
 from storage.codec import new_id
+from storage.delivery import Unheld
 from storage.emails import Email, Event, Recipient, RecipientUpdate
+from storage.errors import DatabaseUnreachable, is_outage
 from storage.suppressions import Suppression
 from storage.tx import Tx
 
@@ -292,10 +300,13 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
     return destination_slots.acquire(tx, key, limit, limit, node, now, now + LEASE)
 
 
-def _write(tx: Tx, part: _Outcomes | None, domain: str, node: str) -> list[tuple[str, str]]:
-    """Write outcomes of recipients `node` still holds (storage/delivery.py fences the rest),
-    with the destination incidents they opened, widened or resolved; the (status before,
-    status now) of each outcome a mailbox full for days turned into a bounce."""
+def _write(
+    tx: Tx, part: _Outcomes | None, domain: str, node: str, unheld: Unheld | None = None
+) -> list[tuple[str, str]]:
+    """Write outcomes of recipients `node` still holds, and those `unheld` allows over
+    recipients no node holds (storage/delivery.py fences the rest), with the destination
+    incidents they opened, widened or resolved; the (status before, status now) of each
+    outcome a mailbox full for days turned into a bounce."""
     if part is None:
         return []
     # Mailbox-full counts first: an address whose count runs out is bounced instead.
@@ -309,6 +320,7 @@ def _write(tx: Tx, part: _Outcomes | None, domain: str, node: str) -> list[tuple
         statuses.SUMMARISE,
         outbox.queue,
         holder=node,
+        unheld=unheld,
     )
     stored_incidents.record_round(
         tx, domain, part.hits, part.delivered, part.now, incidents.pause_for
@@ -323,6 +335,25 @@ def _record(
     moved = _write(tx, part, domain, node)
     destination_slots.release(tx, domain, released, node)
     return moved
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """Outcomes of finished SMTP transactions the database did not take (it was gone), kept
+    in memory by the router (engine/delivery/router.py) until it answers again, under the key
+    of the queue's connection slots (which its destination incidents are recorded for)."""
+
+    key: str
+    part: _Outcomes
+
+
+def write_kept(tx: Tx, kept: Sequence[Kept], node: str) -> None:
+    """Write outcomes kept through an outage, in the order they were kept. Those of recipients
+    `node` still holds are written as ever; when another node declared it dead meanwhile,
+    only those `statuses.UNHELD` allows over recipients no node holds: a success wins over a
+    re-delivery scheduled elsewhere, never over one under way or done (no work resurrected)."""
+    for each in kept:
+        _write(tx, each.part, each.key, node, statuses.UNHELD)
 
 
 def _give_back(tx: Tx, claim: throttle.Claimed, node: str) -> None:
@@ -355,12 +386,14 @@ class DomainQueue:
         domain: str,
         tls: ssl.SSLContext,
         rounds: trio.CapacityLimiter,
+        keep: Callable[[Kept], None],
         latency: LatencyHistogram | None = None,
     ) -> None:
         self._rt = rt
         self.domain = domain
         self._tls = tls
         self._rounds_in_flight = rounds
+        self._keep = keep  # hands outcomes the database did not take to the router
         # What policies match (MX hosts), the key its connection slots are counted under
         # (decided by its first claim, kept while it runs) and the connection limit of the
         # last round that claimed recipients.
@@ -385,6 +418,9 @@ class DomainQueue:
         self._round_memory: dict[object, int] = {}  # a round's share of the memory budget
         self._draining = False
         self._claiming = trio.CancelScope()  # the preparer's, cancelled by a drain
+        # The outage error of the first write the database failed (or found it gone): from
+        # then on the queue drains and keeps its outcomes, and `run` raises it at the end.
+        self._lost: BaseException | None = None
 
     def wake(self) -> None:
         self._woken.set()
@@ -397,15 +433,32 @@ class DomainQueue:
         self._claiming.cancel()
         self._woken.set()
 
+    def _lose(self, exc: BaseException) -> None:
+        """The database failed a write (or is known gone): the node cannot record what it
+        sends, so the queue drains. The transactions under way finish, and their outcomes,
+        with every other one not written yet, are kept (`_write_or_keep`)."""
+        if self._lost is None:
+            self._lost = exc
+        self.drain()
+
     async def run(self) -> None:
-        """Deliver until there has been no work for IDLE_EXIT."""
+        """Deliver until there has been no work for IDLE_EXIT. Raise the outage once drained
+        when the database was lost (for the router to know its outcomes are kept)."""
         send, receive = trio.open_memory_channel[_Prepared](0)  # at most one round ahead
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._sender, receive)
                 async with send:
                     with self._claiming:
-                        await self._preparer(send)
+                        try:
+                            await self._preparer(send)
+                        except Exception as exc:
+                            # Raising here would cut the sender's transactions: it drains.
+                            if not is_outage(exc):
+                                raise
+                            self._lose(exc)
+            if self._lost is not None:
+                raise self._lost
         finally:
             for token in list(self._round_tokens):
                 self._give_round(token)
@@ -583,7 +636,7 @@ class DomainQueue:
     async def _deliver(self, prepared: _Prepared, next_round: Callable[[], bool]) -> None:
         claim, outcome, work = prepared.claim, prepared.outcome, prepared.work
         tenure = self._rt.tenure
-        if not await tenure.hold(prepared.epoch):
+        if self._lost is None and not await tenure.hold(prepared.epoch):
             await self._drop(prepared)
             return
         # The round may have waited for the one before it: its outcomes happen from now.
@@ -599,12 +652,11 @@ class DomainQueue:
         keep = next_round() and not self._draining
         released = [] if keep else self._slots
         async with outcome.writing:
-            if not await tenure.hold(prepared.epoch):  # the node stalled while it sent
+            # The node stalled while it sent (kept outcomes are fenced when written).
+            if self._lost is None and not await tenure.hold(prepared.epoch):
                 await self._drop(prepared)
                 return
-            part = outcome.take()
-            moved = await self._rt.db.write(_record, part, self._key, released, self._rt.node)
-            outcome.recount(moved)
+            outcome.recount(await self._write_or_keep(outcome.take(), released))
         if not keep:
             self._slots = []
             await self._close_sessions()
@@ -637,11 +689,31 @@ class DomainQueue:
         way share the next: it writes everything settled until it takes the lock."""
         async with outcome.writing:
             outcome.write_queued = False
-            if not await self._rt.tenure.hold(epoch):
+            if self._lost is None and not await self._rt.tenure.hold(epoch):
                 return  # the leases were freed: the outcomes are not this node's to write
             part = outcome.take()
             if part is not None:
-                outcome.recount(await self._rt.db.write(_write, part, self._key, self._rt.node))
+                outcome.recount(await self._write_or_keep(part, []))
+
+    async def _write_or_keep(
+        self, part: _Outcomes | None, released: list[int]
+    ) -> list[tuple[str, str]]:
+        """Write `part` and give back the `released` slots; the moves a mailbox full for days
+        made. When the database fails the write, or failed one before, `part` goes to the
+        router instead (`Kept`, no moves), written when the database answers, before this
+        node delivers anything else; the slots are given back then, with every lease of its
+        queues. Never raises an outage: the transactions under way on the other connections
+        finish."""
+        if self._lost is None:
+            try:
+                return await self._rt.db.write(_record, part, self._key, released, self._rt.node)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                self._lose(exc)
+        if part is not None:
+            self._keep(Kept(self._key, part))
+        return []
 
     async def _wait_for_slots(self, limit: int) -> None:
         """Take free connection slots, waiting for a release when all are taken elsewhere."""
@@ -783,8 +855,8 @@ class DomainQueue:
         sent = self._uses.pop(id(session), 0)
         try:
             while queue:
-                if self._draining or not await self._rt.tenure.hold(epoch):
-                    return  # the rest is left: for after the stop, or for another node
+                if not await self._may_start(epoch):
+                    return  # the rest is left: for after the stop or outage, or another node
                 if per_connection is not None and sent >= per_connection:
                     await self._quit(session)
                     reused, sent = False, 0
@@ -835,6 +907,22 @@ class DomainQueue:
                     self._uses[id(session)] = sent
                 else:
                     await self._quit(session)
+
+    async def _may_start(self, epoch: int) -> bool:
+        """Whether a connection may start another SMTP transaction (send MAIL FROM): the
+        queue is not draining, the database is not known gone (then the queue drains as on a
+        failed write: what it sends could not be recorded) and the node still holds the
+        round's leases (engine/tenure.py; asked again after waiting for a heartbeat)."""
+        if not self._can_record():
+            return False
+        return await self._rt.tenure.hold(epoch) and self._can_record()
+
+    def _can_record(self) -> bool:
+        """Whether the queue may go on sending: not draining, and (noted now) not lost."""
+        down_for = self._rt.db.unreachable_for()
+        if down_for is not None:
+            self._lose(DatabaseUnreachable(down_for))
+        return not self._draining
 
     async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | Outcome:
         """A session with the first MX host that answers, or why none did.

@@ -8,20 +8,38 @@ has returned and is started afresh. At most `ROUNDS_IN_FLIGHT` queues deliver at
 
 A clean stop drains it (`drain`): no queue claims or starts a transaction any more, those
 under way finish and their outcomes are written, so a restart sends nothing twice.
+
+A database outage drains it the same way, from the first queue whose write fails or that
+finds the database gone, except that the outcomes nothing could write are kept: the queues
+hand them to the router (`Kept`), which alone holds and writes them. Once every queue has
+ended it raises the outage; the supervisor starts it again when the database answers, and it
+first writes what it kept (fenced: storage/delivery.py, `statuses.UNHELD`), then gives back
+its node's leases and looks for work. So what a node delivered is not sent again because the
+database was gone when it was, and nothing is delivered before those outcomes are written. (A
+clean stop writes them too if the database takes them; what a process still keeps when it
+ends is lost with it, and those recipients are sent again.)
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import trio
 
-from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, opportunistic_tls
+from engine.delivery.domain_queue import (
+    DomainQueue,
+    DomainQueueStatistics,
+    Kept,
+    opportunistic_tls,
+    write_kept,
+)
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
 from engine.runtime import Runtime
 from engine.wakeups import RESCAN
 from storage import emails, nodes
+from storage.errors import is_outage
 
 log = logging.getLogger("postroom.delivery")
 
@@ -58,9 +76,18 @@ class DeliveryRouter:
         self._rounds = trio.CapacityLimiter(ROUNDS_IN_FLIGHT)
         self._draining = False
         self._drained = trio.Event()  # draining, and every queue has returned
+        # Outcomes the queues could not write (an outage), handed over on this channel and
+        # taken into `_kept` only by `_write_kept` (one call at a time: a restarted `run`, or
+        # a drain); both outlive a run, so a restart writes them.
+        self._keep, self._kept_receive = trio.open_memory_channel[Kept](math.inf)
+        self._kept: list[Kept] = []
+        self._writing_kept = trio.Lock()
+        self._lost: BaseException | None = None  # the outage that is draining the queues
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         db = self._rt.db
+        self._lost = None
+        await self._write_kept()
         # Started again after a fault: the recipients and connection slots this node held died
         # with their queues, and its heartbeat would renew those leases for as long as it lives.
         await db.write(nodes.release, self._rt.node, OWN_LEASES)
@@ -72,10 +99,59 @@ class DeliveryRouter:
             async for domain in wakeups.receive:
                 if wakeups.overflowed:
                     wakeups.overflowed = False
-                    for pending in await db.read(emails.domains_with_work):
-                        self._wake(nursery, pending)
+                    try:
+                        pending = await db.read(emails.domains_with_work)
+                    except Exception as exc:
+                        if not is_outage(exc):
+                            raise
+                        self._lose(exc)
+                        pending = []
+                    for each in pending:
+                        self._wake(nursery, each)
                 if domain != RESCAN:
                     self._wake(nursery, domain)
+
+    async def _write_kept(self) -> None:
+        """Write the outcomes kept through an outage, before anything else: before this node
+        gives back its leases (they are still its own unless it was declared dead) and long
+        before it claims anything. Raises while the database cannot take them: kept still."""
+        async with self._writing_kept:
+            await self._write_kept_now()
+
+    async def _write_kept_now(self) -> None:
+        while True:
+            try:
+                self._kept.append(self._kept_receive.receive_nowait())
+            except trio.WouldBlock:
+                break
+        if not self._kept:
+            return
+        recipients = sum(len(each.part.updates) for each in self._kept)
+        try:
+            await self._rt.db.write(write_kept, self._kept, self._rt.node)
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            # Never let what was kept hold delivery back for good.
+            log.exception(
+                "could not write the outcomes of %d recipients kept through an outage;"
+                " they will be delivered again",
+                recipients,
+            )
+        else:
+            log.warning("wrote the outcomes of %d recipients kept through an outage", recipients)
+        self._kept = []
+
+    def _lose(self, exc: BaseException) -> None:
+        """The database is gone: every queue drains as for a stop (the transactions under way
+        finish, their outcomes kept), no queue starts, and `run` raises `exc` once all ended
+        (the last queue to end raises it, so that none is cut short)."""
+        if self._lost is None:
+            self._lost = exc
+            for queue in self._queues.values():
+                queue.drain()
+        if not self._queues:
+            raise exc
 
     async def drain(self) -> None:
         """Stop delivering, as a clean stop does: every queue stops claiming and starting
@@ -87,20 +163,38 @@ class DeliveryRouter:
         if not self._queues:
             self._drained.set()
         await self._drained.wait()
+        # Stopping during or just after an outage: what is kept is written if the database
+        # takes it now; else it is lost with the process, and those recipients sent again.
+        try:
+            await self._write_kept()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            log.error(
+                "stopping with the outcomes of %d recipients the database did not take: they"
+                " will be delivered again",
+                sum(len(each.part.updates) for each in self._kept),
+            )
 
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:
-        if self._draining:
+        if self._draining or self._lost is not None:
             return
         queue = self._queues.get(domain)
         if queue is None:
-            queue = DomainQueue(self._rt, domain, self._tls, self._rounds, self._latency)
+            keep = self._keep.send_nowait
+            queue = DomainQueue(self._rt, domain, self._tls, self._rounds, keep, self._latency)
             self._queues[domain] = queue
             nursery.start_soon(self._run_queue, queue)
         queue.wake()
 
     async def _run_queue(self, queue: DomainQueue) -> None:
+        lost: BaseException | None = None
         try:
             await queue.run()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            lost = exc
         finally:
             del self._queues[queue.domain]
             if self._draining and not self._queues:
@@ -113,6 +207,9 @@ class DeliveryRouter:
                 f.bounced + done.bounced,
                 f.failed + done.failed,
             )
+        lost = self._lost or lost
+        if lost is not None:
+            self._lose(lost)  # raises it if this was the last queue
 
     def statistics(self) -> RouterStatistics:
         queues = tuple(q.statistics() for q in self._queues.values())

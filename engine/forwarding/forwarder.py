@@ -187,6 +187,10 @@ class Forwarder:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await self._client.aclose()
 
+    async def drain(self) -> None:
+        """Stop claiming; return once the forwards under way are sent and recorded."""
+        await self._worker.drain()
+
     def key(self, item: Work) -> str:
         return item[0].id
 

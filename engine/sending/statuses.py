@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import Enum
 
+from storage.delivery import Unheld
 from storage.emails import Move, Summary
 
 SCHEDULED = "scheduled"
@@ -45,6 +46,11 @@ EMAIL_STATUSES = (
 WAITING = (QUEUED, DEFERRED)  # a recipient still to be tried
 FINAL_EMAIL = (CANCELLED, REJECTED)  # never summarised again
 RETRYABLE = (BOUNCED, REJECTED, FAILED)
+# An outcome a node kept through a database outage (engine/delivery/domain_queue.py `Kept`)
+# is written over a recipient it no longer holds only when no node holds it and it still
+# waits, and only when the outcome ends it: a message the MX took (or refused for good) is not
+# sent again, while a kept deferral could only push back a retry scheduled since.
+UNHELD = Unheld(WAITING, (DELIVERED, BOUNCED, FAILED))
 
 
 class Trigger(Enum):

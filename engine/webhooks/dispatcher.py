@@ -83,6 +83,10 @@ class WebhookDispatcher:
         finally:
             await self._client.aclose()  # a restart by the supervisor opens new connections
 
+    async def drain(self) -> None:
+        """Stop claiming; return once the POSTs under way are answered and recorded."""
+        await self._worker.drain()
+
     def key(self, item: Work) -> str:
         return item[0].id
 

@@ -139,6 +139,10 @@ class SmtpSink(LoopbackPeer):
         # The same per domain of the envelope sender: what one sender's share of them is.
         self.open_by_sender: dict[str, int] = defaultdict(int)
         self.most_open_by_sender: dict[str, int] = defaultdict(int)
+        # Transactions past DATA now (354 sent, the reply to the data not yet): those a
+        # sender cut off now may have delivered without knowing it.
+        self.past_data = 0
+        self.mail_times: list[float] = []  # trio.current_time() of every MAIL FROM accepted
         self.data_delay = 0.0  # seconds a message waits for its reply (a slow receiver)
         self._rcpt_replies: dict[str, SmtpReply] = {}
         self._flaky: dict[str, _Flaky] = {}
@@ -354,6 +358,7 @@ class _Session:
         sink.most_open_by_sender[domain] = max(
             sink.most_open_by_sender[domain], sink.open_by_sender[domain]
         )
+        sink.mail_times.append(trio.current_time())
         await self.reply(250, "2.1.0 OK")
 
     async def rcpt(self, argument: str) -> None:
@@ -378,26 +383,30 @@ class _Session:
             await self.reply(554, "5.5.1 no valid recipients")
             return
         await self.reply(354, "end data with <CR><LF>.<CR><LF>")
-        outcome, data = await self.receive_data()
-        header = data.split(b"\r\n\r\n", 1)[0]
-        if outcome is None and not (self.smtputf8 or header.isascii()):
-            outcome = SmtpReply(554, "5.6.7 8-bit header octets without SMTPUTF8")
-        if outcome is None:
-            outcome = self.sink.next_data_reply()
-            if outcome.accepted:
-                self.sink.record(
-                    ReceivedMessage(
-                        mail_from=self.mail_from,
-                        rcpt_to=tuple(self.rcpt_to),
-                        data=data,
-                        tls=self.tls,
-                        received_at=trio.current_time(),
-                        smtputf8=self.smtputf8,
+        self.sink.past_data += 1
+        try:
+            outcome, data = await self.receive_data()
+            header = data.split(b"\r\n\r\n", 1)[0]
+            if outcome is None and not (self.smtputf8 or header.isascii()):
+                outcome = SmtpReply(554, "5.6.7 8-bit header octets without SMTPUTF8")
+            if outcome is None:
+                outcome = self.sink.next_data_reply()
+                if outcome.accepted:
+                    self.sink.record(
+                        ReceivedMessage(
+                            mail_from=self.mail_from,
+                            rcpt_to=tuple(self.rcpt_to),
+                            data=data,
+                            tls=self.tls,
+                            received_at=trio.current_time(),
+                            smtputf8=self.smtputf8,
+                        )
                     )
-                )
-        if self.sink.data_delay:
-            await trio.sleep(self.sink.data_delay)
-        await self.reply(outcome.code, outcome.text)
+            if self.sink.data_delay:
+                await trio.sleep(self.sink.data_delay)
+            await self.reply(outcome.code, outcome.text)
+        finally:
+            self.sink.past_data -= 1
         self.reset_transaction()  # after the reply: the sender waits for it
 
     async def receive_data(self) -> tuple[SmtpReply | None, bytes]:
