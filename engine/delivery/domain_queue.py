@@ -46,6 +46,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import trio
@@ -138,10 +139,11 @@ class _Outcomes:
 
 class _Round:
     """The outcomes gathered in one delivery round. Each SMTP transaction's are written as it
-    ends (`_commit`), while its connection goes on with the next one: a node that stops,
-    stalls or dies leaves at most the transaction under way per connection, and those whose
-    write was still waiting, delivered without their outcome. The rest (failures decided at
-    the round's end) are written at the end, after every such write."""
+    ends (`_commit`), while its connection goes on with the next one up to the server's 354,
+    and sends that one's message only once they are written (`recorded`): a node that stops,
+    stalls or dies leaves at most one transaction per connection delivered without its
+    outcome. The rest (failures decided at the round's end) are written at the end, after
+    every such write."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -152,6 +154,9 @@ class _Round:
         self.writing = trio.Lock()  # one write of its outcomes at a time, in order
         self.write_queued = False  # a write is waiting for the lock: it takes what comes
         self.written: set[tuple[str, str]] = set()  # recipients whose outcome is written
+        self.settled = 0  # outcomes settled so far
+        self.taken = 0  # of which a write took (or dropped: the leases were lost) so many
+        self._progress = trio.Event()  # set when `taken` grows
         self._hits_written: set[stored_incidents.Pair] = set()
         self._resolved: set[stored_incidents.Pair] = set()
         self._numbered = 0  # events so far, to order a timeline recorded in parts
@@ -173,7 +178,21 @@ class _Round:
         """Record one recipient's outcome as `classify` decides it; the verdict."""
         decision = classify(outcome)
         self._apply(email, recipient, decision)
+        self.settled += 1
         return decision.verdict
+
+    def done_with(self, upto: int) -> None:
+        """A write has ended for the outcomes settled before `upto`: written, kept for the
+        database's return, or dropped with the leases."""
+        if upto > self.taken:
+            self.taken = upto
+            self._progress.set()
+            self._progress = trio.Event()
+
+    async def recorded(self, upto: int) -> None:
+        """Wait until a write has ended for the first `upto` outcomes settled."""
+        while self.taken < upto:
+            await self._progress.wait()
 
     def _apply(self, email: Email, recipient: Recipient, decision: Decision) -> None:
         address, response = recipient.address, decision.response
@@ -690,10 +709,14 @@ class DomainQueue:
         async with outcome.writing:
             outcome.write_queued = False
             if self._lost is None and not await self._rt.tenure.hold(epoch):
+                outcome.done_with(outcome.settled)
                 return  # the leases were freed: the outcomes are not this node's to write
-            part = outcome.take()
-            if part is not None:
-                outcome.recount(await self._write_or_keep(part, []))
+            upto, part = outcome.settled, outcome.take()
+            try:
+                if part is not None:
+                    outcome.recount(await self._write_or_keep(part, []))
+            finally:
+                outcome.done_with(upto)
 
     async def _write_or_keep(
         self, part: _Outcomes | None, released: list[int]
@@ -853,6 +876,7 @@ class DomainQueue:
             problems.append(session)
             return
         sent = self._uses.pop(id(session), 0)
+        mine = 0  # outcomes settled up to this connection's last transaction
         try:
             while queue:
                 if not await self._may_start(epoch):
@@ -866,10 +890,14 @@ class DomainQueue:
                         return
                 transfer = queue.popleft()
                 addresses = [r.address for r in transfer.recipients]
+                # The message goes only once this connection's last outcome is written.
+                written = partial(outcome.recorded, mine)
                 try:
                     message = transfer.message
                     data = message.for_hop("SMTPUTF8" in session.extensions)
-                    result = await session.send(message.envelope_from, addresses, data)
+                    result = await session.send(
+                        message.envelope_from, addresses, data, before_message=written
+                    )
                 except SmtpError as exc:
                     if reused:
                         # A kept connection the server dropped while it waited: the
@@ -900,6 +928,7 @@ class DomainQueue:
                         waited = outcome.now - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
                 self._commit_soon(outcome, epoch, writes)
+                mine = outcome.settled  # the write just asked for takes them all
         finally:
             if isinstance(session, SmtpSession):
                 if session.usable:

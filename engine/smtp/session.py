@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -188,7 +188,13 @@ class SmtpSession(trio.abc.AsyncResource):
 
     # -- sending -----------------------------------------------------------------------
 
-    async def send(self, mail_from: str, recipients: list[str], message: bytes) -> TransferResult:
+    async def send(
+        self,
+        mail_from: str,
+        recipients: list[str],
+        message: bytes,
+        before_message: Callable[[], Awaitable[None]] | None = None,
+    ) -> TransferResult:
         """Send ``message`` from ``mail_from`` ("" for a bounce) to ``recipients``.
 
         One transaction: MAIL, one RCPT per distinct recipient, DATA and the message when
@@ -197,8 +203,10 @@ class SmtpSession(trio.abc.AsyncResource):
         with a non-ASCII local part is refused locally (`S553_NEEDS_SMTPUTF8`) when the
         server lacks SMTPUTF8, and so is a message whose header has UTF-8
         (`S554_MESSAGE_NEEDS_SMTPUTF8`: never sent raw; send its `downgrade` instead).
-        SMTPUTF8 is asked for when an address or the header needs it. The session may send
-        again afterwards.
+        SMTPUTF8 is asked for when an address or the header needs it. `before_message`, when
+        given, is awaited after the server's 354 and before the message: a sender records
+        its last transaction's outcome there, so at most one is delivered unrecorded. The
+        session may send again afterwards.
 
         Raises ValueError for an address that cannot be sent (see `check_path`) or no
         recipients, and `TransientFailure` when the connection fails, the server answers
@@ -219,7 +227,9 @@ class SmtpSession(trio.abc.AsyncResource):
         if not to_send:
             return TransferResult(S553_NEEDS_SMTPUTF8, refused, None)
         with self._conversation("sending to"):
-            mail_reply, replies, data_reply = await self._transaction(mail_from, to_send, message)
+            mail_reply, replies, data_reply = await self._transaction(
+                mail_from, to_send, message, before_message
+            )
         answered = refused | replies
         return TransferResult(
             mail_reply, {a: answered[a] for a in unique if a in answered}, data_reply
@@ -249,7 +259,11 @@ class SmtpSession(trio.abc.AsyncResource):
         return reply
 
     async def _transaction(
-        self, mail_from: str, recipients: list[str], message: bytes
+        self,
+        mail_from: str,
+        recipients: list[str],
+        message: bytes,
+        before_message: Callable[[], Awaitable[None]] | None,
     ) -> tuple[SmtpReply, dict[str, SmtpReply], SmtpReply | None]:
         client = self._client
         body = to_crlf(message)
@@ -279,6 +293,8 @@ class SmtpSession(trio.abc.AsyncResource):
         accepted = any(reply.is_success for reply in replies.values())
         data_reply = data_answer if accepted else None
         if client.state is ClientState.MESSAGE:
+            if accepted and before_message is not None:
+                await before_message()
             # A server that says 354 with no recipient accepted gets an empty message.
             for part in client.message_parts(body if accepted else b""):
                 await self._write(part, self._data_timeout)
