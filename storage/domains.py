@@ -6,6 +6,7 @@ A domain's DKIM private keys (RSA, and Ed25519 once made) are sealed at rest
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,6 +39,9 @@ class Domain:
     ed25519_public_key: str | None = None
     ed25519_signing: bool = False
     tags_header: str | None = None  # the header its mail carries tags in; None: not sent
+    # The domain its envelope sender is on once that domain's records check out
+    # (engine/domains/bounce_domain.py); None: the domain itself.
+    bounce_domain: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         ed25519_public_key=row["ed25519_public_key"],
         ed25519_signing=bool(row["ed25519_signing"]),
         tags_header=row["tags_header"],
+        bounce_domain=row["bounce_domain"],
     )
 
 
@@ -234,6 +239,7 @@ def set_mail_options(
 
 def delete(tx: Tx, domain_id: str) -> None:
     tx.execute("DELETE FROM senders WHERE domain_id = :id", {"id": domain_id})
+    tx.execute("DELETE FROM postmaster_mail WHERE domain_id = :id", {"id": domain_id})
     tx.execute("DELETE FROM domains WHERE id = :id", {"id": domain_id})
 
 
@@ -278,3 +284,27 @@ def list_senders(tx: Tx, workspace_id: str) -> list[Sender]:
 
 def delete_sender(tx: Tx, sender_id: str) -> None:
     tx.execute("DELETE FROM senders WHERE id = :id", {"id": sender_id})
+
+
+def set_bounce_domain(
+    tx: Tx, domain_id: str, bounce_domain: str | None, record_status: dict[str, str]
+) -> None:
+    """Give a domain its bounce domain (None: none), with the record statuses that leaves."""
+    tx.execute(
+        "UPDATE domains SET bounce_domain = :bounce, record_status = :records WHERE id = :id",
+        {"bounce": bounce_domain, "records": to_json(record_status), "id": domain_id},
+    )
+
+
+def verified_serving(tx: Tx, names: Sequence[str]) -> list[Domain]:
+    """The verified domains (of any workspace) named, or whose bounce domain is named."""
+    if not names:
+        return []
+    params = {f"n{i}": name for i, name in enumerate(names)}
+    listed = ", ".join(f":{key}" for key in params)
+    rows = tx.all(
+        f"SELECT * FROM domains WHERE status = 'verified' AND (name IN ({listed})"
+        f" OR bounce_domain IN ({listed})) ORDER BY created_at, id",
+        params,
+    )
+    return [_domain(tx, row) for row in rows]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime
 
+from engine.domains.bounce_domain import envelope_domain
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
@@ -118,10 +119,11 @@ def signed(message: bytes, domain: Domain) -> bytes:
 
 
 def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
-    """The DKIM-signed message of an email, and its per-email bounce address."""
+    """The DKIM-signed message of an email, and its per-email bounce address (on the
+    domain's bounce domain once that is in use, engine/domains/bounce_domain.py)."""
     if email.raw is not None:
         data = _signed_as_given(email, domain)
-        return WireMessage(email.id, bounce_address(email.id, domain.name), data)
+        return WireMessage(email.id, bounce_address(email.id, envelope_domain(domain)), data)
     links = Links(
         link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
     )
@@ -152,7 +154,7 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
         list_unsubscribe=links.unsubscribe,
     )
     data = signed(compose(outgoing), domain)
-    return WireMessage(email.id, bounce_address(email.id, domain.name), data)
+    return WireMessage(email.id, bounce_address(email.id, envelope_domain(domain)), data)
 
 
 def build_all(

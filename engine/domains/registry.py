@@ -19,7 +19,7 @@ import trio
 from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.domains import dkim_keys
+from engine.domains import bounce_domain, dkim_keys
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
 from engine.runtime import Principal, Runtime
@@ -86,6 +86,10 @@ def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
             ]
             if domain.ed25519_selector and domain.ed25519_public_key
             else []
+        ),
+        *(
+            DnsRecord(r.type, r.host, r.value, bounce_domain.PURPOSE, False, r.status)
+            for r in bounce_domain.records(domain, smtp_host)
         ),
     ]
 
@@ -300,6 +304,7 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
     ]
     if domain.ed25519_selector:
         lookups.append(("dkim_ed25519", dkim_ed25519))
+    lookups.extend(bounce_domain.lookups(rt, domain))
     async with trio.open_nursery() as nursery:
         for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)

@@ -1,12 +1,14 @@
 """What the inbound MX server accepts, and what happens to a message it accepted.
 
 The server is never an open relay: a recipient is accepted only when it is an active
-forward's source address or the bounce address of an email this service sent. `receive`
-returns only once the message's work is committed (the listener answers 250 after it):
-forwarded mail is stored with one job per destination and the forwarder is woken; a
-delivery report or complaint sent to a bounce address is recorded against its email in the
-same transaction. Rules are read from the database on every call, so a forward created,
-changed or deleted takes effect at once on every node.
+forward's source address, the bounce address of an email this service sent (on any domain:
+the sending domain or its bounce domain), or postmaster@ / abuse@ of a domain the service
+serves (engine/forwarding/postmaster.py). `receive` returns only once the message's work is
+committed (the listener answers 250 after it): forwarded mail is stored with one job per
+destination and the forwarder is woken; a delivery report or complaint sent to a bounce
+address is recorded against its email, and mail to postmaster@ / abuse@ is recorded or kept
+(`postmaster.store`), in the same transaction. Rules are read from the database on every
+call, so a forward created, changed or deleted takes effect at once on every node.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.forwarding import feedback
+from engine.forwarding import feedback, postmaster
 from engine.mail import forwarding, reports
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
@@ -32,7 +34,9 @@ async def accepts(rt: Runtime, address: str) -> bool:
     email_id = email_id_from_bounce_address(address)
     if email_id is not None:
         return bool(await rt.db.read(emails.by_ids, [email_id]))
-    return bool(await rt.db.read(forwards.active_by_sources, [address]))
+    if await rt.db.read(forwards.active_by_sources, [address]):
+        return True
+    return await postmaster.accepts(rt, address)
 
 
 def _jobs(rules: Sequence[forwards.Forward], data: bytes) -> list[inbound.NewJob]:
@@ -54,6 +58,7 @@ def _store(
     recipients: list[str],
     data: bytes,
     report: reports.Report | None,
+    to_postmaster: postmaster.Arrival | None,
     now: datetime,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
@@ -61,7 +66,10 @@ def _store(
     if report is not None:
         for email in emails.by_ids(tx, sorted(bounce_ids)).values():
             feedback.record(tx, email, report, now)
-    jobs = _jobs(forwards.active_by_sources(tx, recipients), data)
+    rules = forwards.active_by_sources(tx, recipients)
+    if to_postmaster is not None:
+        postmaster.store(tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now)
+    jobs = _jobs(rules, data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
     return bool(jobs)
@@ -72,4 +80,7 @@ async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: 
     recipients = sorted({_clean(r) for r in recipients})
     to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
     report = reports.parse(data) if to_bounce_address else None
-    await rt.db.write(_store, envelope_from, recipients, data, report, rt.clock.now())
+    to_postmaster = postmaster.read(recipients, data)
+    await rt.db.write(
+        _store, envelope_from, recipients, data, report, to_postmaster, rt.clock.now()
+    )
