@@ -3,10 +3,10 @@
 The address leaves every place it is stored for the workspace: its contacts are deleted,
 and stored emails (every address field, subject and bodies, header values, attachments, the
 raw message), their recipients and events, webhook deliveries, activity-log entries, forward
-logs and jobs, the inbound messages kept for forwarding, saved searches, stored idempotent
-answers, templates and the rest of `PASSES` have it rewritten to a placeholder
-(`erased-<hash>@erased.invalid`); records of work still to do for it (sandbox outcomes, agent
-previews) and its sandbox captures are deleted. Only a keyed hash of it stays, on the
+logs and jobs, the inbound messages kept for forwarding, the mail kept from postmaster@ and
+abuse@, saved searches, stored idempotent answers, templates and the rest of `PASSES` have
+it rewritten to a placeholder (`erased-<hash>@erased.invalid`); records of work still to do
+for it (sandbox outcomes, agent previews) and its sandbox captures are deleted. Only a keyed hash of it stays, on the
 suppression list, so that it stays suppressed (storage/suppressions.py matches hashes too).
 
 The rewriting goes in bounded batches, one unit of work each (`PASSES`), each taking the rows
@@ -356,6 +356,37 @@ def sandbox_requests_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> 
     return _batch([str(row["id"]) for row in rows], limit, touched)
 
 
+def postmaster_mail_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
+    """Rewrite the address out of the next messages kept from this workspace's postmaster@
+    and abuse@ (storage/postmaster_mail.py; the content is bytes, so read one by one)."""
+    rows = tx.all(
+        "SELECT id, envelope_from, from_header, subject, content FROM postmaster_mail"
+        " WHERE workspace_id = :ws AND id > :after ORDER BY id LIMIT :limit",
+        {"ws": erasure.workspace_id, "after": after, "limit": limit},
+    )
+    rewrite = erasure.rewrite
+    touched = 0
+    for row in rows:
+        before = (row["envelope_from"], row["from_header"], row["subject"], bytes(row["content"]))
+        after_rewrite = tuple(rewrite(value) for value in before)
+        if after_rewrite == before:
+            continue
+        touched += 1
+        sender, author, subject, content = after_rewrite
+        tx.execute(
+            "UPDATE postmaster_mail SET envelope_from = :sender, from_header = :author,"
+            " subject = :subject, content = :content WHERE id = :id",
+            {
+                "sender": sender,
+                "author": author,
+                "subject": subject,
+                "content": content,
+                "id": row["id"],
+            },
+        )
+    return _batch([str(row["id"]) for row in rows], limit, touched)
+
+
 _CONTACTS_OF_WORKSPACE = "list_id IN (SELECT id FROM contact_lists WHERE workspace_id = :ws)"
 
 # Every pass, by the name its count is answered under, in the order they run. Together with
@@ -414,6 +445,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
         _rows_pass("contacts", ("name", "metadata"), scope=_CONTACTS_OF_WORKSPACE),
     ),
     ("sandbox_requests", sandbox_requests_batch),
+    ("postmaster_mail", postmaster_mail_batch),
 )
 
 

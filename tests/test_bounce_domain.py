@@ -313,3 +313,20 @@ async def test_a_workspace_keeps_only_its_newest_postmaster_mail(service: Servic
         await db.write(postmaster_mail.keep, mail, 2)
     kept, total = await db.read(postmaster_mail.page, account.workspace_id, "d1", 0, 10)
     assert total == 2 and [m.id for m in kept] == [ids[2], ids[1]]
+
+
+async def test_erasing_an_address_rewrites_it_out_of_postmaster_mail(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account, domain = await with_bounce_domain(service, dns_server)
+    ann = "ann.lee@elsewhere.example"
+    to = f"abuse@{SENDING_DOMAIN}"
+    data = letter(to, f"About {ann}").replace(b"someone@elsewhere.example", ann.encode())
+    assert await send_inbound(service, [to], data, sender=ann) == set()
+    erased = (await account.client.post("/v1/privacy/erase", json={"email": ann})).json()
+    assert erased["postmaster_mail"] == 1
+    path = f"/v1/domains/{domain['id']}/postmaster-mail"
+    [item] = (await account.client.get(path)).json()["items"]
+    detail = (await account.client.get(f"{path}/{item['id']}")).json()
+    for value in (detail["envelope_from"], detail["from_header"], detail["subject"], detail["raw"]):
+        assert ann not in value and "@erased.invalid" in value
