@@ -108,3 +108,13 @@ def get(tx: Tx, workspace_id: str, domain_id: str, mail_id: str) -> PostmasterMa
 
 def delete_of_domain(tx: Tx, domain_id: str) -> None:
     tx.execute("DELETE FROM postmaster_mail WHERE domain_id = :id", {"id": domain_id})
+
+
+def purge_batch(tx: Tx, workspace_id: str, before: datetime, limit: int, now: datetime) -> int:
+    """Delete at most `limit` of the workspace's messages received before `before` (its
+    retention period, engine/retention.py); how many were deleted."""
+    return tx.execute(
+        "DELETE FROM postmaster_mail WHERE id IN (SELECT id FROM postmaster_mail"
+        " WHERE workspace_id = :ws AND received_at < :before ORDER BY received_at LIMIT :limit)",
+        {"ws": workspace_id, "before": timestamp(before), "limit": limit},
+    )

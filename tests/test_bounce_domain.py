@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import trio
+from trio.testing import MockClock
 
 from engine.forwarding import postmaster
 from storage import postmaster_mail
@@ -330,3 +331,18 @@ async def test_erasing_an_address_rewrites_it_out_of_postmaster_mail(
     detail = (await account.client.get(f"{path}/{item['id']}")).json()
     for value in (detail["envelope_from"], detail["from_header"], detail["subject"], detail["raw"]):
         assert ann not in value and "@erased.invalid" in value
+
+
+async def test_postmaster_mail_past_the_workspaces_retention_is_deleted(
+    service: Service, dns_server: DnsServer, clock: MockClock
+) -> None:
+    account, domain = await with_bounce_domain(service, dns_server)
+    assert (await account.client.put("/v1/privacy/retention", json={"days": 1})).is_success
+    to = f"postmaster@{SENDING_DOMAIN}"
+    assert await send_inbound(service, [to], letter(to, "old")) == set()
+    clock.jump(23 * 3600)
+    assert await send_inbound(service, [to], letter(to, "new")) == set()
+    path = f"/v1/domains/{domain['id']}/postmaster-mail"
+    clock.jump(2 * 3600)  # "old" is past the day, "new" within it; the sweeper's hour passed
+    [kept] = (await poll(account, path, lambda b: b["total"] == 1))["items"]
+    assert kept["subject"] == "new"
