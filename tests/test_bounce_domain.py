@@ -22,7 +22,7 @@ from storage.codec import new_id
 from storage.postmaster_mail import PostmasterMail
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Account, Service
-from tests.harness.smtp_sink import SmtpSink
+from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.test_bounces import postfix_dsn
 from tests.test_inbound import poll, send_inbound
 from tests.test_sending import (
@@ -58,6 +58,19 @@ async def with_bounce_domain(
         dns_server.set(BOUNCE_DOMAIN, "TXT", [f"v=spf1 a:{SMTP_HOST} ~all"])
     checked = (await account.client.post(f"/v1/domains/{domain['id']}/verify")).json()
     return account, checked
+
+
+async def delivered_email(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> tuple[Account, dict[str, Any], dict[str, Any], ReceivedMessage]:
+    """An email delivered to RECIPIENT from a domain with BOUNCE_DOMAIN in use: the account,
+    the domain, the send response and what the sink received."""
+    account, domain = await with_bounce_domain(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    sent = (await account.client.post("/v1/emails/", json=message(RECIPIENT))).json()
+    [received] = await smtp_sink.wait_for_messages(1)
+    await wait_for_status(account, sent["id"], ("delivered",))
+    return account, domain, sent, received
 
 
 def bounce_records(domain: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -142,11 +155,7 @@ async def test_the_bounce_domain_field_is_validated_and_can_be_cleared(
 async def test_a_dsn_sent_to_the_bounce_domain_bounces_the_email(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account, _ = await with_bounce_domain(service, dns_server)
-    route_mail(dns_server, "customer.example")
-    sent = (await account.client.post("/v1/emails/", json=message(RECIPIENT))).json()
-    [received] = await smtp_sink.wait_for_messages(1)
-    await wait_for_status(account, sent["id"], ("delivered",))
+    account, _, sent, received = await delivered_email(service, dns_server, smtp_sink)
     assert received.mail_from.endswith(f"@{BOUNCE_DOMAIN}")
     report = postfix_dsn(
         received.mail_from, [(RECIPIENT, "5.1.1", "550 5.1.1 <ann@customer.example>: unknown")]
@@ -211,10 +220,7 @@ async def test_postmaster_and_abuse_are_accepted_for_every_served_domain(
 async def test_a_feedback_report_to_abuse_is_a_complaint_against_the_email_it_names(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account, domain = await with_bounce_domain(service, dns_server)
-    route_mail(dns_server, "customer.example")
-    sent = (await account.client.post("/v1/emails/", json=message(RECIPIENT))).json()
-    await wait_for_status(account, sent["id"], ("delivered",))
+    account, domain, sent, _ = await delivered_email(service, dns_server, smtp_sink)
     # Named by the Message-ID alone: the provider quoted no Return-Path.
     report = feedback_report(f"abuse@{SENDING_DOMAIN}", sent["message_id"])
     assert await send_inbound(service, [f"abuse@{SENDING_DOMAIN}"], report, sender="") == set()
@@ -238,11 +244,7 @@ async def test_a_feedback_report_to_abuse_is_a_complaint_against_the_email_it_na
 async def test_a_report_naming_another_workspaces_email_is_kept_not_applied(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
-    account, _ = await with_bounce_domain(service, dns_server)
-    route_mail(dns_server, "customer.example")
-    sent = (await account.client.post("/v1/emails/", json=message(RECIPIENT))).json()
-    [received] = await smtp_sink.wait_for_messages(1)
-    await wait_for_status(account, sent["id"], ("delivered",))
+    account, _, sent, received = await delivered_email(service, dns_server, smtp_sink)
     # Another workspace's verified domain gets a report naming the first one's email.
     other = await service.account("starter")
     name = "other.example"
