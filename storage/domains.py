@@ -287,13 +287,33 @@ def delete_sender(tx: Tx, sender_id: str) -> None:
 
 
 def set_bounce_domain(
-    tx: Tx, domain_id: str, bounce_domain: str | None, record_status: dict[str, str]
+    tx: Tx,
+    domain_id: str,
+    bounce_domain: str | None,
+    record_status: dict[str, str],
+    now: datetime,
 ) -> None:
     """Give a domain its bounce domain (None: none), with the record statuses that leaves."""
     tx.execute(
-        "UPDATE domains SET bounce_domain = :bounce, record_status = :records WHERE id = :id",
-        {"bounce": bounce_domain, "records": to_json(record_status), "id": domain_id},
+        "UPDATE domains SET bounce_domain = :bounce, record_status = :records,"
+        " bounce_domain_set_at = :now WHERE id = :id",
+        {
+            "bounce": bounce_domain,
+            "records": to_json(record_status),
+            "now": timestamp(now),
+            "id": domain_id,
+        },
     )
+
+
+def verified_with_bounce_domain_since(tx: Tx, after: datetime) -> list[Domain]:
+    """Every workspace's verified domains given a bounce domain after a time."""
+    rows = tx.all(
+        "SELECT * FROM domains WHERE status = 'verified' AND bounce_domain IS NOT NULL"
+        " AND bounce_domain_set_at > :after ORDER BY bounce_domain_set_at, id",
+        {"after": timestamp(after)},
+    )
+    return [_domain(tx, row) for row in rows]
 
 
 def verified_serving(tx: Tx, names: Sequence[str]) -> list[Domain]:

@@ -16,6 +16,7 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
+from engine.domains.checker import INTERVAL
 from engine.forwarding import postmaster
 from storage import postmaster_mail
 from storage.codec import new_id
@@ -348,3 +349,20 @@ async def test_postmaster_mail_past_the_workspaces_retention_is_deleted(
     clock.jump(2 * 3600)  # "old" is past the day, "new" within it; the sweeper's hour passed
     [kept] = (await poll(account, path, lambda b: b["total"] == 1))["items"]
     assert kept["subject"] == "new"
+
+
+async def test_the_checker_finds_a_new_bounce_domains_records_without_a_verify_call(
+    service: Service, dns_server: DnsServer, clock: MockClock
+) -> None:
+    account, domain = await with_bounce_domain(service, dns_server, publish=False)
+    path = f"/v1/domains/{domain['id']}"
+    dns_server.set(BOUNCE_DOMAIN, "MX", [f"10 {SMTP_HOST}."])
+    dns_server.set(BOUNCE_DOMAIN, "TXT", [f"v=spf1 a:{SMTP_HOST} ~all"])
+    clock.jump(INTERVAL.total_seconds() + 1)
+    checked = await poll(
+        account, path, lambda d: {r["status"] for r in bounce_records(d).values()} == {"verified"}
+    )
+    assert checked["status"] == "verified"
+    log = (await account.client.get("/v1/audit-log", params={"category": "domain"})).json()
+    # The checker's rounds changed no status: nothing logged beyond the person's own actions.
+    assert all(entry["actor"] == account.email for entry in log["items"])

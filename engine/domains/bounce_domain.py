@@ -141,15 +141,23 @@ def _set(tx: Tx, who: Principal, domain_id: str, value: str | None, now: datetim
         return
     # The replaced bounce domain's statuses go: they say nothing about the new one.
     kept = {k: v for k, v in domain.record_status.items() if not k.startswith("bounce_")}
-    domains.set_bounce_domain(tx, domain.id, name, kept)
+    domains.set_bounce_domain(tx, domain.id, name, kept, now)
     change = Change("domain.updated", domain.name, domain.id, {"bounce_domain": name})
     record(tx, who.workspace_id, who.user_email, change, now)
 
 
 async def set_bounce_domain(rt: Runtime, who: Principal, domain_id: str, value: str | None) -> None:
     """Give the domain a bounce domain (None: none, mail goes from the domain itself). Its
-    records are pending until the domain is checked again (verify, or the checker)."""
+    records are pending until the domain is checked again: on verify, or by the domain
+    checker for `checker.GIVE_UP_AFTER` after this."""
     await rt.db.write(_set, who, domain_id, value, rt.clock.now())
+
+
+async def awaiting_check(rt: Runtime, since: datetime) -> list[Domain]:
+    """Verified domains given a bounce domain after `since` that is not in use yet: the
+    domain checker (engine/domains/checker.py) checks them as it checks pending domains."""
+    found = await rt.db.read(domains.verified_with_bounce_domain_since, since)
+    return [domain for domain in found if not in_use(domain)]
 
 
 async def check_name(rt: Runtime, who: Principal, domain_id: str, value: str) -> None:

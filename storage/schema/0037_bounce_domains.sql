@@ -5,6 +5,8 @@
 -- points at the service, so DSNs and complaints reach it while the domain's own mail is
 -- hosted elsewhere; NULL: the sending domain itself (engine/domains/bounce_domain.py).
 ALTER TABLE domains ADD COLUMN bounce_domain TEXT;
+-- When it was set: the domain checker looks for its records for a while after.
+ALTER TABLE domains ADD COLUMN bounce_domain_set_at TEXT;
 CREATE INDEX domains_bounce_domain ON domains (bounce_domain);
 
 -- A complaint sent to postmaster@ or abuse@ names its email by the Message-ID it quotes.
