@@ -1,6 +1,7 @@
 """Retention: how long a workspace keeps content, and the sweeper that deletes it after.
 
-Each plan keeps bodies, attachments, raw messages and inbound copies for `RETENTION_DAYS`
+Each plan keeps bodies, attachments, raw messages, inbound copies and the mail kept from
+postmaster@ and abuse@ (counted with the inbound copies) for `RETENTION_DAYS`
 (Postmark keeps 45 days by default; ours grow with the plan); a workspace may keep less
 (`GET|PUT /v1/privacy/retention`), never more than its plan's period, which is also the
 longest (a downgrade shortens it at once). The email row keeps its metadata and events, so
@@ -24,7 +25,7 @@ from engine import nodes
 from engine.activity import Change, record
 from engine.errors import Unprocessable
 from engine.runtime import Principal, Runtime
-from storage import retention
+from storage import postmaster_mail, retention
 from storage.retention import WorkspaceRetention
 from storage.tx import Tx
 
@@ -120,6 +121,9 @@ class RetentionSweeper:
             purged += await self._batches(retention.purge_batch, stored.workspace_id, period)
             inbound_deleted += await self._batches(
                 retention.purge_inbound_batch, stored.workspace_id, period
+            )
+            inbound_deleted += await self._batches(
+                postmaster_mail.purge_batch, stored.workspace_id, period
             )
         self._purged += purged
         self._inbound_deleted += inbound_deleted

@@ -1,5 +1,6 @@
-"""The inbound MX (POSTROOM_INBOUND_LISTEN, 25 in production): mail for forwards and for
-the bounce addresses of emails this service sent. Never an open relay, no AUTH.
+"""The inbound MX (POSTROOM_INBOUND_LISTEN, 25 in production): mail for forwards, for the
+bounce addresses of emails this service sent, and for postmaster@ and abuse@ of the domains
+it serves. Never an open relay, no AUTH.
 
 Thin: RCPT asks `engine.inbound.accepts` (550 5.1.1 when the address is not ours), the
 message goes to `engine.inbound.receive`, and 250 comes only after it returned (the message

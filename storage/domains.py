@@ -6,6 +6,7 @@ A domain's DKIM private keys (RSA, and Ed25519 once made) are sealed at rest
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,6 +43,9 @@ class Domain:
     # Per record purpose, what the last check found beside the status (why, the record to
     # publish instead, parsed facts): engine/domains/findings.py.
     record_findings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The domain its envelope sender is on once that domain's records check out
+    # (engine/domains/bounce_domain.py); None: the domain itself.
+    bounce_domain: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         ed25519_signing=bool(row["ed25519_signing"]),
         tags_header=row["tags_header"],
         record_findings=from_json(row["record_findings"]),
+        bounce_domain=row["bounce_domain"],
     )
 
 
@@ -242,6 +247,7 @@ def set_mail_options(
 
 def delete(tx: Tx, domain_id: str) -> None:
     tx.execute("DELETE FROM senders WHERE domain_id = :id", {"id": domain_id})
+    tx.execute("DELETE FROM postmaster_mail WHERE domain_id = :id", {"id": domain_id})
     tx.execute("DELETE FROM domains WHERE id = :id", {"id": domain_id})
 
 
@@ -286,3 +292,47 @@ def list_senders(tx: Tx, workspace_id: str) -> list[Sender]:
 
 def delete_sender(tx: Tx, sender_id: str) -> None:
     tx.execute("DELETE FROM senders WHERE id = :id", {"id": sender_id})
+
+
+def set_bounce_domain(
+    tx: Tx,
+    domain_id: str,
+    bounce_domain: str | None,
+    record_status: dict[str, str],
+    now: datetime,
+) -> None:
+    """Give a domain its bounce domain (None: none), with the record statuses that leaves."""
+    tx.execute(
+        "UPDATE domains SET bounce_domain = :bounce, record_status = :records,"
+        " bounce_domain_set_at = :now WHERE id = :id",
+        {
+            "bounce": bounce_domain,
+            "records": to_json(record_status),
+            "now": timestamp(now),
+            "id": domain_id,
+        },
+    )
+
+
+def verified_with_bounce_domain_since(tx: Tx, after: datetime) -> list[Domain]:
+    """Every workspace's verified domains given a bounce domain after a time."""
+    rows = tx.all(
+        "SELECT * FROM domains WHERE status = 'verified' AND bounce_domain IS NOT NULL"
+        " AND bounce_domain_set_at > :after ORDER BY bounce_domain_set_at, id",
+        {"after": timestamp(after)},
+    )
+    return [_domain(tx, row) for row in rows]
+
+
+def verified_serving(tx: Tx, names: Sequence[str]) -> list[Domain]:
+    """The verified domains (of any workspace) named, or whose bounce domain is named."""
+    if not names:
+        return []
+    params = {f"n{i}": name for i, name in enumerate(names)}
+    listed = ", ".join(f":{key}" for key in params)
+    rows = tx.all(
+        f"SELECT * FROM domains WHERE status = 'verified' AND (name IN ({listed})"
+        f" OR bounce_domain IN ({listed})) ORDER BY created_at, id",
+        params,
+    )
+    return [_domain(tx, row) for row in rows]

@@ -743,3 +743,13 @@ def record_faults(
     insert_events(tx, events, outbox)
     summarise(tx, [e.email_id for e in events], now, summary)
     return len(events)
+
+
+def by_message_id(tx: Tx, workspace_id: str, message_id: str) -> list[Email]:
+    """The workspace's emails with this Message-ID (one, unless a relay client reused one)."""
+    rows = tx.all(
+        f"{_WITH_ATTACHMENTS} WHERE e.workspace_id = :ws AND e.message_id = :message_id"
+        " ORDER BY e.created_at, e.id",
+        {"ws": workspace_id, "message_id": message_id},
+    )
+    return [_email(row) for row in rows]

@@ -3,10 +3,10 @@
 The address leaves every place it is stored for the workspace: its contacts are deleted,
 and stored emails (every address field, subject and bodies, header values, attachments, the
 raw message), their recipients and events, webhook deliveries, activity-log entries, forward
-logs and jobs, the inbound messages kept for forwarding, saved searches, stored idempotent
-answers, templates and the rest of `PASSES` have it rewritten to a placeholder
-(`erased-<hash>@erased.invalid`); records of work still to do for it (sandbox outcomes, agent
-previews) and its sandbox captures are deleted. Only a keyed hash of it stays, on the
+logs and jobs, the inbound messages kept for forwarding, the mail kept from postmaster@ and
+abuse@, saved searches, stored idempotent answers, templates and the rest of `PASSES` have
+it rewritten to a placeholder (`erased-<hash>@erased.invalid`); records of work still to do
+for it (sandbox outcomes, agent previews) and its sandbox captures are deleted. Only a keyed hash of it stays, on the
 suppression list, so that it stays suppressed (storage/suppressions.py matches hashes too).
 
 The rewriting goes in bounded batches, one unit of work each (`PASSES`), each taking the rows
@@ -333,27 +333,35 @@ def inbound_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
     return _batch([str(row["id"]) for row in rows], limit, touched)
 
 
-def sandbox_requests_batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
-    """Rewrite the address out of the next POSTs the sandbox captured for this workspace
-    (bodies are bytes, so read one by one rather than found with LIKE)."""
-    rows = tx.all(
-        "SELECT id, url, headers, body FROM sandbox_posts WHERE workspace_id = :ws"
-        " AND id > :after ORDER BY id LIMIT :limit",
-        {"ws": erasure.workspace_id, "after": after, "limit": limit},
-    )
-    rewrite = erasure.rewrite
-    touched = 0
-    for row in rows:
-        body = bytes(row["body"])
-        changed = (rewrite(row["url"]), rewrite(row["headers"]), rewrite(body))
-        if changed == (row["url"], row["headers"], body):
-            continue
-        touched += 1
-        tx.execute(
-            "UPDATE sandbox_posts SET url = :url, headers = :headers, body = :body WHERE id = :id",
-            {"url": changed[0], "headers": changed[1], "body": changed[2], "id": row["id"]},
+def _octets_pass(table: str, columns: tuple[str, ...]) -> Pass:
+    """A pass rewriting the address out of `columns` of a workspace's rows in `table`, some
+    of them bytes, so read one by one rather than found with LIKE."""
+    listed = ", ".join(columns)
+    sets = ", ".join(f"{c} = :{c}" for c in columns)
+
+    def batch(tx: Tx, erasure: Erasure, after: str, limit: int) -> Batch:
+        rows = tx.all(
+            f"SELECT id, {listed} FROM {table} WHERE workspace_id = :ws AND id > :after"
+            " ORDER BY id LIMIT :limit",
+            {"ws": erasure.workspace_id, "after": after, "limit": limit},
         )
-    return _batch([str(row["id"]) for row in rows], limit, touched)
+        touched = 0
+        for row in rows:
+            # PostgreSQL may hand bytea over as a memoryview: compared and rewritten as bytes.
+            stored = {
+                c: bytes(row[c]) if isinstance(row[c], memoryview) else row[c] for c in columns
+            }
+            rewritten = {c: erasure.rewrite(v) for c, v in stored.items()}
+            if rewritten == stored:
+                continue
+            touched += 1
+            tx.execute(
+                f"UPDATE {table} SET {sets} WHERE workspace_id = :ws AND id = :row_id",
+                {**rewritten, "ws": erasure.workspace_id, "row_id": row["id"]},
+            )
+        return _batch([str(row["id"]) for row in rows], limit, touched)
+
+    return batch
 
 
 _CONTACTS_OF_WORKSPACE = "list_id IN (SELECT id FROM contact_lists WHERE workspace_id = :ws)"
@@ -413,7 +421,12 @@ PASSES: tuple[tuple[str, Pass], ...] = (
         "other_contacts",
         _rows_pass("contacts", ("name", "metadata"), scope=_CONTACTS_OF_WORKSPACE),
     ),
-    ("sandbox_requests", sandbox_requests_batch),
+    # POSTs the sandbox captured, and the mail kept from postmaster@ and abuse@.
+    ("sandbox_requests", _octets_pass("sandbox_posts", ("url", "headers", "body"))),
+    (
+        "postmaster_mail",
+        _octets_pass("postmaster_mail", ("envelope_from", "from_header", "subject", "content")),
+    ),
 )
 
 

@@ -23,6 +23,7 @@ DOMAIN_FIELDS = {
     "click_tracking",
     "ed25519_signing",
     "tags_header",
+    "bounce_domain",
     "created_at",
     "verified_at",
     "compliance",
@@ -84,6 +85,7 @@ async def test_create_returns_the_domain_with_the_records_to_publish(service: Se
     assert domain["verified_at"] is None
     assert domain["open_tracking"] is False
     assert domain["click_tracking"] is False
+    assert domain["bounce_domain"] is None  # none set: no bounce records
     assert domain["created_at"].endswith("Z")
     for entry in domain["dns_records"]:
         assert set(entry) == {

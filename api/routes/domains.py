@@ -1,6 +1,6 @@
 """`/v1/domains/`: register (DKIM key and DNS records), read, tracking settings and mail
-options (Ed25519 signing, the tags header), verify, delete. Every domain read carries its
-`compliance`: whether it can send, and its verdict on each bulk-sender rule."""
+options (Ed25519 signing, the tags header, the bounce domain), verify, delete. Every domain
+read carries its `compliance`: whether it can send, and its verdict on each bulk-sender rule."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import In, Out
 from api.validation import json_body
-from engine.domains import compliance, spf
+from engine.domains import bounce_domain, compliance, spf
 from engine.domains import registry as domains
 from storage.domains import Domain
 
@@ -32,6 +32,9 @@ class UpdateDomain(In):
     # The header the domain's mail carries its tags in (e.g. "X-Tags"); null: tags stay
     # internal, as they are by default.
     tags_header: str | None = None
+    # The subdomain its envelope sender goes on (e.g. "bounces.example.com"), so bounces and
+    # complaints reach Postroom when the domain's mail is hosted elsewhere; null: none.
+    bounce_domain: str | None = Field(None, min_length=1, max_length=253)
 
 
 class DnsRecordOut(Out):
@@ -79,6 +82,7 @@ class DomainOut(Out):
     click_tracking: bool
     ed25519_signing: bool
     tags_header: str | None
+    bounce_domain: str | None
     created_at: datetime
     verified_at: datetime | None
     compliance: ComplianceOut
@@ -97,6 +101,7 @@ def render(domain: Domain) -> dict[str, object]:
         click_tracking=domain.click_tracking,
         ed25519_signing=domain.ed25519_signing,
         tags_header=domain.tags_header,
+        bounce_domain=domain.bounce_domain,
         created_at=domain.created_at,
         verified_at=domain.verified_at,
         compliance=ComplianceOut.model_validate(verdicts),
@@ -127,13 +132,18 @@ async def get(domain_id: str) -> dict[str, object]:
 @json_body(UpdateDomain)
 @document_response(DomainOut)
 async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
+    rt, who = runtime(), principal()
+    new_bounce_domain = "bounce_domain" in body.model_fields_set
+    if new_bounce_domain and body.bounce_domain is not None:  # refused before anything changes
+        await bounce_domain.check_name(rt, who, domain_id, body.bounce_domain)
     options = domains.MailOptions(
         body.ed25519_signing, body.tags_header, "tags_header" in body.model_fields_set
     )
-    domain = await domains.update(
-        runtime(), principal(), domain_id, body.open_tracking, body.click_tracking, options
-    )
-    return render(domain)
+    if body.model_fields_set != {"bounce_domain"}:
+        await domains.update(rt, who, domain_id, body.open_tracking, body.click_tracking, options)
+    if new_bounce_domain:
+        await bounce_domain.set_bounce_domain(rt, who, domain_id, body.bounce_domain)
+    return render(await domains.get(rt, who, domain_id))
 
 
 @blueprint.post("/<id:domain_id>/verify")

@@ -43,6 +43,7 @@ class ErasedOut(BaseModel):
     contact_lists: int
     other_contacts: int
     sandbox_requests: int  # webhook and forward POSTs the sandbox captured
+    postmaster_mail: int  # mail kept from postmaster@ and abuse@ of the workspace's domains
     suppression_hash: str  # what the suppression list keeps, so the address stays suppressed
 
 

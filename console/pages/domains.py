@@ -1,6 +1,6 @@
 """Domains: add one, the DNS records to publish (with copy buttons and each record's status),
 verify now (or, in the sandbox, mark verified without DNS), senders, tracking switches, the
-SMTP credential (its password shown once), BIMI, and transfer offers.
+bounce domain, the SMTP credential (its password shown once), BIMI, and transfer offers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from api.routes.senders import CreateSender
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine import plans
 from engine.accounts import smtp_credentials
-from engine.domains import bimi, compliance, registry, senders, spf
+from engine.domains import bimi, bounce_domain, compliance, registry, senders, spf
 from engine.errors import EngineError
 from engine.sandbox import mode as sandbox
 from engine.transfers import actions as transfers
@@ -31,6 +31,7 @@ DONE = {
     "verified": "Checked the DNS records.",
     "sandbox": "Marked verified by the sandbox, without DNS.",
     "tracking": "Tracking settings saved.",
+    "bounce_domain": "Bounce domain saved: publish its records, then verify.",
     "sender": "Sender added.",
     "sender_deleted": "Sender removed.",
     "credential_deleted": "SMTP credential deleted.",
@@ -157,6 +158,13 @@ async def tracking(domain_id: str) -> Response:
     values = await form()
     opens, clicks = bool(values.get("open_tracking")), bool(values.get("click_tracking"))
     return await _act(domain_id, registry.update(rt(), who(), domain_id, opens, clicks), "tracking")
+
+
+@blueprint.post("/domains/<id:domain_id>/bounce-domain")
+async def set_bounce_domain(domain_id: str) -> Response:
+    name = (await form()).get("bounce_domain", "").strip() or None
+    action = bounce_domain.set_bounce_domain(rt(), who(), domain_id, name)
+    return await _act(domain_id, action, "bounce_domain")
 
 
 @blueprint.post("/domains/<id:domain_id>/senders")

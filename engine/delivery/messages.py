@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime
 
+from engine.domains.bounce_domain import envelope_domain
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
@@ -182,9 +183,10 @@ def build(
     footer: Footer = DEFAULT,
     recipients: Sequence[str] = (),
 ) -> list[WireMessage]:
-    """The DKIM-signed messages of an email and its per-email bounce address: one for all
-    its recipients, or, when it offers unsubscribe, one for each of `recipients`."""
-    bounce = bounce_address(email.id, domain.name)
+    """The DKIM-signed messages of an email and its per-email bounce address (on the
+    domain's bounce domain once that is in use, engine/domains/bounce_domain.py): one for
+    all its recipients, or, when it offers unsubscribe, one for each of `recipients`."""
+    bounce = bounce_address(email.id, envelope_domain(domain))
     if email.raw is not None:
         data = _signed_as_given(email, domain)
         if not has_utf8_header(data):  # as given: the unsigned form only when needed

@@ -16,6 +16,7 @@ from datetime import timedelta
 import trio
 
 from engine import faults, nodes
+from engine.domains import bounce_domain
 from engine.domains import registry as domain_rules
 from engine.errors import EngineError
 from engine.runtime import Runtime
@@ -55,6 +56,8 @@ class DomainChecker:
         """One round: check every pending domain still within its checking period."""
         since = self._rt.clock.now() - GIVE_UP_AFTER
         pending = await self._rt.db.read(domains.pending_since, since)
+        # Verified domains whose new bounce domain is still to be found, too.
+        pending += await bounce_domain.awaiting_check(self._rt, since)
         self._rounds += 1
         for domain in pending:
             self._checks += 1
@@ -70,7 +73,7 @@ class DomainChecker:
                     raise
                 self._rt.faults.item_fault(self.name, f"domain {domain.name}", exc)
                 continue
-            if checked.status == domain_rules.VERIFIED:
+            if checked.status == domain_rules.VERIFIED and domain.status != domain_rules.VERIFIED:
                 self._verified += 1
                 log.info("domain %s verified", domain.name)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.domains import bounce_domain
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED
 from engine.mail.link_security import unsubscribe_is_https
 from engine.runtime import Runtime
@@ -40,10 +41,13 @@ class Inputs:
 
 
 def inputs(rt: Runtime, domain: Domain) -> Inputs:
-    """The inputs as the service knows them today. Unsubscribe links live under
-    POSTROOM_PUBLIC_URL (engine/mail/link_security.py); no domain has a bounce domain
-    until engine/domains/bounce_domain.py gives one."""
-    return Inputs(unsubscribe_https=unsubscribe_is_https(rt.public_url), bounce_domain=None)
+    """The inputs as the service knows them: unsubscribe links live under
+    POSTROOM_PUBLIC_URL (engine/mail/link_security.py), the bounce domain is the domain's
+    own (engine/domains/bounce_domain.py)."""
+    bounce = None
+    if domain.bounce_domain is not None:
+        bounce = BounceDomain(domain.bounce_domain, bounce_domain.in_use(domain))
+    return Inputs(unsubscribe_https=unsubscribe_is_https(rt.public_url), bounce_domain=bounce)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import trio
 from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.domains import dkim_keys, dmarc, spf
+from engine.domains import bounce_domain, dkim_keys, dmarc, spf
 from engine.domains.findings import Finding
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
@@ -104,6 +104,10 @@ def _records(domain: Domain, smtp_host: str, spf_value: str | None) -> list[DnsR
             ]
             if domain.ed25519_selector and domain.ed25519_public_key
             else []
+        ),
+        *(
+            DnsRecord(r.type, r.host, r.value, bounce_domain.PURPOSE, False, r.status)
+            for r in bounce_domain.records(domain, smtp_host)
         ),
     ]
 
@@ -318,6 +322,7 @@ async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], d
     ]
     if domain.ed25519_selector:
         lookups.append(("dkim_ed25519", dkim_ed25519))
+    lookups.extend(bounce_domain.lookups(rt, domain))
     async with trio.open_nursery() as nursery:
         for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)

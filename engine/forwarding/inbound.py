@@ -1,13 +1,16 @@
 """What the inbound MX server accepts, and what happens to a message it accepted.
 
 The server is never an open relay: a recipient is accepted only when it is an active
-forward's source address, or the bounce address or mailto: unsubscribe address
-(engine/forwarding/unsubscribe_mail.py) of an email this service sent. `receive`
-returns only once the message's work is committed (the listener answers 250 after it):
-forwarded mail is stored with one job per destination and the forwarder is woken; a
-delivery report or complaint sent to a bounce address is recorded against its email in the
-same transaction. Rules are read from the database on every call, so a forward created,
-changed or deleted takes effect at once on every node.
+The server is never an open relay: a recipient is accepted only when it is an active
+forward's source address, the bounce address (on any domain: the sending domain or its
+bounce domain) or mailto: unsubscribe address (engine/forwarding/unsubscribe_mail.py) of an
+email this service sent, or postmaster@ / abuse@ of a domain the service serves
+(engine/forwarding/postmaster.py). `receive` returns only once the message's work is
+committed (the listener answers 250 after it): forwarded mail is stored with one job per
+destination and the forwarder is woken; a delivery report or complaint sent to a bounce
+address is recorded against its email, and mail to postmaster@ / abuse@ is recorded or kept
+(`postmaster.store`), in the same transaction. Rules are read from the database on every
+call, so a forward created, changed or deleted takes effect at once on every node.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.forwarding import feedback, unsubscribe_mail
+from engine.forwarding import feedback, postmaster, unsubscribe_mail
 from engine.mail import forwarding, reports
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
@@ -36,7 +39,9 @@ async def accepts(rt: Runtime, address: str) -> bool:
     email_id = email_id_from_bounce_address(address)
     if email_id is not None:
         return bool(await rt.db.read(emails.by_ids, [email_id]))
-    return bool(await rt.db.read(forwards.active_by_sources, [address]))
+    if await rt.db.read(forwards.active_by_sources, [address]):
+        return True
+    return await postmaster.accepts(rt, address)
 
 
 def _jobs(rules: Sequence[forwards.Forward], data: bytes) -> list[inbound.NewJob]:
@@ -59,6 +64,7 @@ def _store(
     data: bytes,
     report: reports.Report | None,
     unsubscribes: list[unsubscribe_mail.Request],
+    to_postmaster: postmaster.Arrival | None,
     now: datetime,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
@@ -67,7 +73,10 @@ def _store(
     if report is not None:
         for email in emails.by_ids(tx, sorted(bounce_ids)).values():
             feedback.record(tx, email, report, now)
-    jobs = _jobs(forwards.active_by_sources(tx, recipients), data)
+    rules = forwards.active_by_sources(tx, recipients)
+    if to_postmaster is not None:
+        postmaster.store(tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now)
+    jobs = _jobs(rules, data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
     return bool(jobs)
@@ -79,4 +88,7 @@ async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: 
     to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
     report = reports.parse(data) if to_bounce_address else None
     unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
-    await rt.db.write(_store, envelope_from, recipients, data, report, unsubscribes, rt.clock.now())
+    to_postmaster = postmaster.read(recipients, data)
+    await rt.db.write(
+        _store, envelope_from, recipients, data, report, unsubscribes, to_postmaster, rt.clock.now()
+    )

@@ -44,6 +44,11 @@ class Report:
     statuses: tuple[RecipientStatus, ...] = ()
     feedback_type: str | None = None
     complainants: tuple[str, ...] = ()
+    # A complaint's original message, as it quotes it: its Message-ID and its envelope
+    # sender (Return-Path), which name the email when the report reached an address, such
+    # as postmaster@, that does not (engine/forwarding/postmaster.py).
+    original_message_id: str | None = None
+    original_return_path: str | None = None
 
 
 def _address(field: str | None) -> str | None:
@@ -109,16 +114,26 @@ def _arf(message: Message, part: Message) -> Report:
     fields = inner[0] if inner else part
     complainants = [a for a in (_address(v) for v in fields.get_all("Original-Rcpt-To") or []) if a]
     original = _original_headers(message)
+    message_id = return_path = None
     if original is not None:
         for header in ("To", "Cc"):
             for _, address in email.utils.getaddresses(original.get_all(header) or []):
                 if "@" in address:
                     complainants.append(address.lower())
+        message_id = _field(original, "Message-ID")
+        return_path = _field(original, "Return-Path")
     return Report(
         "arf",
         feedback_type=str(fields.get("Feedback-Type", "abuse")).strip().lower() or "abuse",
         complainants=tuple(dict.fromkeys(complainants)),
+        original_message_id=message_id,
+        original_return_path=return_path,
     )
+
+
+def _field(headers: Message, name: str) -> str | None:
+    value = " ".join(str(headers.get(name, "")).split())
+    return value or None
 
 
 def parse(data: bytes) -> Report | None:
