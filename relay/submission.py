@@ -4,14 +4,20 @@ from the credential's domain, under the API's rules.
 
 Thin: each step asks one engine function (engine/accounts/smtp_credentials.py to authenticate,
 engine/sending/submission.py for senders, suppressions, the plan and storing) and turns its answer
-into a reply. 250 to the message comes only after it is committed. A credential deactivated
+into a reply. 250 to the message comes only after it is committed, under a `Received:`
+field (engine/mail/trace.py) naming the client's HELO, confirmed reverse DNS and address. A credential deactivated
 while a session is open gets 535 at its next MAIL FROM (`submission.current`).
 """
 
 from __future__ import annotations
 
 import ssl
+from typing import Literal
 
+import trio
+
+from engine import dns
+from engine.mail import trace
 from engine.runtime import Runtime
 from engine.sending import submission
 from engine.smtp.replies import (
@@ -28,6 +34,9 @@ from relay.listener import MAX_PER_CLIENT, Address, SmtpListener
 
 # What a base64-encoded message with 24 MiB of attachments (the API's cap) needs, and more.
 MAX_MESSAGE_SIZE = 40 * 1024 * 1024
+# How long the client's reverse DNS may hold up its first message's 250: its `Received:`
+# says "no name" rather than keep the client waiting on a slow resolver.
+RDNS_TIMEOUT = 2.0
 
 
 def _refused(reason: str) -> SmtpReply:
@@ -42,6 +51,7 @@ class SubmissionSession:
         self._rt = rt
         self._client = client  # the peer address, for the limits on failed AUTH
         self._submitter: submission.Submitter | None = None
+        self._client_name: str | Literal[False] | None = False  # False: not looked up yet
 
     async def authenticate(self, event: AuthAttempt) -> SmtpReply:
         submitter = await submission.authenticate(
@@ -71,14 +81,29 @@ class SubmissionSession:
 
     async def message(self, event: MessageData) -> SmtpReply:
         assert self._submitter is not None
+        arrival = trace.Arrival(event.helo, self._client, await self._name(), event.protocol)
         outcome = await submission.submit(
-            self._rt, self._submitter, event.mail_from, list(event.recipients), event.data
+            self._rt,
+            self._submitter,
+            event.mail_from,
+            list(event.recipients),
+            event.data,
+            arrival,
         )
         if isinstance(outcome, str):
             return _refused(outcome)
         if isinstance(outcome, submission.KeyConflict):
             return SmtpReply.of(550, "5.7.0 " + outcome.reason)
         return SmtpReply.of(250, f"2.0.0 Queued as {outcome.email_id}")
+
+    async def _name(self) -> str | None:
+        """The client's confirmed reverse DNS name, looked up once per connection (and only
+        when it sends mail)."""
+        if self._client_name is False:
+            self._client_name = None
+            with trio.move_on_after(RDNS_TIMEOUT):
+                self._client_name = await dns.confirmed_name(self._rt.resolver, self._client)
+        return self._client_name
 
 
 def submission_listener(

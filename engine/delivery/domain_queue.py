@@ -70,7 +70,7 @@ from engine.sandbox import capture as sandbox_capture
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
-from engine.smtp.session import SmtpSession, connect
+from engine.smtp.session import Peer, SmtpSession, connect
 from engine.webhooks import outbox
 from storage import delivery, delivery_policies, destination_slots, emails
 from storage import incidents as stored_incidents
@@ -162,10 +162,13 @@ class _Round:
     def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
         """Record one recipient's outcome as `classify` decides it; the verdict."""
         decision = classify(outcome)
-        self._apply(email, recipient, decision)
+        peer = outcome.peer if isinstance(outcome, Replied) else None
+        self._apply(email, recipient, decision, peer)
         return decision.verdict
 
-    def _apply(self, email: Email, recipient: Recipient, decision: Decision) -> None:
+    def _apply(
+        self, email: Email, recipient: Recipient, decision: Decision, peer: Peer | None = None
+    ) -> None:
         address, response = recipient.address, decision.response
         meta: dict[str, Any] = {"subject": email.subject, "tags": email.tags}
 
@@ -181,7 +184,8 @@ class _Round:
         pair = (email.workspace_id, email.domain_id)
         if verdict is Verdict.DELIVERED:
             event("sent", domain=recipient.domain)
-            event("delivered", domain=recipient.domain, smtp_response=response)
+            via = {} if peer is None else peer.metadata()  # MX host, address, TLS facts
+            event("delivered", domain=recipient.domain, smtp_response=response, **via)
             update(Trigger.ACCEPTED_BY_MX)
             self.delivered.add(pair)
             self.mailboxes.note_delivered(email.workspace_id, address)
@@ -801,7 +805,7 @@ class DomainQueue:
                 outcome.now = self._rt.clock.now()
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
-                    replied = Replied(reply, at_mail=reply is result.mail_reply)
+                    replied = Replied(reply, reply is result.mail_reply, session.peer)
                     verdict = outcome.settle(transfer.email, recipient, replied)
                     if verdict is Verdict.DELIVERED:
                         waited = outcome.now - recipient.queued_at
@@ -831,7 +835,11 @@ class DomainQueue:
                 while True:
                     try:
                         return await connect(
-                            address, rt.delivery_port, helo_name=rt.smtp_host, tls=tls
+                            address,
+                            rt.delivery_port,
+                            helo_name=rt.smtp_host,
+                            tls=tls,
+                            mx_host=target.host,
                         )
                     except TlsFailure as exc:
                         if tls is None:
