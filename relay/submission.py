@@ -12,11 +12,7 @@ while a session is open gets 535 at its next MAIL FROM (`submission.current`).
 from __future__ import annotations
 
 import ssl
-from typing import Literal
 
-import trio
-
-from engine import dns
 from engine.mail import trace
 from engine.runtime import Runtime
 from engine.sending import submission
@@ -29,14 +25,12 @@ from engine.smtp.replies import (
     SmtpReply,
 )
 from engine.smtp.server import AuthAttempt, MailFrom, MessageData, RcptTo, ServerPolicy
+from relay.client_name import ClientName
 from relay.connection import Timeouts
 from relay.listener import MAX_PER_CLIENT, Address, SmtpListener
 
 # What a base64-encoded message with 24 MiB of attachments (the API's cap) needs, and more.
 MAX_MESSAGE_SIZE = 40 * 1024 * 1024
-# How long the client's reverse DNS may hold up its first message's 250: its `Received:`
-# says "no name" rather than keep the client waiting on a slow resolver.
-RDNS_TIMEOUT = 2.0
 
 
 def _refused(reason: str) -> SmtpReply:
@@ -51,7 +45,7 @@ class SubmissionSession:
         self._rt = rt
         self._client = client  # the peer address, for the limits on failed AUTH
         self._submitter: submission.Submitter | None = None
-        self._client_name: str | Literal[False] | None = False  # False: not looked up yet
+        self._client_name = ClientName(rt, client)
 
     async def authenticate(self, event: AuthAttempt) -> SmtpReply:
         submitter = await submission.authenticate(
@@ -81,7 +75,9 @@ class SubmissionSession:
 
     async def message(self, event: MessageData) -> SmtpReply:
         assert self._submitter is not None
-        arrival = trace.Arrival(event.helo, self._client, await self._name(), event.protocol)
+        arrival = trace.Arrival(
+            event.helo, self._client, await self._client_name.get(), event.protocol
+        )
         outcome = await submission.submit(
             self._rt,
             self._submitter,
@@ -95,15 +91,6 @@ class SubmissionSession:
         if isinstance(outcome, submission.KeyConflict):
             return SmtpReply.of(550, "5.7.0 " + outcome.reason)
         return SmtpReply.of(250, f"2.0.0 Queued as {outcome.email_id}")
-
-    async def _name(self) -> str | None:
-        """The client's confirmed reverse DNS name, looked up once per connection (and only
-        when it sends mail)."""
-        if self._client_name is False:
-            self._client_name = None
-            with trio.move_on_after(RDNS_TIMEOUT):
-                self._client_name = await dns.confirmed_name(self._rt.resolver, self._client)
-        return self._client_name
 
 
 def submission_listener(

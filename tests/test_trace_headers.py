@@ -50,7 +50,7 @@ async def test_relay_prepends_received_with_confirmed_rdns_before_signing(
     parsed = email.message_from_bytes(received.data, policy=email.policy.compat32)
     # Our DKIM signature sits above the field (it was signed after the field was added),
     # which sits above the client's own header.
-    names = [k.lower() for k in parsed.keys()]
+    names = [k.lower() for k in parsed]
     assert names.index("dkim-signature") < names.index("received") < names.index("from")
     trace = " ".join(parsed["Received"].split())
     head, _, date = trace.partition("; ")

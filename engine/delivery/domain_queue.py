@@ -498,7 +498,7 @@ class DomainQueue:
         data = await self._rt.db.read(delivery.load_round, claim.recipients, LARGE)
         if data.large:
             data = await self._take_large(data, by_email, token)
-        links = LinkSettings(self._rt.public_url, self._rt.secret_key)
+        links = LinkSettings(self._rt.public_url, self._rt.secret_key, self._rt.smtp_host)
         built = await trio.to_thread.run_sync(
             build_all, [(email, domain) for email, domain, _ in data.emails], links
         )

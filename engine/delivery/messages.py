@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime
 
+from engine.mail import arc
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
@@ -35,8 +36,12 @@ def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
 
 @dataclass(frozen=True, slots=True)
 class LinkSettings:
+    """What building a message needs of the service: its public URL and link secret, and
+    its host name (the authserv-id of the results its MX writes, which ARC carries on)."""
+
     public_url: str
     secret: str
+    authserv_id: str
 
 
 def as_given(email: Email) -> bytes:
@@ -74,7 +79,12 @@ def _given(email: Email) -> tuple[bytes, bytes, int]:
         added.append(f"Message-ID: {email.message_id}\r\n".encode())
     if b"date" not in names:
         added.append(f"Date: {format_datetime(email.created_at)}\r\n".encode())
-    return b"".join([*added, *kept]), data, start
+    # At the end of the header, as an MSA completes a message (Postfix does the same): a
+    # Message-ID above the client's Received field reads as added by a relay to filters
+    # (SpamAssassin's MSGID_FROM_MTA_HEADER).
+    if added and kept and not kept[-1].endswith(b"\r\n"):  # a header-only message
+        kept[-1] += b"\r\n"
+    return b"".join([*kept, *added]), data, start
 
 
 def _signed_as_given(email: Email, domain: Domain) -> bytes:
@@ -119,6 +129,18 @@ def signed(message: bytes, domain: Domain) -> bytes:
 
 def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMessage:
     """The DKIM-signed message of an email, and its per-email bounce address."""
+    if email.raw is not None and email.source == "forward" and len(email.raw) <= arc.MAX_SIZE:
+        # ARC-sealed as it goes out (engine/mail/arc.py), then signed: the seal carries
+        # the results our MX found on arrival. Small enough for the copies this makes.
+        given = arc.sealed(
+            as_given(email),
+            domain=domain.name,
+            selector=domain.dkim_selector,
+            private_key_pem=domain.dkim_private_key,
+            authserv_id=link_settings.authserv_id,
+            timestamp=email.created_at,
+        )
+        return WireMessage(email.id, bounce_address(email.id, domain.name), signed(given, domain))
     if email.raw is not None:
         data = _signed_as_given(email, domain)
         return WireMessage(email.id, bounce_address(email.id, domain.name), data)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.forwarding import feedback
-from engine.mail import forwarding, reports
+from engine.forwarding import authentication, feedback
+from engine.mail import forwarding, reports, trace
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
 from storage import emails, forwards, inbound
@@ -67,9 +67,23 @@ def _store(
     return bool(jobs)
 
 
-async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: bytes) -> None:
-    """Commit an accepted message's work, then wake the forwarder; returns once durable."""
+def stamps(recipients: list[str]) -> bool:
+    """Whether a message to these recipients is kept under our trace and results: when it
+    is mail for a forward (a report to a bounce address is read, not sent on)."""
+    return not all(email_id_from_bounce_address(_clean(r)) for r in recipients)
+
+
+async def receive(
+    rt: Runtime, envelope_from: str, recipients: list[str], data: bytes, arrival: trace.Arrival
+) -> None:
+    """Commit an accepted message's work, then wake the forwarder; returns once durable.
+    Mail for forwards is kept as it arrived under our trace and authentication results
+    (engine/forwarding/authentication.py), which forwarded copies carry on in their ARC."""
     recipients = sorted({_clean(r) for r in recipients})
     to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
     report = reports.parse(data) if to_bounce_address else None
+    if stamps(recipients):
+        data = await authentication.stamped(
+            rt.resolver, rt.smtp_host, arrival, recipients, data, rt.clock.now()
+        )
     await rt.db.write(_store, envelope_from, recipients, data, report, rt.clock.now())
