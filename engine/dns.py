@@ -84,3 +84,11 @@ async def confirmed_name(resolver: dns.asyncresolver.Resolver, address: str) -> 
         return name if address in await addresses(resolver, name) else None
     except (TemporaryDnsError, dns.exception.DNSException, ValueError):
         return None
+
+
+async def cname(resolver: dns.asyncresolver.Resolver, name: str) -> str | None:
+    """The target of the CNAME record at `name` (lower case, no trailing dot), or None."""
+    answer = await _answer(resolver, name, "CNAME")
+    if answer is None:
+        return None
+    return str(answer[0].target.to_text(omit_final_dot=True)).lower()

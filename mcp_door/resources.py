@@ -45,11 +45,15 @@ class ItemTemplate:
 
 
 async def _domains(rt: Runtime, who: Principal) -> Json:
-    return {"domains": [shapes.domain(d, rt.smtp_host) for d in await registry.list_all(rt, who)]}
+    return {
+        "domains": [
+            shapes.domain(d, rt.smtp_host, rt.public_url) for d in await registry.list_all(rt, who)
+        ]
+    }
 
 
 async def _domain(rt: Runtime, who: Principal, domain_id: str) -> Json:
-    return shapes.domain(await registry.get(rt, who, domain_id), rt.smtp_host)
+    return shapes.domain(await registry.get(rt, who, domain_id), rt.smtp_host, rt.public_url)
 
 
 async def _templates(rt: Runtime, who: Principal) -> Json:

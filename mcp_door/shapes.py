@@ -146,10 +146,10 @@ def suppression(entry: Suppression) -> Json:
     return marked(pick(entry, "reason", "created_at", "source_email_id"), pick(entry, "email"))
 
 
-def domain(found: Domain, smtp_host: str) -> Json:
+def domain(found: Domain, smtp_host: str, public_url: str) -> Json:
     # A domain name is checked as a DNS name (no spaces, no sentence), as are the records
     # the service builds from it; it stays at the top.
-    records = registry.dns_records(found, smtp_host)
+    records = registry.dns_records(found, smtp_host, public_url)
     return {
         **pick(found, "id", "name", "status"),
         "dns_records": [_plain(r) for r in records],

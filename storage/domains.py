@@ -38,6 +38,7 @@ class Domain:
     ed25519_public_key: str | None = None
     ed25519_signing: bool = False
     tags_header: str | None = None  # the header its mail carries tags in; None: not sent
+    tracking_host: str | None = None  # its own host for tracking links (a CNAME to ours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         ed25519_public_key=row["ed25519_public_key"],
         ed25519_signing=bool(row["ed25519_signing"]),
         tags_header=row["tags_header"],
+        tracking_host=row["tracking_host"],
     )
 
 
@@ -229,6 +231,16 @@ def set_mail_options(
     tx.execute(
         "UPDATE domains SET ed25519_signing = :ed25519, tags_header = :tags WHERE id = :id",
         {"ed25519": ed25519_signing, "tags": tags_header, "id": domain_id},
+    )
+
+
+def set_tracking_host(
+    tx: Tx, domain_id: str, host: str | None, record_status: dict[str, str]
+) -> None:
+    """A new tracking host (None: none), with the record statuses that go with it."""
+    tx.execute(
+        "UPDATE domains SET tracking_host = :host, record_status = :records WHERE id = :id",
+        {"host": host, "records": to_json(record_status), "id": domain_id},
     )
 
 

@@ -30,6 +30,9 @@ class UpdateDomain(In):
     # The header the domain's mail carries its tags in (e.g. "X-Tags"); null: tags stay
     # internal, as they are by default.
     tags_header: str | None = None
+    # The domain's own host for its open and click links (a name under the domain, with a
+    # CNAME to the service's host); null: links stay on the service's public URL.
+    tracking_host: str | None = Field(default=None, max_length=253)
 
 
 class DnsRecordOut(Out):
@@ -50,12 +53,13 @@ class DomainOut(Out):
     click_tracking: bool
     ed25519_signing: bool
     tags_header: str | None
+    tracking_host: str | None
     created_at: datetime
     verified_at: datetime | None
 
 
 def render(domain: Domain) -> dict[str, object]:
-    records = domains.dns_records(domain, runtime().smtp_host)
+    records = domains.dns_records(domain, runtime().smtp_host, runtime().public_url)
     out = DomainOut(
         id=domain.id,
         name=domain.name,
@@ -65,6 +69,7 @@ def render(domain: Domain) -> dict[str, object]:
         click_tracking=domain.click_tracking,
         ed25519_signing=domain.ed25519_signing,
         tags_header=domain.tags_header,
+        tracking_host=domain.tracking_host,
         created_at=domain.created_at,
         verified_at=domain.verified_at,
     )
@@ -94,8 +99,13 @@ async def get(domain_id: str) -> dict[str, object]:
 @json_body(UpdateDomain)
 @document_response(DomainOut)
 async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
+    given = body.model_fields_set
     options = domains.MailOptions(
-        body.ed25519_signing, body.tags_header, "tags_header" in body.model_fields_set
+        body.ed25519_signing,
+        body.tags_header,
+        "tags_header" in given,
+        body.tracking_host,
+        "tracking_host" in given,
     )
     domain = await domains.update(
         runtime(), principal(), domain_id, body.open_tracking, body.click_tracking, options

@@ -115,7 +115,7 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         status=status,
         title=domain.name,
         domain=domain,
-        records=registry.dns_records(domain, runtime.smtp_host),
+        records=registry.dns_records(domain, runtime.smtp_host, runtime.public_url),
         senders=[s for s in all_senders if s.domain_id == domain.id],
         credentials=credentials,
         bimi=bimi_status,

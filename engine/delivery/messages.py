@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime
 
+from engine.domains import tracking_host
 from engine.mail import arc
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
@@ -145,7 +146,10 @@ def build(email: Email, domain: Domain, link_settings: LinkSettings) -> WireMess
         data = _signed_as_given(email, domain)
         return WireMessage(email.id, bounce_address(email.id, domain.name), data)
     links = Links(
-        link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
+        tracking_host.link_base(link_settings.public_url, domain),
+        link_settings.secret,
+        email.id,
+        str(email.to[0]["email"]),
     )
     html = email.html
     if html is not None and (domain.open_tracking or domain.click_tracking):

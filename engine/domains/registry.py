@@ -3,7 +3,8 @@
 A domain is verified when its DKIM TXT record resolves and publishes the domain's key: that
 is the only `required` record. A domain that signs with Ed25519 too (RFC 8463) publishes a
 second DKIM record, not required: verification rests on the RSA one, which every receiver
-can check. SPF, DMARC and MX are guidance whose status is reported. A
+can check. SPF, DMARC, MX and a tracking host's record (engine/domains/tracking_host.py)
+are guidance whose status is reported. A
 domain whose DKIM record is still absent stays `pending`; one whose record publishes another
 key is `failed`. Only one workspace at a time may have a given name verified.
 """
@@ -19,7 +20,7 @@ import trio
 from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.domains import dkim_keys
+from engine.domains import dkim_keys, tracking_host
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
 from engine.runtime import Principal, Runtime
@@ -44,8 +45,9 @@ class DnsRecord:
     status: str
 
 
-def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
-    """The records the owner publishes, each with its status from the last check."""
+def dns_records(domain: Domain, smtp_host: str, public_url: str) -> list[DnsRecord]:
+    """The records the owner publishes, each with its status from the last check (the
+    tracking host's needs the service's `public_url`)."""
     status = domain.record_status
     return [
         DnsRecord(
@@ -85,6 +87,18 @@ def dns_records(domain: Domain, smtp_host: str) -> list[DnsRecord]:
                 )
             ]
             if domain.ed25519_selector and domain.ed25519_public_key
+            else []
+        ),
+        *(
+            [
+                DnsRecord(
+                    *tracking_host.record(domain.tracking_host, public_url),
+                    tracking_host.PURPOSE,
+                    False,
+                    status.get(tracking_host.PURPOSE, PENDING),
+                )
+            ]
+            if domain.tracking_host
             else []
         ),
     ]
@@ -168,6 +182,7 @@ def _update_tracking(
                 "click_tracking": clicked,
                 "ed25519_signing": domain.ed25519_signing,
                 "tags_header": domain.tags_header,
+                "tracking_host": domain.tracking_host,
             },
         ),
         now,
@@ -184,6 +199,9 @@ class MailOptions:
     ed25519_signing: bool | None = None
     tags_header: str | None = None
     set_tags_header: bool = False  # whether `tags_header` was given (None then clears it)
+    # The domain's own host for its tracking links (engine/domains/tracking_host.py).
+    tracking_host: str | None = None
+    set_tracking_host: bool = False  # whether `tracking_host` was given (None clears it)
 
 
 def tags_header_problem(name: str) -> str | None:
@@ -206,6 +224,13 @@ def _update_mail_options(
         domains.set_ed25519_key(tx, domain.id, key.selector, key.private_pem, key.public_b64)
     tags = options.tags_header if options.set_tags_header else domain.tags_header
     domains.set_mail_options(tx, domain.id, signing, tags)
+    if options.set_tracking_host:
+        host = options.tracking_host
+        host = None if host is None else tracking_host.checked(host, domain.name)
+        if host != domain.tracking_host:  # a new host is unchecked until the next check
+            statuses = dict(domain.record_status)
+            statuses.pop(tracking_host.PURPOSE, None)
+            domains.set_tracking_host(tx, domain.id, host, statuses)
 
 
 async def update(
@@ -287,6 +312,10 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
             host == rt.smtp_host.lower() for _, host in await dns.mx(rt.resolver, domain.name)
         )
 
+    async def tracking() -> bool:
+        assert domain.tracking_host is not None
+        return await tracking_host.points_here(rt.resolver, domain.tracking_host, rt.public_url)
+
     async def dkim_ed25519() -> bool:
         name = f"{domain.ed25519_selector}._domainkey.{domain.name}"
         published = [dkim_keys.published_key(value) for value in await dns.txt(rt.resolver, name)]
@@ -300,6 +329,8 @@ async def _check_records(rt: Runtime, domain: Domain) -> dict[str, str]:
     ]
     if domain.ed25519_selector:
         lookups.append(("dkim_ed25519", dkim_ed25519))
+    if domain.tracking_host:
+        lookups.append((tracking_host.PURPOSE, tracking))
     async with trio.open_nursery() as nursery:
         for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)
