@@ -9,6 +9,7 @@ import dns.query
 import trio
 
 from engine.domains import dkim_keys
+from engine.mail import arc
 from engine.mail.dkim import sign
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Service
@@ -109,3 +110,25 @@ async def test_unsigned_mail_is_sealed_with_what_could_be_found(
     assert found == f"i=1; {SMTP_HOST}; dmarc=none header.from=sender.example"
     received = _field(copy.data, b"Received")
     assert received.startswith("from ") and f"by {SMTP_HOST} (Postroom) with ESMTP" in received
+
+
+async def test_a_message_too_large_to_verify_is_forwarded_signed_but_unsealed(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account, domain = await forwarding_account(service, dns_server)
+    route_mail(dns_server, "elsewhere.example")
+    forward = rule(domain, destination_emails=[DESTINATION])
+    assert (await account.client.post("/v1/forwards/", json=forward)).status_code == 201
+    key = await dkim_keys.generate()
+    lines = (b"y" * 76 + b"\r\n") * (arc.MAX_SIZE // 78 + 1)
+    large = letter(subject="Large").replace(b"Plain words.\r\n", b"Plain words.\r\n" + lines)
+    signed = sign(
+        large, domain="sender.example", selector=key.selector, private_key_pem=key.private_pem
+    )
+    assert await send_inbound(service, [SOURCE], signed) == set()
+
+    [copy] = await smtp_sink.wait_for_messages(1)
+    assert b"ARC-Seal:" not in copy.data
+    found = _field(copy.data, b"Authentication-Results")
+    assert found.startswith(f"{SMTP_HOST}; dkim=neutral")
+    assert await trio.to_thread.run_sync(dkim_verifies, copy.data, dns_server, 0)

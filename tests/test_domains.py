@@ -23,6 +23,7 @@ DOMAIN_FIELDS = {
     "click_tracking",
     "ed25519_signing",
     "tags_header",
+    "tracking_host",
     "created_at",
     "verified_at",
 }
