@@ -353,6 +353,8 @@ def record_verification(
     if current is None:
         raise NotFound("domain not found")
     mismatch = statuses.pop("dkim_mismatch", None) is not None
+    if current.tracking_host != domain.tracking_host:  # changed while DNS was asked
+        statuses.pop(tracking_host.PURPOSE, None)
     dkim = statuses["dkim"]
     if current.sandbox_verified and not marked and dkim != VERIFIED:
         return current  # a DNS check that proves nothing leaves a sandbox mark standing

@@ -94,16 +94,22 @@ def _aligned(signer: str, author: str) -> bool:
 
 def _verified(data: bytes, count: int, keys: _Keys, arc: bool) -> tuple[list[bool], str | None]:
     """Each DKIM signature's verdict, and the ARC chain's (None: no chain). CPU-bound."""
+    # A stranger's header is hostile input, and dkimpy raises more than its own errors on
+    # some (bad base64, odd tags): whatever it raises is a failed verification, never a
+    # reason to refuse the message.
     verdicts = []
     for index in range(count):
         try:
             verdicts.append(bool(dkimpy.DKIM(data).verify(idx=index, dnsfunc=keys.lookup)))
-        except dkimpy.DKIMException:
+        except Exception:
             verdicts.append(False)
     chain = None
     if arc:
-        result, _, _ = dkimpy.arc_verify(data, dnsfunc=keys.lookup)
-        chain = result.decode()
+        try:
+            result, _, _ = dkimpy.arc_verify(data, dnsfunc=keys.lookup)
+            chain = result.decode()
+        except Exception:
+            chain = "fail"
     return verdicts, chain
 
 

@@ -3,7 +3,8 @@
 The server is never an open relay: a recipient is accepted only when it is an active
 forward's source address or the bounce address of an email this service sent. `receive`
 returns only once the message's work is committed (the listener answers 250 after it):
-forwarded mail is stored with one job per destination and the forwarder is woken; a
+forwarded mail is stored, under our `Received:` and `Authentication-Results:` fields
+(engine/forwarding/authentication.py), with one job per destination and the forwarder is woken; a
 delivery report or complaint sent to a bounce address is recorded against its email in the
 same transaction. Rules are read from the database on every call, so a forward created,
 changed or deleted takes effect at once on every node.
