@@ -13,6 +13,7 @@ import dns.exception
 import dns.nameserver
 import dns.rdata
 import dns.resolver
+import dns.reversename
 
 LOOKUP_LIFETIME = 5.0
 
@@ -79,3 +80,24 @@ async def addresses(resolver: dns.asyncresolver.Resolver, name: str) -> list[str
         if answer is not None:
             found.extend(rdata.to_text() for rdata in answer)
     return found
+
+
+async def confirmed_name(resolver: dns.asyncresolver.Resolver, address: str) -> str | None:
+    """The host name an address's PTR record gives, if that name resolves back to the
+    address (forward-confirmed, as receivers check it); None otherwise or when DNS fails."""
+    try:
+        answer = await _answer(resolver, dns.reversename.from_address(address).to_text(), "PTR")
+        if answer is None:
+            return None
+        name = answer[0].target.to_text(omit_final_dot=True).lower()
+        return name if address in await addresses(resolver, name) else None
+    except (TemporaryDnsError, dns.exception.DNSException, ValueError):
+        return None
+
+
+async def cname(resolver: dns.asyncresolver.Resolver, name: str) -> str | None:
+    """The target of the CNAME record at `name` (lower case, no trailing dot), or None."""
+    answer = await _answer(resolver, name, "CNAME")
+    if answer is None:
+        return None
+    return str(answer[0].target.to_text(omit_final_dot=True)).lower()

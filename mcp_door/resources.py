@@ -47,14 +47,15 @@ class ItemTemplate:
 async def _domains(rt: Runtime, who: Principal) -> Json:
     return {
         "domains": [
-            shapes.domain(d, rt.smtp_host, spf.recommended(rt))
+            shapes.domain(d, rt.smtp_host, spf.recommended(rt), rt.public_url)
             for d in await registry.list_all(rt, who)
         ]
     }
 
 
 async def _domain(rt: Runtime, who: Principal, domain_id: str) -> Json:
-    return shapes.domain(await registry.get(rt, who, domain_id), rt.smtp_host, spf.recommended(rt))
+    found = await registry.get(rt, who, domain_id)
+    return shapes.domain(found, rt.smtp_host, spf.recommended(rt), rt.public_url)
 
 
 async def _templates(rt: Runtime, who: Principal) -> Json:

@@ -146,11 +146,11 @@ def suppression(entry: Suppression) -> Json:
     return marked(pick(entry, "reason", "created_at", "source_email_id"), pick(entry, "email"))
 
 
-def domain(found: Domain, smtp_host: str, spf_value: str | None = None) -> Json:
+def domain(found: Domain, smtp_host: str, spf_value: str, public_url: str) -> Json:
     # A domain name is checked as a DNS name (no spaces, no sentence), as are the records
     # the service builds from it; it stays at the top. What a check says of a record quotes
     # what the owner published in DNS: third-party text.
-    records = registry.dns_records(found, smtp_host, spf_value)
+    records = registry.dns_records(found, smtp_host, spf_value, public_url)
     return {
         **pick(found, "id", "name", "status"),
         "dns_records": [

@@ -324,7 +324,11 @@ async def list_domains(rt: Runtime, who: Principal, _: McpPolicy, __: NoArgs) ->
     """The workspace's sending domains with their status (pending, verified, failed) and each
     DNS record to publish with its status; only the DKIM record decides verification."""
     found = await registry.list_all(rt, who)
-    return {"domains": [shapes.domain(d, rt.smtp_host, spf.recommended(rt)) for d in found]}
+    return {
+        "domains": [
+            shapes.domain(d, rt.smtp_host, spf.recommended(rt), rt.public_url) for d in found
+        ]
+    }
 
 
 class DomainRef(Args):
@@ -335,7 +339,10 @@ class DomainRef(Args):
 async def verify_domain(rt: Runtime, who: Principal, _: McpPolicy, args: DomainRef) -> Json:
     """Look the domain's DNS records up now and record what was found."""
     return shapes.domain(
-        await registry.verify(rt, who, args.domain_id), rt.smtp_host, spf.recommended(rt)
+        await registry.verify(rt, who, args.domain_id),
+        rt.smtp_host,
+        spf.recommended(rt),
+        rt.public_url,
     )
 
 

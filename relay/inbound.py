@@ -13,6 +13,7 @@ import ssl
 
 from engine.errors import EngineError, PayloadTooLarge
 from engine.forwarding import inbound
+from engine.mail import trace
 from engine.runtime import Runtime
 from engine.smtp.replies import (
     S250_RECIPIENT_OK,
@@ -22,6 +23,7 @@ from engine.smtp.replies import (
     SmtpReply,
 )
 from engine.smtp.server import AuthAttempt, MailFrom, MessageData, RcptTo, ServerPolicy
+from relay.client_name import ClientName
 from relay.connection import Timeouts
 from relay.listener import Address, SmtpListener
 
@@ -38,8 +40,9 @@ def _refusal(error: EngineError) -> SmtpReply:
 class InboundSession:
     """One sending MTA's connection."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, client: str) -> None:
         self._rt = rt
+        self._client_name = ClientName(rt, client)  # for the Received: field
 
     async def authenticate(self, event: AuthAttempt) -> SmtpReply:
         return S502_NOT_IMPLEMENTED  # not offered: the machine answers AUTH itself
@@ -53,7 +56,10 @@ class InboundSession:
 
     async def message(self, event: MessageData) -> SmtpReply:
         try:
-            await inbound.receive(self._rt, event.mail_from, list(event.recipients), event.data)
+            recipients = list(event.recipients)
+            name = await self._client_name.get() if inbound.stamps(recipients) else None
+            arrival = trace.Arrival(event.helo, self._client_name.address, name, event.protocol)
+            await inbound.receive(self._rt, event.mail_from, recipients, event.data, arrival)
         except EngineError as error:
             return _refusal(error)
         return SmtpReply.of(250, "2.0.0 Message accepted")
@@ -69,7 +75,7 @@ def inbound_listener(
         "inbound",
         address,
         policy,
-        lambda client: InboundSession(rt),
+        lambda client: InboundSession(rt, client),
         tls=tls,
         timeouts=timeouts,
         memory=rt.message_memory,

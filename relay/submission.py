@@ -4,7 +4,8 @@ from the credential's domain, under the API's rules.
 
 Thin: each step asks one engine function (engine/accounts/smtp_credentials.py to authenticate,
 engine/sending/submission.py for senders, suppressions, the plan and storing) and turns its answer
-into a reply. 250 to the message comes only after it is committed. A credential deactivated
+into a reply. 250 to the message comes only after it is committed, under a `Received:`
+field (engine/mail/trace.py) naming the client's HELO, confirmed reverse DNS and address. A credential deactivated
 while a session is open gets 535 at its next MAIL FROM (`submission.current`).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ssl
 
+from engine.mail import trace
 from engine.runtime import Runtime
 from engine.sending import submission
 from engine.smtp.replies import (
@@ -23,6 +25,7 @@ from engine.smtp.replies import (
     SmtpReply,
 )
 from engine.smtp.server import AuthAttempt, MailFrom, MessageData, RcptTo, ServerPolicy
+from relay.client_name import ClientName
 from relay.connection import Timeouts
 from relay.listener import MAX_PER_CLIENT, Address, SmtpListener
 
@@ -42,6 +45,7 @@ class SubmissionSession:
         self._rt = rt
         self._client = client  # the peer address, for the limits on failed AUTH
         self._submitter: submission.Submitter | None = None
+        self._client_name = ClientName(rt, client)
 
     async def authenticate(self, event: AuthAttempt) -> SmtpReply:
         submitter = await submission.authenticate(
@@ -71,8 +75,16 @@ class SubmissionSession:
 
     async def message(self, event: MessageData) -> SmtpReply:
         assert self._submitter is not None
+        arrival = trace.Arrival(
+            event.helo, self._client, await self._client_name.get(), event.protocol
+        )
         outcome = await submission.submit(
-            self._rt, self._submitter, event.mail_from, list(event.recipients), event.data
+            self._rt,
+            self._submitter,
+            event.mail_from,
+            list(event.recipients),
+            event.data,
+            arrival,
         )
         if isinstance(outcome, str):
             return _refused(outcome)

@@ -46,6 +46,7 @@ class Domain:
     # The domain its envelope sender is on once that domain's records check out
     # (engine/domains/bounce_domain.py); None: the domain itself.
     bounce_domain: str | None = None
+    tracking_host: str | None = None  # its own host for tracking links (a CNAME to ours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         tags_header=row["tags_header"],
         record_findings=from_json(row["record_findings"]),
         bounce_domain=row["bounce_domain"],
+        tracking_host=row["tracking_host"],
     )
 
 
@@ -242,6 +244,16 @@ def set_mail_options(
     tx.execute(
         "UPDATE domains SET ed25519_signing = :ed25519, tags_header = :tags WHERE id = :id",
         {"ed25519": ed25519_signing, "tags": tags_header, "id": domain_id},
+    )
+
+
+def set_tracking_host(
+    tx: Tx, domain_id: str, host: str | None, record_status: dict[str, str]
+) -> None:
+    """A new tracking host (None: none), with the record statuses that go with it."""
+    tx.execute(
+        "UPDATE domains SET tracking_host = :host, record_status = :records WHERE id = :id",
+        {"host": host, "records": to_json(record_status), "id": domain_id},
     )
 
 

@@ -24,6 +24,7 @@ DOMAIN_FIELDS = {
     "ed25519_signing",
     "tags_header",
     "bounce_domain",
+    "tracking_host",
     "created_at",
     "verified_at",
     "compliance",

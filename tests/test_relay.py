@@ -466,7 +466,7 @@ async def test_a_silent_client_is_told_421_and_dropped(autojump_clock: MockClock
         await drive(
             server_side,
             SmtpServer(policy),
-            InboundSession(cast(Runtime, None)),
+            InboundSession(cast(Runtime, None), "127.0.0.1"),
             tls=None,
             timeouts=Timeouts(command=60),
             shutdown=ShutdownSignal(),
@@ -483,7 +483,7 @@ async def test_connections_over_the_limit_are_told_421_and_counted(nursery: trio
         "test",
         ("127.0.0.1", 0),
         policy,
-        lambda client: InboundSession(cast(Runtime, None)),
+        lambda client: InboundSession(cast(Runtime, None), "127.0.0.1"),
         tls=None,
         max_connections=1,
     )

@@ -128,7 +128,7 @@ async def test_the_listener_counts_ipv6_clients_per_64(nursery: trio.Nursery) ->
         "test",
         ("::1", 0),
         policy,
-        lambda client: InboundSession(cast(Runtime, None)),
+        lambda client: InboundSession(cast(Runtime, None), "127.0.0.1"),
         tls=None,
         max_per_client=2,
     )

@@ -122,6 +122,8 @@ def test_client_and_server_machines_complete_a_pipelined_transaction() -> None:
         "a@example.org",
         ("b@example.net", "c@example.net"),
         b"Subject: hi\r\n\r\n.leading dot\r\n..two\r\nlast line without newline\r\n",
+        helo="client.test",
+        protocol="ESMTP",  # EHLO without TLS or AUTH (RFC 3848)
     )
     assert exchange(client.quit()) == [Quit()]
 
@@ -134,7 +136,13 @@ def test_data_split_into_single_octets_is_framed_the_same() -> None:
     for octet in stream:
         events += run(server, bytes([octet]))[0]
     assert events == [
-        MessageData("a@example.org", ("b@example.net",), b".dot\r\nline\r\n\r\n"),
+        MessageData(
+            "a@example.org",
+            ("b@example.net",),
+            b".dot\r\nline\r\n\r\n",
+            helo="client.test",
+            protocol="ESMTPS",
+        ),
         Quit(),
     ]
 

@@ -35,6 +35,9 @@ class UpdateDomain(In):
     # The subdomain its envelope sender goes on (e.g. "bounces.example.com"), so bounces and
     # complaints reach Postroom when the domain's mail is hosted elsewhere; null: none.
     bounce_domain: str | None = Field(None, min_length=1, max_length=253)
+    # The domain's own host for its open and click links (a name under the domain, with a
+    # CNAME to the service's host); null: links stay on the service's public URL.
+    tracking_host: str | None = Field(default=None, max_length=253)
 
 
 class DnsRecordOut(Out):
@@ -83,6 +86,7 @@ class DomainOut(Out):
     ed25519_signing: bool
     tags_header: str | None
     bounce_domain: str | None
+    tracking_host: str | None
     created_at: datetime
     verified_at: datetime | None
     compliance: ComplianceOut
@@ -90,7 +94,7 @@ class DomainOut(Out):
 
 def render(domain: Domain) -> dict[str, object]:
     rt = runtime()
-    records = domains.dns_records(domain, rt.smtp_host, spf.recommended(rt))
+    records = domains.dns_records(domain, rt.smtp_host, spf.recommended(rt), rt.public_url)
     verdicts = compliance.evaluate(domain, compliance.inputs(rt, domain))
     out = DomainOut(
         id=domain.id,
@@ -102,6 +106,7 @@ def render(domain: Domain) -> dict[str, object]:
         ed25519_signing=domain.ed25519_signing,
         tags_header=domain.tags_header,
         bounce_domain=domain.bounce_domain,
+        tracking_host=domain.tracking_host,
         created_at=domain.created_at,
         verified_at=domain.verified_at,
         compliance=ComplianceOut.model_validate(verdicts),
@@ -133,13 +138,18 @@ async def get(domain_id: str) -> dict[str, object]:
 @document_response(DomainOut)
 async def update(domain_id: str, body: UpdateDomain) -> dict[str, object]:
     rt, who = runtime(), principal()
-    new_bounce_domain = "bounce_domain" in body.model_fields_set
+    given = body.model_fields_set
+    new_bounce_domain = "bounce_domain" in given
     if new_bounce_domain and body.bounce_domain is not None:  # refused before anything changes
         await bounce_domain.check_name(rt, who, domain_id, body.bounce_domain)
     options = domains.MailOptions(
-        body.ed25519_signing, body.tags_header, "tags_header" in body.model_fields_set
+        body.ed25519_signing,
+        body.tags_header,
+        "tags_header" in given,
+        body.tracking_host,
+        "tracking_host" in given,
     )
-    if body.model_fields_set != {"bounce_domain"}:
+    if given != {"bounce_domain"}:
         await domains.update(rt, who, domain_id, body.open_tracking, body.click_tracking, options)
     if new_bounce_domain:
         await bounce_domain.set_bounce_domain(rt, who, domain_id, body.bounce_domain)

@@ -116,7 +116,9 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         status=status,
         title=domain.name,
         domain=domain,
-        records=registry.dns_records(domain, runtime.smtp_host, spf.recommended(runtime)),
+        records=registry.dns_records(
+            domain, runtime.smtp_host, spf.recommended(runtime), runtime.public_url
+        ),
         compliance=compliance.evaluate(domain, compliance.inputs(runtime, domain)),
         senders=[s for s in all_senders if s.domain_id == domain.id],
         credentials=credentials,

@@ -33,9 +33,13 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.delivery.bounces import Blame, blame, dsn_code
 from engine.smtp.replies import SmtpReply
+
+if TYPE_CHECKING:  # the outcome only carries it: classify reads nothing of a connection
+    from engine.smtp.session import Peer
 
 
 class Verdict(enum.Enum):
@@ -65,6 +69,7 @@ class Replied:
 
     reply: SmtpReply
     at_mail: bool = False
+    peer: Peer | None = None  # the server that replied (the delivered event records it)
 
 
 @dataclass(frozen=True, slots=True)

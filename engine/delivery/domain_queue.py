@@ -78,7 +78,7 @@ from engine.sending import statuses
 from engine.sending import unsubscribe_footers as footers
 from engine.sending.statuses import Trigger
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
-from engine.smtp.session import SmtpSession, connect
+from engine.smtp.session import Peer, SmtpSession, connect
 from engine.suppressions import scopes
 from engine.webhooks import outbox
 from storage import delivery, delivery_policies, destination_slots, emails
@@ -177,7 +177,8 @@ class _Round:
     def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
         """Record one recipient's outcome as `classify` decides it; the verdict."""
         decision = classify(outcome)
-        self._apply(email, recipient, decision)
+        peer = outcome.peer if isinstance(outcome, Replied) else None
+        self._apply(email, recipient, decision, peer)
         self.settled += 1
         return decision.verdict
 
@@ -194,7 +195,9 @@ class _Round:
         while self.taken < upto:
             await self._progress.wait()
 
-    def _apply(self, email: Email, recipient: Recipient, decision: Decision) -> None:
+    def _apply(
+        self, email: Email, recipient: Recipient, decision: Decision, peer: Peer | None = None
+    ) -> None:
         address, response = recipient.address, decision.response
         meta: dict[str, Any] = {"subject": email.subject, "tags": email.tags}
 
@@ -210,7 +213,8 @@ class _Round:
         pair = (email.workspace_id, email.domain_id)
         if verdict is Verdict.DELIVERED:
             event("sent", domain=recipient.domain)
-            event("delivered", domain=recipient.domain, smtp_response=response)
+            via = {} if peer is None else peer.metadata()  # MX host, address, TLS facts
+            event("delivered", domain=recipient.domain, smtp_response=response, **via)
             update(Trigger.ACCEPTED_BY_MX)
             self.delivered.add(pair)
             self.mailboxes.note_delivered(email.workspace_id, address)
@@ -577,7 +581,7 @@ class DomainQueue:
                 for email, domain, late in data.emails
             ],
         )
-        links = LinkSettings(self._rt.public_url, self._rt.secret_key)
+        links = LinkSettings(self._rt.public_url, self._rt.secret_key, self._rt.smtp_host)
         to_build = [
             ToBuild(
                 email,
@@ -922,7 +926,7 @@ class DomainQueue:
                 outcome.now = self._rt.clock.now()
                 for recipient in transfer.recipients:
                     reply = result.outcome_for(recipient.address)
-                    replied = Replied(reply, at_mail=reply is result.mail_reply)
+                    replied = Replied(reply, reply is result.mail_reply, session.peer)
                     verdict = outcome.settle(transfer.email, recipient, replied)
                     if verdict is Verdict.DELIVERED:
                         waited = outcome.now - recipient.queued_at
@@ -969,7 +973,11 @@ class DomainQueue:
                 while True:
                     try:
                         return await connect(
-                            address, rt.delivery_port, helo_name=rt.smtp_host, tls=tls
+                            address,
+                            rt.delivery_port,
+                            helo_name=rt.smtp_host,
+                            tls=tls,
+                            mx_host=target.host,
                         )
                     except TlsFailure as exc:
                         if tls is None:

@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime
 
+from engine.domains import tracking_host
 from engine.domains.bounce_domain import envelope_domain
+from engine.mail import arc
 from engine.mail.addresses import bounce_address
 from engine.mail.compose import Attachment, OutgoingMessage, compose
 from engine.mail.dkim import sign, signature_field
@@ -94,8 +96,12 @@ def _mailbox(entry: dict[str, str | None]) -> tuple[str, str | None]:
 
 @dataclass(frozen=True, slots=True)
 class LinkSettings:
+    """What building a message needs of the service: its public URL and link secret, and
+    its host name (the authserv-id of the results its MX writes, which ARC carries on)."""
+
     public_url: str
     secret: str
+    authserv_id: str
 
 
 def as_given(email: Email) -> bytes:
@@ -133,7 +139,12 @@ def _given(email: Email) -> tuple[bytes, bytes, int]:
         added.append(f"Message-ID: {email.message_id}\r\n".encode())
     if b"date" not in names:
         added.append(f"Date: {format_datetime(email.created_at)}\r\n".encode())
-    return b"".join([*added, *kept]), data, start
+    # At the end of the header, as an MSA completes a message (Postfix does the same): a
+    # Message-ID above the client's Received field reads as added by a relay to filters
+    # (SpamAssassin's MSGID_FROM_MTA_HEADER).
+    if added and kept and not kept[-1].endswith(b"\r\n"):  # a header-only message
+        kept[-1] += b"\r\n"
+    return b"".join([*kept, *added]), data, start
 
 
 def _signed_as_given(email: Email, domain: Domain) -> bytes:
@@ -187,20 +198,32 @@ def build(
     domain's bounce domain once that is in use, engine/domains/bounce_domain.py): one for
     all its recipients, or, when it offers unsubscribe, one for each of `recipients`."""
     bounce = bounce_address(email.id, envelope_domain(domain))
+    if email.raw is not None and email.source == "forward" and len(email.raw) <= arc.MAX_SIZE:
+        # ARC-sealed as it goes out (engine/mail/arc.py), then signed: the seal carries
+        # the results our MX found on arrival. Small enough for the copies this makes.
+        given = arc.sealed(
+            as_given(email),
+            domain=domain.name,
+            selector=domain.dkim_selector,
+            private_key_pem=domain.dkim_private_key,
+            authserv_id=link_settings.authserv_id,
+            timestamp=email.created_at,
+        )
+        return [_wire(email.id, bounce, signed(given, domain), given, domain)]
     if email.raw is not None:
         data = _signed_as_given(email, domain)
         if not has_utf8_header(data):  # as given: the unsigned form only when needed
             return [WireMessage(email.id, bounce, data)]
         return [_wire(email.id, bounce, data, as_given(email), domain)]
+    # The domain's own tracking host once it points here (engine/domains/tracking_host.py).
+    link_base = tracking_host.link_base(link_settings.public_url, domain)
     if not email.unsubscribe:
-        links = Links(
-            link_settings.public_url, link_settings.secret, email.id, str(email.to[0]["email"])
-        )
+        links = Links(link_base, link_settings.secret, email.id, str(email.to[0]["email"]))
         unsigned = compose(_outgoing(email, domain, links, None, footer))
         return [_wire(email.id, bounce, signed(unsigned, domain), unsigned, domain)]
     built = []
     for recipient in dict.fromkeys(recipients):
-        links = Links(link_settings.public_url, link_settings.secret, email.id, recipient)
+        links = Links(link_base, link_settings.secret, email.id, recipient)
         unsigned = compose(_outgoing(email, domain, links, bounce, footer))
         built.append(_wire(email.id, bounce, signed(unsigned, domain), unsigned, domain, recipient))
     return built

@@ -3,9 +3,10 @@
 A domain is verified when its DKIM TXT record resolves and publishes the domain's key: that
 is the only `required` record. A domain that signs with Ed25519 too (RFC 8463) publishes a
 second DKIM record, not required: verification rests on the RSA one, which every receiver
-can check. SPF, DMARC and MX are guidance whose status is reported: SPF evaluated for the
-service's sending addresses (engine/domains/spf.py), DMARC parsed (engine/domains/dmarc.py),
-each with why and what to publish (engine/domains/findings.py). A
+can check. SPF, DMARC, MX and a tracking host's record (engine/domains/tracking_host.py) are
+guidance whose status is reported: SPF evaluated for the service's sending addresses
+(engine/domains/spf.py), DMARC parsed (engine/domains/dmarc.py), each with why and what to
+publish (engine/domains/findings.py). A
 domain whose DKIM record is still absent stays `pending`; one whose record publishes another
 key is `failed`. Only one workspace at a time may have a given name verified.
 """
@@ -23,7 +24,7 @@ import trio
 from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.domains import bounce_domain, dkim_keys, dmarc, spf
+from engine.domains import bounce_domain, dkim_keys, dmarc, spf, tracking_host
 from engine.domains.findings import Finding
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
@@ -51,10 +52,11 @@ class DnsRecord:
     suggested_value: str | None = None  # the record to publish in place of the one there
 
 
-def dns_records(domain: Domain, smtp_host: str, spf_value: str | None = None) -> list[DnsRecord]:
+def dns_records(domain: Domain, smtp_host: str, spf_value: str, public_url: str) -> list[DnsRecord]:
     """The records the owner publishes, each with its status and what the last check found;
-    `spf_value`: the SPF record to recommend (engine/domains/spf.py `recommended`)."""
-    return [_with_findings(domain, r) for r in _records(domain, smtp_host, spf_value)]
+    `spf_value`: the SPF record to recommend (engine/domains/spf.py `recommended`); the
+    tracking host's record needs the service's `public_url`."""
+    return [_with_findings(domain, r) for r in _records(domain, smtp_host, spf_value, public_url)]
 
 
 def _with_findings(domain: Domain, entry: DnsRecord) -> DnsRecord:
@@ -63,7 +65,7 @@ def _with_findings(domain: Domain, entry: DnsRecord) -> DnsRecord:
     return replace(entry, detail=found.get("detail"), suggested_value=found.get("suggested_value"))
 
 
-def _records(domain: Domain, smtp_host: str, spf_value: str | None) -> list[DnsRecord]:
+def _records(domain: Domain, smtp_host: str, spf_value: str, public_url: str) -> list[DnsRecord]:
     status = domain.record_status
     return [
         DnsRecord(
@@ -108,6 +110,18 @@ def _records(domain: Domain, smtp_host: str, spf_value: str | None) -> list[DnsR
         *(
             DnsRecord(r.type, r.host, r.value, bounce_domain.PURPOSE, False, r.status)
             for r in bounce_domain.records(domain, smtp_host)
+        ),
+        *(
+            [
+                DnsRecord(
+                    *tracking_host.record(domain.tracking_host, public_url),
+                    tracking_host.PURPOSE,
+                    False,
+                    status.get(tracking_host.PURPOSE, PENDING),
+                )
+            ]
+            if domain.tracking_host
+            else []
         ),
     ]
 
@@ -190,6 +204,7 @@ def _update_tracking(
                 "click_tracking": clicked,
                 "ed25519_signing": domain.ed25519_signing,
                 "tags_header": domain.tags_header,
+                "tracking_host": domain.tracking_host,
             },
         ),
         now,
@@ -206,6 +221,9 @@ class MailOptions:
     ed25519_signing: bool | None = None
     tags_header: str | None = None
     set_tags_header: bool = False  # whether `tags_header` was given (None then clears it)
+    # The domain's own host for its tracking links (engine/domains/tracking_host.py).
+    tracking_host: str | None = None
+    set_tracking_host: bool = False  # whether `tracking_host` was given (None clears it)
 
 
 def tags_header_problem(name: str) -> str | None:
@@ -228,6 +246,13 @@ def _update_mail_options(
         domains.set_ed25519_key(tx, domain.id, key.selector, key.private_pem, key.public_b64)
     tags = options.tags_header if options.set_tags_header else domain.tags_header
     domains.set_mail_options(tx, domain.id, signing, tags)
+    if options.set_tracking_host:
+        host = options.tracking_host
+        host = None if host is None else tracking_host.checked(host, domain.name)
+        if host != domain.tracking_host:  # a new host is unchecked until the next check
+            statuses = dict(domain.record_status)
+            statuses.pop(tracking_host.PURPOSE, None)
+            domains.set_tracking_host(tx, domain.id, host, statuses)
 
 
 async def update(
@@ -311,6 +336,10 @@ async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], d
             findings["mx"] = Finding(MISSING, detail).stored()
         return rt.smtp_host.lower() in hosts
 
+    async def tracking() -> bool:
+        assert domain.tracking_host is not None
+        return await tracking_host.points_here(rt.resolver, domain.tracking_host, rt.public_url)
+
     async def dkim_ed25519() -> bool:
         name = f"{domain.ed25519_selector}._domainkey.{domain.name}"
         published = [dkim_keys.published_key(value) for value in await dns.txt(rt.resolver, name)]
@@ -323,6 +352,8 @@ async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], d
     if domain.ed25519_selector:
         lookups.append(("dkim_ed25519", dkim_ed25519))
     lookups.extend(bounce_domain.lookups(rt, domain))
+    if domain.tracking_host:
+        lookups.append((tracking_host.PURPOSE, tracking))
     async with trio.open_nursery() as nursery:
         for purpose, lookup in lookups:
             nursery.start_soon(check, purpose, lookup)
@@ -348,6 +379,8 @@ def record_verification(
     if current is None:
         raise NotFound("domain not found")
     mismatch = statuses.pop("dkim_mismatch", None) is not None
+    if current.tracking_host != domain.tracking_host:  # changed while DNS was asked
+        statuses.pop(tracking_host.PURPOSE, None)
     dkim = statuses["dkim"]
     if current.sandbox_verified and not marked and dkim != VERIFIED:
         return current  # a DNS check that proves nothing leaves a sandbox mark standing

@@ -1,16 +1,16 @@
 """What the inbound MX server accepts, and what happens to a message it accepted.
 
 The server is never an open relay: a recipient is accepted only when it is an active
-The server is never an open relay: a recipient is accepted only when it is an active
 forward's source address, the bounce address (on any domain: the sending domain or its
 bounce domain) or mailto: unsubscribe address (engine/forwarding/unsubscribe_mail.py) of an
 email this service sent, or postmaster@ / abuse@ of a domain the service serves
 (engine/forwarding/postmaster.py). `receive` returns only once the message's work is
-committed (the listener answers 250 after it): forwarded mail is stored with one job per
-destination and the forwarder is woken; a delivery report or complaint sent to a bounce
-address is recorded against its email, and mail to postmaster@ / abuse@ is recorded or kept
-(`postmaster.store`), in the same transaction. Rules are read from the database on every
-call, so a forward created, changed or deleted takes effect at once on every node.
+committed (the listener answers 250 after it): forwarded mail is stored, under our
+`Received:` and `Authentication-Results:` fields (engine/forwarding/authentication.py), with
+one job per destination and the forwarder is woken; a delivery report or complaint sent to a
+bounce address is recorded against its email, and mail to postmaster@ / abuse@ is recorded
+or kept (`postmaster.store`), in the same transaction. Rules are read from the database on
+every call, so a forward created, changed or deleted takes effect at once on every node.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.forwarding import feedback, postmaster, unsubscribe_mail
-from engine.mail import forwarding, reports
+from engine.forwarding import authentication, feedback, postmaster, unsubscribe_mail
+from engine.mail import forwarding, reports, trace
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
 from storage import emails, forwards, inbound
@@ -82,11 +82,25 @@ def _store(
     return bool(jobs)
 
 
-async def receive(rt: Runtime, envelope_from: str, recipients: list[str], data: bytes) -> None:
-    """Commit an accepted message's work, then wake the forwarder; returns once durable."""
+def stamps(recipients: list[str]) -> bool:
+    """Whether a message to these recipients is kept under our trace and results: when it
+    is mail for a forward (a report to a bounce address is read, not sent on)."""
+    return not all(email_id_from_bounce_address(_clean(r)) for r in recipients)
+
+
+async def receive(
+    rt: Runtime, envelope_from: str, recipients: list[str], data: bytes, arrival: trace.Arrival
+) -> None:
+    """Commit an accepted message's work, then wake the forwarder; returns once durable.
+    Mail for forwards is kept as it arrived under our trace and authentication results
+    (engine/forwarding/authentication.py), which forwarded copies carry on in their ARC."""
     recipients = sorted({_clean(r) for r in recipients})
     to_bounce_address = any(email_id_from_bounce_address(r) for r in recipients)
     report = reports.parse(data) if to_bounce_address else None
+    if stamps(recipients):
+        data = await authentication.stamped(
+            rt.resolver, rt.smtp_host, arrival, recipients, data, rt.clock.now()
+        )
     unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
     to_postmaster = postmaster.read(recipients, data)
     await rt.db.write(

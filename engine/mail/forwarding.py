@@ -2,8 +2,9 @@
 
 Pure functions over the message bytes. The emailed copy is the original, byte for byte,
 under two added trace headers (`X-Original-To`, `X-Forwarded-For: <source> <destination>`),
-so its From, Subject, body and any DKIM signature of the original are left intact; the
-envelope and our own DKIM signature are the delivery engine's. Headers the receiving
+so its From, Subject, body and any DKIM signature of the original are left intact (as the
+MX kept it: under its own Received and Authentication-Results fields); the envelope, the
+ARC set and our own DKIM signature are the delivery engine's. Headers the receiving
 server adds itself (Return-Path, Delivered-To) are dropped from the copy. The JSON document
 is a lossless summary: every header in order, both bodies, attachments in base64.
 """

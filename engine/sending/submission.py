@@ -40,7 +40,7 @@ from engine import plans
 from engine.accounts import login_limits
 from engine.accounts import smtp_credentials as credentials
 from engine.errors import Conflict
-from engine.mail import address_list
+from engine.mail import address_list, trace
 from engine.runtime import Runtime
 from engine.sending import idempotency, intake
 from engine.sending.intake import NewEmail, attempt_suppressed, suppression_overrides
@@ -329,19 +329,25 @@ def _idempotency_key(data: bytes) -> tuple[str | None, bytes] | str:
 
 
 async def submit(
-    rt: Runtime, submitter: Submitter, mail_from: str, recipients: list[str], data: bytes
+    rt: Runtime,
+    submitter: Submitter,
+    mail_from: str,
+    recipients: list[str],
+    data: bytes,
+    arrival: trace.Arrival,
 ) -> Accepted | KeyConflict | str:
-    """Store a submitted message (committed when this returns), or answer the first email
-    of its Idempotency-Key again; or why it is refused."""
+    """Store a submitted message (committed when this returns) under a `Received:` field
+    saying how it arrived, or answer the first email of its Idempotency-Key again; or why
+    it is refused."""
     found = _idempotency_key(data)
     if isinstance(found, str):
         return found
     key, data = found
     if key is None:
-        return await _submit(rt, submitter, mail_from, recipients, data)
+        return await _submit(rt, submitter, mail_from, recipients, data, arrival)
 
     async def run() -> tuple[Any, int]:
-        result = await _submit(rt, submitter, mail_from, recipients, data)
+        result = await _submit(rt, submitter, mail_from, recipients, data, arrival)
         if isinstance(result, str):
             raise _NotStored(result)
         return {"id": result.email_id}, 250
@@ -363,16 +369,25 @@ async def submit(
 
 
 async def _submit(
-    rt: Runtime, submitter: Submitter, mail_from: str, recipients: list[str], data: bytes
+    rt: Runtime,
+    submitter: Submitter,
+    mail_from: str,
+    recipients: list[str],
+    data: bytes,
+    arrival: trace.Arrival,
 ) -> Accepted | str:
     login = submitter.login
+    now = rt.clock.now()
+    # Added after the Idempotency-Key's hash was taken (the field differs on every retry),
+    # before delivery signs the message, so the DKIM signature covers it.
+    received = trace.received_field(arrival, rt.smtp_host, trace.trace_id(), recipients, now)
     mail = RawMail(
         workspace_id=login.workspace_id,
         domain_id=login.domain_id,
         from_email=mail_from.lower(),
         recipients=[r.lower() for r in recipients],
-        data=data,
+        data=received + data,
         source="smtp",
     )
-    result: Accepted | str = await rt.db.write(_store, login, mail, rt.clock.now(), rt.usage_shard)
+    result: Accepted | str = await rt.db.write(_store, login, mail, now, rt.usage_shard)
     return result

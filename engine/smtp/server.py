@@ -136,12 +136,16 @@ class RcptTo:
 class MessageData:
     """Request: the message content, dot-unstuffed, CRLF line endings, for the accepted
     recipients; answer 250 only once it is stored. The transaction ends either way.
-    `data` is what came after the last `take_message_data`: all of it if none was taken."""
+    `data` is what came after the last `take_message_data`: all of it if none was taken.
+    `helo` and `protocol` are the session's facts a `Received:` field records (RFC 5321
+    4.4): the client's EHLO/HELO name and the RFC 3848 protocol (`ESMTPSA`: EHLO, TLS, AUTH)."""
 
     mail_from: str
     recipients: tuple[str, ...]
     data: bytes
     smtputf8: bool = False  # the transaction was opened with SMTPUTF8 (RFC 6531)
+    helo: str = ""
+    protocol: str = "ESMTP"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +217,8 @@ class SmtpServer:
         self._junk = 0  # commands that moved no mail since the last accepted message
         self._tls_active = tls_active
         self._authenticated: str | None = None
+        self._helo_name = ""  # the client's last EHLO/HELO name
+        self._extended = True  # whether that was EHLO
         self._pending: Request | None = None
         self._auth_step: tuple[str, str | None] | None = None  # (mechanism, username so far)
         self._mail_from = ""
@@ -380,6 +386,7 @@ class SmtpServer:
             return
         self._reset()
         self._state = _S.READY
+        self._helo_name, self._extended = argument, extended
         if not extended:
             self._queue(SmtpReply.of(250, self._policy.hostname))
             return
@@ -624,9 +631,22 @@ class SmtpServer:
             self._queue(problem)
             self._reset()
             return MessageRefused(problem)
-        return MessageData(self._mail_from, tuple(self._recipients), data, self._smtputf8)
+        return MessageData(
+            self._mail_from,
+            tuple(self._recipients),
+            data,
+            self._smtputf8,
+            self._helo_name,
+            self._protocol(),
+        )
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _protocol(self) -> str:
+        """The RFC 3848 name of this session's protocol, for a `Received:` field."""
+        if not self._extended:
+            return "SMTP"
+        return "ESMTP" + ("S" if self._tls_active else "") + ("A" if self._authenticated else "")
 
     def _reset(self) -> None:
         self._mail_from = ""

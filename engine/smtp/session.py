@@ -60,6 +60,28 @@ class TransferResult:
         return self.mail_reply
 
 
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Whom a session speaks to, and how: what a delivered event records of it."""
+
+    mx_host: str  # the MX host name (the address itself when there was none)
+    address: str
+    tls_version: str | None  # None: the conversation is in plaintext
+    tls_cipher: str | None
+    tls_verified: bool  # the certificate was checked against the CAs and the host
+
+    def metadata(self) -> dict[str, object]:
+        """The event metadata fields (docs: README, Events)."""
+        tls = None
+        if self.tls_version is not None:
+            tls = {
+                "version": self.tls_version,
+                "cipher": self.tls_cipher,
+                "verified": self.tls_verified,
+            }
+        return {"mx_host": self.mx_host, "mx_address": self.address, "tls": tls}
+
+
 @contextlib.contextmanager
 def _translated(what: str) -> Iterator[None]:
     """Turn foreign errors into `TransientFailure` (httpcore's ``map_exceptions``)."""
@@ -87,6 +109,7 @@ async def connect(
     timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - per command, not for the call
     data_timeout: float = DEFAULT_DATA_TIMEOUT,
     pipelining: bool = True,
+    mx_host: str | None = None,
 ) -> SmtpSession:
     """Connect to an SMTP server and greet it; the session is ready to `send`.
 
@@ -94,7 +117,8 @@ async def connect(
     against ``host`` as the context says (opportunistic: a server that does not offer it is
     spoken to in plaintext; check `SmtpSession.tls_active`). ``timeout`` bounds each step,
     ``data_timeout`` sending the message and its final reply. ``pipelining=False`` never
-    pipelines, for servers that offer PIPELINING but mishandle it.
+    pipelines, for servers that offer PIPELINING but mishandle it. ``mx_host`` is the MX
+    name ``host`` was found under, for `SmtpSession.peer` to report.
 
     Raises `TransientFailure` when the server cannot be reached, does not answer in time or
     greets with 4xx; `TlsFailure` (a `TransientFailure`) when the TLS handshake or the
@@ -107,6 +131,7 @@ async def connect(
     session = SmtpSession(
         stream, host=host, timeout=timeout, data_timeout=data_timeout, pipelining=pipelining
     )
+    session._mx_host = mx_host or host
     try:
         await session._open(helo_name, tls)
     except BaseException:
@@ -134,12 +159,20 @@ class SmtpSession(trio.abc.AsyncResource):
         self._data_timeout = data_timeout
         self._pipelining = pipelining
         self._tls_active = False
+        self._mx_host = host
+        self._tls: tuple[str | None, str | None, bool] = (None, None, False)
         self._broken = False  # commands and replies may be out of step: never reuse
 
     @property
     def tls_active(self) -> bool:
         """Whether the conversation was upgraded with STARTTLS."""
         return self._tls_active
+
+    @property
+    def peer(self) -> Peer:
+        """The server's host name and address, and the TLS the session negotiated."""
+        version, cipher, verified = self._tls
+        return Peer(self._mx_host, self._host, version, cipher, verified)
 
     @property
     def usable(self) -> bool:
@@ -172,6 +205,10 @@ class SmtpSession(trio.abc.AsyncResource):
                 with trio.fail_after(self._timeout):
                     await tls_stream.do_handshake()
                 self._tls_active = True
+                suite = tls_stream.cipher()
+                # A handshake that passed under CERT_REQUIRED is one whose chain verified.
+                verified = tls.verify_mode == ssl.CERT_REQUIRED
+                self._tls = (tls_stream.version(), None if suite is None else suite[0], verified)
             with self._conversation("greeting over TLS"):
                 await self._hello(helo_name)
         except TransientFailure as exc:
