@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from storage.codec import from_json, parse_timestamp, timestamp, to_json
+from storage.engines import in_one_snapshot
 from storage.tx import Tx
 
 
@@ -44,6 +45,7 @@ def append(tx: Tx, entry: ActivityEntry) -> None:
     )
 
 
+@in_one_snapshot
 def newest(
     tx: Tx, workspace_id: str, since: datetime, category: str | None, limit: int
 ) -> tuple[list[ActivityEntry], int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import parse_timestamp, timestamp
+from storage.engines import in_one_snapshot
 from storage.tx import Row, Tx
 
 
@@ -81,6 +82,7 @@ def keep(tx: Tx, mail: PostmasterMail, limit: int) -> None:
     )
 
 
+@in_one_snapshot
 def page(
     tx: Tx, workspace_id: str, domain_id: str, offset: int, limit: int
 ) -> tuple[list[PostmasterMail], int]:

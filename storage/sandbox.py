@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import from_json, in_list, parse_timestamp, timestamp, to_json
+from storage.engines import in_one_snapshot
 from storage.leases import Claimed, FaultPolicy, LeasedTable
 from storage.tx import Row, Tx
 
@@ -207,6 +208,7 @@ def _captured(row: Row) -> Captured:
     )
 
 
+@in_one_snapshot
 def messages_page(
     tx: Tx, workspace_id: str, email_id: str | None, offset: int, limit: int
 ) -> tuple[list[Captured], int]:
@@ -304,6 +306,7 @@ def _post(row: Row) -> CapturedPost:
     )
 
 
+@in_one_snapshot
 def posts_page(
     tx: Tx, workspace_id: str, offset: int, limit: int
 ) -> tuple[list[CapturedPost], int]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import contains, parse_optional_timestamp, parse_timestamp, timestamp
+from storage.engines import in_one_snapshot
 from storage.privacy import address_hash, legacy_hash
 from storage.tx import Tx
 
@@ -62,6 +63,7 @@ def get(tx: Tx, workspace_id: str, email: str) -> Suppression | None:
     )
 
 
+@in_one_snapshot
 def page(
     tx: Tx, workspace_id: str, offset: int, limit: int, search: str | None
 ) -> tuple[list[Suppression], int]:

@@ -24,6 +24,7 @@ from storage.codec import (
     timestamp,
     to_json,
 )
+from storage.engines import in_one_snapshot
 from storage.leases import Claimed, FaultPolicy, LeasedTable
 from storage.sealing import WEBHOOK_BASIC_AUTH, WEBHOOK_SECRET
 from storage.tx import Row, Tx
@@ -247,6 +248,7 @@ def queue_one(tx: Tx, webhook: Webhook, event_type: str, payload: str, now: date
     return delivery_id
 
 
+@in_one_snapshot
 def deliveries_page(
     tx: Tx, workspace_id: str, webhook_id: str, status: str | None, offset: int, limit: int
 ) -> tuple[list[Delivery], int]:

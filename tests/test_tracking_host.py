@@ -57,6 +57,8 @@ async def test_verified_tracking_host_carries_the_domains_links(
         "purpose": "tracking",
         "required": False,
         "status": "pending",
+        "detail": None,
+        "suggested_value": None,
     }
 
     # Not published yet: the links stay on the service's public URL.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import os
 import secrets
 import shutil
@@ -296,11 +297,29 @@ async def service(
         running.stop()
 
 
+# Ports for the processes tests start, each xdist worker its own block below Linux's
+# ephemeral range (32768-60999). A port the kernel picks for bind(0) is free only until it is
+# closed: another worker's bind(0), or any outgoing connection, could then take it before the
+# child process listens on it, and the test would talk to another test's service.
+_PORT_BLOCK = 2000
+_PORT_BASE = 20000 + _PORT_BLOCK * int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or "0"
+)
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback TCP port no listener holds, not handed out before by this process."""
+    for _ in range(_PORT_BLOCK):
+        port = _PORT_BASE + next(_next_port) % _PORT_BLOCK
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as listeners bind
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # a listener of this machine's (RabbitMQ's 25672, say)
+            return port
+    raise RuntimeError(f"no free port in {_PORT_BASE}-{_PORT_BASE + _PORT_BLOCK - 1}")
 
 
 @dataclass
