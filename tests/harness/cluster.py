@@ -96,6 +96,18 @@ class Node:
         return self.process is not None and self.process.poll() is None
 
 
+def database_rows(database_url: str, query: str) -> list[tuple[object, ...]]:
+    """The rows of `query`, read straight from the database the nodes run on."""
+    if database_url.startswith("sqlite:///"):
+        lite = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            return lite.execute(query).fetchall()
+        finally:
+            lite.close()
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(query).fetchall()
+
+
 @dataclass
 class Cluster:
     database_url: str
@@ -116,14 +128,7 @@ class Cluster:
         return done.stdout
 
     def _rows(self, query: str) -> list[tuple[object, ...]]:
-        if self.database_url.startswith("sqlite:///"):
-            lite = sqlite3.connect(self.database_url.removeprefix("sqlite:///"), timeout=30)
-            try:
-                return lite.execute(query).fetchall()
-            finally:
-                lite.close()
-        with psycopg.connect(self.database_url) as conn:
-            return conn.execute(query).fetchall()
+        return database_rows(self.database_url, query)
 
     def unsettled(self) -> int:
         """Recipients not delivered yet, or still leased by a node."""
