@@ -8,6 +8,7 @@ started again, and SIGTERM stops them all cleanly. And the nodes as platform adm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -152,8 +153,15 @@ async def test_a_killed_worker_is_started_again(service_process: ServiceProcess)
             if len(alive) == 2 and victim not in alive:
                 break
             await trio.sleep(0.3)
+    # A worker registers its node before it listens, so a restarted intake worker answers a
+    # moment after it is listed alive (polled from the database, that moment shows).
     async with httpx.AsyncClient(timeout=5) as client:
-        assert (await client.get(service_process.url + "/healthz")).status_code == 200
+        with trio.fail_after(10):
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if (await client.get(service_process.url + "/healthz")).status_code == 200:
+                        break
+                await trio.sleep(0.1)
     assert service_process.signal(signal.SIGTERM) == 0
 
 
