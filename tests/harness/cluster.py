@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ import psycopg
 import trio
 
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import REPO, SMTP_HOST, START_TIMEOUT, free_port
+from tests.harness.service import REPO, SMTP_HOST, free_port, wait_until_healthy
 from tests.harness.smtp_sink import SmtpSink
 
 
@@ -54,7 +53,7 @@ class Node:
         return self.process.pid
 
     def start(self) -> None:
-        """Start the process and wait until it answers /healthz (30 s at most)."""
+        """Start the process and wait until it answers /healthz."""
         self.log = self.cwd / f"node-{self.env['POSTROOM_API_LISTEN'].rsplit(':', 1)[1]}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -65,17 +64,7 @@ class Node:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"postroom serve exited early:\n{self.log.read_text()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"postroom serve did not answer on {self.url} in {START_TIMEOUT:.0f} s")
+        wait_until_healthy(self.process, self.url, self.log.read_text)
 
     def kill(self) -> None:
         """SIGKILL: the node dies as in a crash, holding whatever it held."""
@@ -107,6 +96,18 @@ class Node:
         return self.process is not None and self.process.poll() is None
 
 
+def database_rows(database_url: str, query: str) -> list[tuple[object, ...]]:
+    """The rows of `query`, read straight from the database the nodes run on."""
+    if database_url.startswith("sqlite:///"):
+        lite = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            return lite.execute(query).fetchall()
+        finally:
+            lite.close()
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(query).fetchall()
+
+
 @dataclass
 class Cluster:
     database_url: str
@@ -127,14 +128,7 @@ class Cluster:
         return done.stdout
 
     def _rows(self, query: str) -> list[tuple[object, ...]]:
-        if self.database_url.startswith("sqlite:///"):
-            lite = sqlite3.connect(self.database_url.removeprefix("sqlite:///"), timeout=30)
-            try:
-                return lite.execute(query).fetchall()
-            finally:
-                lite.close()
-        with psycopg.connect(self.database_url) as conn:
-            return conn.execute(query).fetchall()
+        return database_rows(self.database_url, query)
 
     def unsettled(self) -> int:
         """Recipients not delivered yet, or still leased by a node."""

@@ -8,6 +8,7 @@ command sets it whenever PostgreSQL is installed).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,9 +46,9 @@ from tests.harness.tls import TlsAuthority
 POSTGRES_ENV = "POSTROOM_TEST_POSTGRES"
 PUBLIC_URL = "http://postroom.test"
 SMTP_HOST = "mx.postroom.test"
-_TEMPLATE_LOCK = (
-    7_201_2  # advisory lock: test processes build the PostgreSQL template one at a time
-)
+# Advisory lock on the PostgreSQL template: clones hold it shared, the process building it alone.
+_TEMPLATE_LOCK = 7_201_2
+_OTHER_TEMPLATES_KEPT = 8  # other schemas' newest templates, left for their runs
 REPO = Path(__file__).resolve().parents[2]
 # Seconds a `postroom serve` process gets to answer /healthz: generous, since a busy 2-core
 # machine running four test workers can take that long to start several processes.
@@ -71,40 +72,56 @@ def _migrate(url: str) -> None:
         engine.close()
 
 
-@functools.cache
 def _clone_postgres_template(admin_url: str, clone: str) -> None:
     """Create `clone` from a database with every migration applied, made once for all test
     processes: cloning it is the cost of an empty database, where migrating each test's own
-    took about as long again. The clone is made under the builders' lock, so a run of another
-    checkout (another schema) never drops the template between its check and its use."""
+    took about as long again.
+
+    Clones hold the lock shared, so test processes clone side by side (with the lock held
+    alone they queued one behind another), while a builder holds it alone: a run of another
+    checkout (another schema) never drops the template between a clone's check and its use."""
+    name = _template_name()
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))  # one builder at a time
+        conn.execute("SELECT pg_advisory_lock_shared(%s)", (_TEMPLATE_LOCK,))
         try:
-            conn.execute(f"CREATE DATABASE {clone} TEMPLATE {_postgres_template(conn, admin_url)}")
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute("SELECT pg_advisory_unlock_shared(%s)", (_TEMPLATE_LOCK,))
+                conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))
+                try:
+                    _build_postgres_template(conn, admin_url, name)
+                finally:  # shared again, for the clone, before another builder can come in
+                    conn.execute("SELECT pg_advisory_lock_shared(%s)", (_TEMPLATE_LOCK,))
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
+            conn.execute(f"CREATE DATABASE {clone} TEMPLATE {name}")
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
+            conn.execute("SELECT pg_advisory_unlock_shared(%s)", (_TEMPLATE_LOCK,))
 
 
-def _postgres_template(conn: psycopg.Connection[Any], admin_url: str) -> str:
-    """The migrated template of this schema, built if missing (the caller holds the lock)."""
-    name = "postroom_template_" + _schema_digest()
+def _template_name() -> str:
+    return "postroom_template_" + _schema_digest()
+
+
+def _build_postgres_template(conn: psycopg.Connection[Any], admin_url: str, name: str) -> None:
+    """Build the migrated template `name` unless it exists (the caller holds the lock alone),
+    and drop other schemas' templates that no run is cloning."""
     base, _, _ = admin_url.rpartition("/")
     if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-        return name
+        return  # another process built it while this one waited for the lock
     building = name + "_building"
     conn.execute(f"DROP DATABASE IF EXISTS {building} WITH (FORCE)")  # a killed run's
     conn.execute(f"CREATE DATABASE {building}")
     _migrate(f"{base}/{building}")
     conn.execute(f"ALTER DATABASE {building} RENAME TO {name}")
+    # Other schemas' templates but the newest few (by oid): checkouts tested at once on one
+    # server (a branch each) would otherwise drop each other's, each rebuilding its own.
     stale = conn.execute(
         "SELECT datname FROM pg_database WHERE datname LIKE 'postroom\\_template\\_%%'"
-        " AND datname <> %s",
-        (name,),
+        " AND datname <> %s ORDER BY oid DESC OFFSET %s",
+        (name, _OTHER_TEMPLATES_KEPT),
     ).fetchall()
     for (old,) in stale:  # an older schema's, unless a run of another checkout uses it
         with contextlib.suppress(psycopg.errors.ObjectInUse):
             conn.execute(f"DROP DATABASE IF EXISTS {old}")
-    return name
 
 
 @functools.cache
@@ -132,8 +149,28 @@ def fresh_postgres_database(*, migrated: bool = False) -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        _dropping.append(_DROPS.submit(_drop_postgres_database, admin_url, name))
+
+
+# DROP DATABASE waits for a checkpoint (0.5-0.8 s here, more under load): a test's database is
+# dropped on threads of the test process, so the next test does not wait for it, and several
+# drops at once share the checkpoint they wait for.
+_DROPS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="drop-db")
+_dropping: list[concurrent.futures.Future[None]] = []
+
+
+def _drop_postgres_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def postgres_databases_dropped() -> Iterator[None]:
+    """At the end of the test process, every test database dropped (a failed drop shows)."""
+    yield
+    _DROPS.shutdown(wait=True)
+    for dropped in _dropping:
+        dropped.result()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -322,6 +359,29 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {_PORT_BASE}-{_PORT_BASE + _PORT_BLOCK - 1}")
 
 
+def wait_until_healthy(
+    process: subprocess.Popen[bytes], url: str, output: Callable[[], str]
+) -> None:
+    """Wait until `postroom serve` in `process` answers `url`/healthz with 200 (START_TIMEOUT
+    at most); `output()` says why when it exits first.
+
+    One client asks every time: `httpx.get` makes a client per call, loading the CA store
+    (26 ms of CPU here), so polling with it took a third of a core from the process starting.
+    """
+    deadline = time.monotonic() + START_TIMEOUT
+    with httpx.Client(verify=False, timeout=1) as client:  # plain HTTP: no CA store
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"postroom serve exited early:\n{output()}")
+            try:
+                if client.get(url + "/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+    raise RuntimeError(f"postroom serve did not answer on {url} in {START_TIMEOUT:.0f} s")
+
+
 @dataclass
 class ServiceProcess:
     """`postroom serve` in a child process, for restart and signal tests."""
@@ -367,16 +427,7 @@ class ServiceProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"postroom serve exited early:\n{self.output()}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
-        raise RuntimeError(f"postroom serve did not answer on {url} in {START_TIMEOUT:.0f} s")
+        wait_until_healthy(self.process, url, self.output)
 
     def signal(self, signum: signal.Signals) -> int:
         """Send a signal and wait for the process to end; its exit status."""

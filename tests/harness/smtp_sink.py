@@ -25,7 +25,7 @@ import re
 import ssl
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import trio
@@ -111,6 +111,19 @@ class _LineReader:
             if not chunk:
                 return None
             self._buffer += chunk
+
+    def take_lines(self) -> bytes:
+        """Every complete line buffered now, line ends included (b"" if none): what a
+        message's data is read by in bulk, since line by line took the sink seconds of CPU
+        for a 34 MiB message."""
+        end = self._buffer.rfind(b"\n") + 1
+        lines = bytes(self._buffer[:end])
+        del self._buffer[:end]
+        return lines
+
+    def put_back(self, lines: bytes) -> None:
+        """Return lines taken but not used (pipelined after a message) to be read first."""
+        self._buffer[:0] = lines
 
 
 class SmtpSink(LoopbackPeer):
@@ -218,6 +231,34 @@ class SmtpSink(LoopbackPeer):
 
 def _domain_of(address: str) -> str:
     return address.rpartition("@")[2].lower()
+
+
+@dataclass
+class _Content:
+    """A message's data as it is read: kept, or only counted once it is refused."""
+
+    max_size: int
+    error: SmtpReply | None = None
+    _size: int = 0
+    _chunks: list[bytes] = field(default_factory=list)
+
+    def refuse(self, reply: SmtpReply) -> None:
+        self.error = self.error or reply  # the first reason stands
+
+    def add_line(self, line: bytes) -> None:
+        """One line, without its line end, as sent (dot-stuffed)."""
+        self.add((line[1:] if line.startswith(b".") else line) + b"\r\n")  # RFC 5321 4.5.2
+
+    def add(self, text: bytes) -> None:
+        """Unstuffed lines, each ending in CRLF."""
+        self._size += len(text)
+        if self._size > self.max_size:
+            self.refuse(SmtpReply(552, "5.3.4 message size exceeds fixed limit"))
+        if self.error is None:
+            self._chunks.append(text)
+
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
 
 
 class _Session:
@@ -415,25 +456,34 @@ class _Session:
         On an error the rest of the message is still consumed (but not kept), so the
         session stays in sync with a pipelining client.
         """
-        chunks: list[bytes] = []
-        size = 0
-        error: SmtpReply | None = None
+        content = _Content(self.sink.max_message_size)
         while True:
-            try:
-                line = await self.reader.readline()
-            except _LineTooLong:
-                error = error or SmtpReply(500, "5.5.2 line too long")
+            block = self.reader.take_lines()
+            if not block:  # no whole line buffered: wait for one, dropping an over-long one
+                try:
+                    line = await self.reader.readline()
+                except _LineTooLong:
+                    content.refuse(SmtpReply(500, "5.5.2 line too long"))
+                    continue
+                if line is None:
+                    raise trio.BrokenResourceError("connection closed during DATA")
+                if line == b".":
+                    return content.error, content.data()
+                content.add_line(line)
                 continue
-            if line is None:
-                raise trio.BrokenResourceError("connection closed during DATA")
-            if line == b".":
-                return error, b"".join(chunks)
-            line = line[1:] if line.startswith(b".") else line  # RFC 5321 4.5.2
-            size += len(line) + 2
-            if size > self.sink.max_message_size:
-                error = error or SmtpReply(552, "5.3.4 message size exceeds fixed limit")
-            if error is None:
-                chunks.append(line + b"\r\n")
+            lines = block.split(b"\n")[:-1]
+            if b"\n." in block or block.startswith(b".") or max(map(len, lines)) >= MAX_LINE:
+                # The end, a stuffed dot or an over-long line is in there: line by line.
+                for i, line in enumerate(lines):
+                    if len(line) + 1 > MAX_LINE:  # with its line end, as readline counts
+                        content.refuse(SmtpReply(500, "5.5.2 line too long"))
+                    elif line.removesuffix(b"\r") == b".":
+                        self.reader.put_back(b"".join(rest + b"\n" for rest in lines[i + 1 :]))
+                        return content.error, content.data()
+                    else:
+                        content.add_line(line.removesuffix(b"\r"))
+            else:  # plain lines, as good as all of a message: kept at once, ends made CRLF
+                content.add(block.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
 
     async def rset(self, argument: str) -> None:
         self.reset_transaction()
