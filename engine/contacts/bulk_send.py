@@ -208,6 +208,7 @@ def _queue_chunk(
                 headers=headers,
                 source="broadcast",
                 unsubscribe=True,  # one-click, mailto:, visible link (issue 30)
+                broadcast_id=broadcast.id,
             )
         )
     # The volume was reserved when the send started; delivery is woken after the last chunk.

@@ -327,6 +327,7 @@ class NewEmail:
     raw: bytes | None = None  # sent as given (relay, forwards)
     message_id: str | None = None  # the given message's own, if it has one
     unsubscribe: bool = False  # carries List-Unsubscribe (engine/suppressions/scopes.py)
+    broadcast_id: str | None = None  # one of a bulk send's emails
     # A message sent as given goes to its envelope recipients, whoever its header names.
     envelope: tuple[str, ...] = ()
 
@@ -383,6 +384,7 @@ def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
         delivered_at=None,
         raw=new.raw,
         unsubscribe=new.unsubscribe,
+        broadcast_id=new.broadcast_id,
     )
     recipient_rows = (
         []
