@@ -525,6 +525,8 @@ class Search:
     words: list[str]
     destinations: list[str]  # recipient domains, exactly: an email with a recipient there
     broadcasts: list[str] = field(default_factory=list)  # ids: the emails of these broadcasts
+    # Domain ids: their emails that offer unsubscribe and are no broadcast's.
+    marketing_of: list[str] = field(default_factory=list)
 
 
 def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> str:
@@ -559,6 +561,8 @@ def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> 
         names = {f"b{len(params) + i}": b for i, b in enumerate(query.broadcasts)}
         clauses.append(f"broadcast_id IN ({', '.join(f':{name}' for name in names)})")
         params.update(names)
+    for domain_id in query.marketing_of:
+        add("domain_id = :p AND unsubscribe = TRUE AND broadcast_id IS NULL", domain_id)
     for word in query.words:
         add(
             "LOWER(from_address || ' ' || subject || ' ' || to_addresses || cc_addresses)"

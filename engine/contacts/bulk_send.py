@@ -30,8 +30,9 @@ import trio
 
 from engine import plans
 from engine.activity import Change, record
+from engine.contacts.complaint_limits import stopped_problem
 from engine.contacts.lists import CappedErrors
-from engine.errors import InvalidRequest, NotFound, PlanLimit, Unprocessable
+from engine.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable
 from engine.mail import list_headers
 from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
@@ -120,6 +121,8 @@ def _start(
     domain = intake.verified_sender(tx, sender)
     if not isinstance(domain, Domain):
         raise NotFound(f"sender address {sender.email} {domain}", code="sender_not_found")
+    if problem := stopped_problem(domain):
+        raise Conflict(problem, code="marketing_stopped")
     if found.contact_count == 0:
         raise InvalidRequest("the contact list is empty", code="empty_list")
     plan = plans.plan(who.plan)
