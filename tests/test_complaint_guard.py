@@ -13,11 +13,14 @@ from typing import Any
 
 import trio
 
+from engine.webhooks import outbox
 from postroom.service import serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
+from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 from tests.test_bounce_domain import feedback_report
 from tests.test_bulk_send import sender_id
 from tests.test_contacts import add_contact, create_list
@@ -29,12 +32,18 @@ SLOW = "slow.example"  # the sink defers the first attempt: mail still waits whe
 
 
 async def _guarded_service(
-    nursery: trio.Nursery, database_url: str, dns_server: DnsServer, smtp_sink: SmtpSink, clock: Any
+    nursery: trio.Nursery,
+    database_url: str,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    tls_ca: TlsAuthority,
+    clock: Any,
 ) -> Service:
     settings = harness.test_settings(
         database_url,
         dns_server,
         delivery_port=str(smtp_sink.port),
+        extra_ca_file=str(tls_ca.ca_file),  # trusts the webhook receiver's certificate
         complaint_min_deliveries="400",
     )
     return harness.Service(await nursery.start(serve, settings), clock)
@@ -95,11 +104,18 @@ async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_re
     database_url: str,
     dns_server: DnsServer,
     smtp_sink: SmtpSink,
+    tls_ca: TlsAuthority,
+    https_receiver: HttpsReceiver,
     clock: trio.testing.MockClock,
 ) -> None:
-    service = await _guarded_service(nursery, database_url, dns_server, smtp_sink, clock)
+    service = await _guarded_service(nursery, database_url, dns_server, smtp_sink, tls_ca, clock)
     try:
         account = await ready_account(service, dns_server)
+        hook = await account.client.post(
+            "/v1/webhooks/",
+            json={"url": https_receiver.url + "/hook", "events": list(outbox.SENDER_EVENTS)},
+        )
+        assert hook.status_code == 201, hook.text
         route_mail(dns_server, CUSTOMERS)
         route_mail(dns_server, SLOW)
         [domain] = (await account.client.get("/v1/domains/")).json()
@@ -127,6 +143,11 @@ async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_re
         [cat] = await _emails_to(account, f"cat@{SLOW}")
         assert [r["status"] for r in cat["recipients"]] == ["held"]
         assert "broadcast.paused" in await _activity(account)
+        [paused_event] = [r.json() for r in await https_receiver.wait_for_requests(1)]
+        assert paused_event["event"] == "broadcast.paused"
+        assert paused_event["data"]["broadcast_id"] == waiting["id"]
+        assert paused_event["data"]["complaints"] == 1
+        assert paused_event["data"]["delivered"] == 452
         # Under 0.3% marketing mail still goes.
         still = (await account.client.get(f"/v1/emails/{marketing['id']}")).json()
         assert [r["status"] for r in still["recipients"]] == ["deferred"]
@@ -142,9 +163,14 @@ async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_re
         )
         assert refused.status_code == 409, refused.text
         assert refused.json()["code"] == "marketing_stopped"
-        receipt = (await account.client.post("/v1/emails/", json=message(f"gus@{CUSTOMERS}"))).json()
+        receipt = (
+            await account.client.post("/v1/emails/", json=message(f"gus@{CUSTOMERS}"))
+        ).json()
         await wait_for_status(account, receipt["id"], ("delivered",))
         assert "domain.marketing_stopped" in await _activity(account)
+        stopped_event = (await https_receiver.wait_for_requests(2))[1].json()
+        assert stopped_event["event"] == "domain.marketing_stopped"
+        assert stopped_event["data"]["domain_id"] == domain["id"]
         # The broadcast cannot resume while the domain is stopped.
         early = await account.client.post(f"/v1/broadcasts/{waiting['id']}/resume")
         assert early.status_code == 409 and early.json()["code"] == "marketing_stopped"

@@ -30,6 +30,7 @@ import trio
 
 from engine import plans
 from engine.activity import Change, record
+from engine.contacts import complaint_guard
 from engine.contacts.complaint_limits import stopped_problem
 from engine.contacts.lists import CappedErrors
 from engine.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable
@@ -216,6 +217,7 @@ def _queue_chunk(
         )
     # The volume was reserved when the send started; delivery is woken after the last chunk.
     intake.store(tx, personal, now, volume_shard=None, announce=False)
+    complaint_guard.hold_if_paused(tx, broadcast, now)
     broadcasts.progress(tx, broadcast.id, len(personal), len(skipped), now)
     domains_woken = sorted({new.to[0].email.rsplit("@", 1)[1] for new in personal})
     return _Chunk(batch[-1].seq, len(personal), skipped, domains_woken)

@@ -10,12 +10,13 @@ report, in its transaction; the limits are engine/contacts/complaint_limits.py.
 
 - Above the pause rate, each of the domain's broadcasts with mail still waiting becomes
   `paused` (reason `complaint_rate`): its waiting recipients are held (the queue's own
-  `hold`, engine/sending/queue_actions.py), with an activity entry `broadcast.paused`.
-  `resume` releases one paused broadcast's mail, due at once.
+  `hold`, engine/sending/queue_actions.py), with an activity entry and a webhook event
+  `broadcast.paused`; what a paused broadcast still queues is held as it is queued
+  (`hold_if_paused`). `resume` releases one paused broadcast's mail, due at once.
 - Above the stop rate, the domain's other mail that offers unsubscribe (marketing mail,
   engine/suppressions/scopes.py) is held too, and new such mail is refused (409
-  `marketing_stopped`, for single sends and bulk sends alike), with an activity entry
-  `domain.marketing_stopped`; mail without unsubscribe (receipts, resets) still goes.
+  `marketing_stopped`, for single sends and bulk sends alike), with an activity entry and a
+  webhook event `domain.marketing_stopped`; mail without unsubscribe (receipts, resets) still goes.
   `resume_marketing` lets it go again and releases what was held; broadcasts stay paused
   until each is resumed, and none resumes while the domain is stopped.
 """
@@ -97,6 +98,8 @@ def check(tx: Tx, email: Email, now: datetime, limits: Limits) -> None:
             meta = {**_evidence(counts), "held": held.recipients}
             change = Change("domain.marketing_stopped", domain.name, domain.id, meta)
             record(tx, email.workspace_id, ACTOR, change, now)
+            data = {"domain_id": domain.id, "domain": domain.name, **meta}
+            outbox.queue_sender_event(tx, email.workspace_id, change.action, data, now)
     if counts.complained > limits.pause_rate * counts.delivered:
         for broadcast in broadcasts.pausable(tx, email.workspace_id, email.domain_id):
             only = _search(broadcasts=[broadcast.id])
@@ -105,6 +108,15 @@ def check(tx: Tx, email: Email, now: datetime, limits: Limits) -> None:
             meta = {**_evidence(counts), "held": held.recipients}
             change = Change("broadcast.paused", broadcast.name, broadcast.id, meta)
             record(tx, email.workspace_id, ACTOR, change, now)
+            data = {"broadcast_id": broadcast.id, "domain_id": broadcast.domain_id, **meta}
+            outbox.queue_sender_event(tx, email.workspace_id, change.action, data, now)
+
+
+def hold_if_paused(tx: Tx, broadcast: Broadcast, now: datetime) -> None:
+    """Hold what a broadcast still queuing just queued, when it was paused meanwhile."""
+    current = broadcasts.get(tx, broadcast.workspace_id, broadcast.id)
+    if current is not None and current.status == "paused":
+        _move(tx, broadcast.workspace_id, _search(broadcasts=[broadcast.id]), False, "pause", now)
 
 
 def _resume(tx: Tx, who: Principal, broadcast_id: str, now: datetime) -> Broadcast:
