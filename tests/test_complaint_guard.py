@@ -27,6 +27,7 @@ from tests.test_contacts import add_contact, create_list
 from tests.test_inbound import poll, send_inbound
 from tests.test_sending import SENDING_DOMAIN, message, ready_account, route_mail, wait_for_status
 
+GUARD = "/v1/workspace/complaint-guard"
 CUSTOMERS = "customers.example"  # the sink accepts at once
 SLOW = "slow.example"  # the sink defers the first attempt: mail still waits when reports come
 
@@ -95,8 +96,7 @@ async def _broadcast_status(account: Account, broadcast_id: str) -> dict[str, An
 
 async def _activity(account: Account) -> list[str]:
     entries = (await account.client.get("/v1/audit-log/", params={"limit": 100})).json()
-    items = entries["items"] if isinstance(entries, dict) else entries
-    return [e["action"] for e in items]
+    return [e["action"] for e in entries["items"]]
 
 
 async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_resumes(
@@ -136,7 +136,10 @@ async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_re
         for email in [*await _emails_to(account, f"cat@{SLOW}"), marketing]:
             await wait_for_status(account, email["id"], ("deferred",))
 
-        # One complaint in 452 delivered (0.22%): the waiting broadcast pauses, its mail held.
+        # One complaint in 452 delivered (0.22%): above the workspace's own pause rate, the
+        # waiting broadcast pauses, its mail held.
+        guard = await account.client.put(GUARD, json={"pause_rate": 0.002})
+        assert guard.status_code == 200, guard.text
         await _complain(service, account, f"ann@{CUSTOMERS}")
         paused = await _broadcast_status(account, waiting["id"])
         assert (paused["status"], paused["pause_reason"]) == ("paused", "complaint_rate")
@@ -148,6 +151,7 @@ async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_re
         assert paused_event["data"]["broadcast_id"] == waiting["id"]
         assert paused_event["data"]["complaints"] == 1
         assert paused_event["data"]["delivered"] == 452
+        assert paused_event["data"]["pause_rate"] == 0.002
         # Under 0.3% marketing mail still goes.
         still = (await account.client.get(f"/v1/emails/{marketing['id']}")).json()
         assert [r["status"] for r in still["recipients"]] == ["deferred"]
@@ -190,3 +194,27 @@ async def test_complaints_pause_broadcasts_then_stop_marketing_until_a_person_re
     finally:
         await service.aclose()
         service.running.stop()
+
+
+async def test_the_pause_rate_is_the_workspaces_own_within_the_bounds(service: Service) -> None:
+    account = await service.account()
+    defaults = (await account.client.get(GUARD)).json()
+    assert defaults == {
+        "pause_rate": 0.001,
+        "default_pause_rate": 0.001,
+        "pause_rate_bounds": [0.0005, 0.003],
+        "stop_rate": 0.003,
+        "min_deliveries": 1000,
+        "window_days": 30,
+    }
+    changed = await account.client.put(GUARD, json={"pause_rate": 0.0005})
+    assert changed.status_code == 200 and changed.json()["pause_rate"] == 0.0005
+    assert (await account.client.get(GUARD)).json()["pause_rate"] == 0.0005
+    for bad in ({"pause_rate": 0.004}, {"pause_rate": 0.0001}, {"pause_rate": "x"}, {}):
+        refused = await account.client.put(GUARD, json=bad)
+        assert refused.status_code == 422, (bad, refused.text)
+    unknown = await account.client.put(GUARD, json={"pause_rate": None, "stop_rate": 0.5})
+    assert unknown.status_code in (400, 422), unknown.text
+    back = await account.client.put(GUARD, json={"pause_rate": None})
+    assert back.status_code == 200 and back.json()["pause_rate"] == 0.001
+    assert (await _activity(account)).count("complaint_guard.updated") == 2

@@ -8,7 +8,7 @@ cohort of mail on both sides, so a complaint about an old email does not count a
 today's volume. It is one statement (storage/complaint_rates.py), run once per complaint
 report, in its transaction; the limits are engine/contacts/complaint_limits.py.
 
-- Above the pause rate, each of the domain's broadcasts with mail still waiting becomes
+- Above the pause rate (the workspace's own, within PAUSE_RATE_BOUNDS, else 0.1%), each of the domain's broadcasts with mail still waiting becomes
   `paused` (reason `complaint_rate`): its waiting recipients are held (the queue's own
   `hold`, engine/sending/queue_actions.py), with an activity entry and a webhook event
   `broadcast.paused`; what a paused broadcast still queues is held as it is queued
@@ -23,12 +23,19 @@ report, in its transaction; the limits are engine/contacts/complaint_limits.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from engine.activity import Change, record
-from engine.contacts.complaint_limits import WINDOW, Limits, stopped_problem
-from engine.errors import Conflict, NotFound
+from engine.contacts.complaint_limits import (
+    PAUSE_RATE,
+    PAUSE_RATE_BOUNDS,
+    WINDOW,
+    Limits,
+    stopped_problem,
+)
+from engine.errors import Conflict, NotFound, Unprocessable
 from engine.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.queue_actions import moves
@@ -95,17 +102,18 @@ def check(tx: Tx, email: Email, now: datetime, limits: Limits) -> None:
             held = _move(
                 tx, email.workspace_id, _search(marketing_of=[domain.id]), False, "stop", now
             )
-            meta = {**_evidence(counts), "held": held.recipients}
+            meta = {**_evidence(counts), "stop_rate": limits.stop_rate, "held": held.recipients}
             change = Change("domain.marketing_stopped", domain.name, domain.id, meta)
             record(tx, email.workspace_id, ACTOR, change, now)
             data = {"domain_id": domain.id, "domain": domain.name, **meta}
             outbox.queue_sender_event(tx, email.workspace_id, change.action, data, now)
-    if counts.complained > limits.pause_rate * counts.delivered:
+    pause_rate = limits.pause_rate if counts.pause_rate is None else counts.pause_rate
+    if counts.complained > pause_rate * counts.delivered:
         for broadcast in broadcasts.pausable(tx, email.workspace_id, email.domain_id):
             only = _search(broadcasts=[broadcast.id])
             held = _move(tx, email.workspace_id, only, False, "pause", now)
             broadcasts.set_paused(tx, broadcast.id, REASON, "paused", now)
-            meta = {**_evidence(counts), "held": held.recipients}
+            meta = {**_evidence(counts), "pause_rate": pause_rate, "held": held.recipients}
             change = Change("broadcast.paused", broadcast.name, broadcast.id, meta)
             record(tx, email.workspace_id, ACTOR, change, now)
             data = {"broadcast_id": broadcast.id, "domain_id": broadcast.domain_id, **meta}
@@ -165,3 +173,48 @@ async def resume_marketing(rt: Runtime, who: Principal, domain_id: str) -> Domai
     """Let the domain's mail that offers unsubscribe go again, releasing what was held."""
     resumed: Domain = await rt.db.write(_resume_marketing, who, domain_id, rt.clock.now())
     return resumed
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a workspace sees of the guard: its pause rate, and the limits it cannot change."""
+
+    pause_rate: float
+    default_pause_rate: float
+    pause_rate_bounds: tuple[float, float]
+    stop_rate: float
+    min_deliveries: int
+    window_days: int
+
+
+def _settings(limits: Limits, own: float | None) -> Settings:
+    return Settings(
+        pause_rate=PAUSE_RATE if own is None else own,
+        default_pause_rate=PAUSE_RATE,
+        pause_rate_bounds=PAUSE_RATE_BOUNDS,
+        stop_rate=limits.stop_rate,
+        min_deliveries=limits.min_deliveries,
+        window_days=WINDOW.days,
+    )
+
+
+async def settings(rt: Runtime, who: Principal) -> Settings:
+    own = await rt.db.read(complaint_rates.pause_rate, who.workspace_id)
+    return _settings(rt.complaint_limits, own)
+
+
+def _set_pause_rate(tx: Tx, who: Principal, rate: float | None, now: datetime) -> None:
+    complaint_rates.set_pause_rate(tx, who.workspace_id, rate)
+    meta = {"pause_rate": rate}
+    change = Change("complaint_guard.updated", "complaint-rate guard", None, meta)
+    record(tx, who.workspace_id, who.user_email, change, now)
+
+
+async def set_pause_rate(rt: Runtime, who: Principal, rate: float | None) -> Settings:
+    """Set the workspace's pause rate (None: back to the default), within the bounds (422)."""
+    low, high = PAUSE_RATE_BOUNDS
+    if rate is not None and not low <= rate <= high:
+        message = f"pause_rate must be between {low} and {high} (a fraction: 0.001 is 0.1%)"
+        raise Unprocessable(message, errors=[{"loc": ["body", "pause_rate"], "msg": message}])
+    await rt.db.write(_set_pause_rate, who, rate, rt.clock.now())
+    return _settings(rt.complaint_limits, rate)

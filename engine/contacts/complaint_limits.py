@@ -16,7 +16,10 @@ from datetime import timedelta
 from storage.domains import Domain
 
 WINDOW = timedelta(days=30)
-PAUSE_RATE = 0.001  # above it, the domain's broadcasts pause
+PAUSE_RATE = 0.001  # above it, the domain's broadcasts pause (a workspace may choose its own)
+# The pause rates a workspace may choose: stricter than the default down to 0.05%, never
+# laxer than the stop rate (a pause after the stop would pause nothing).
+PAUSE_RATE_BOUNDS = (0.0005, 0.003)
 STOP_RATE = 0.003  # above it, the domain's mail that offers unsubscribe stops
 DEFAULT_MIN_DELIVERIES = 1_000
 
