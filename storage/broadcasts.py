@@ -8,6 +8,7 @@ for broadcasts with a start time; `in_flight_for_domain` treats it like `sending
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -150,14 +151,15 @@ def in_flight_for_domain(tx: Tx, workspace_id: str, domain_id: str) -> list[Broa
     return [_broadcast(row) for row in rows]
 
 
-def pausable(tx: Tx, workspace_id: str, domain_id: str) -> list[Broadcast]:
-    """The domain's broadcasts that still have mail waiting to go, oldest first."""
+def pausable(tx: Tx, workspace_id: str, domain_id: str, waiting: Sequence[str]) -> list[Broadcast]:
+    """The domain's broadcasts with recipients in a `waiting` status, oldest first."""
+    states = {f"s{i}": status for i, status in enumerate(waiting)}
     rows = tx.all(
         "SELECT * FROM broadcasts b WHERE workspace_id = :ws AND domain_id = :domain"
         " AND status IN ('sending', 'sent') AND EXISTS (SELECT 1 FROM emails e"
         " JOIN email_recipients r ON r.email_id = e.id WHERE e.broadcast_id = b.id"
-        " AND r.status IN ('queued', 'deferred')) ORDER BY created_at, id",
-        {"ws": workspace_id, "domain": domain_id},
+        f" AND r.status IN ({', '.join(f':{name}' for name in states)})) ORDER BY created_at, id",
+        {"ws": workspace_id, "domain": domain_id, **states},
     )
     return [_broadcast(row) for row in rows]
 

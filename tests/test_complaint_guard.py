@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from engine.webhooks import outbox
+from postroom import config
 from postroom.service import serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
@@ -218,3 +220,11 @@ async def test_the_pause_rate_is_the_workspaces_own_within_the_bounds(service: S
     back = await account.client.put(GUARD, json={"pause_rate": None})
     assert back.status_code == 200 and back.json()["pause_rate"] == 0.001
     assert (await _activity(account)).count("complaint_guard.updated") == 2
+
+
+def test_the_minimum_volume_is_a_whole_number_of_at_least_one() -> None:
+    assert config.load({"POSTROOM_COMPLAINT_MIN_DELIVERIES": "250"}).complaint_min_deliveries == 250
+    assert config.load({}).complaint_min_deliveries == 1000
+    for bad in ("0", "-5", "1.5", "many", ""):
+        with pytest.raises(config.SettingsError, match="COMPLAINT_MIN_DELIVERIES"):
+            config.load({"POSTROOM_COMPLAINT_MIN_DELIVERIES": bad})

@@ -109,7 +109,9 @@ def check(tx: Tx, email: Email, now: datetime, limits: Limits) -> None:
             outbox.queue_sender_event(tx, email.workspace_id, change.action, data, now)
     pause_rate = limits.pause_rate if counts.pause_rate is None else counts.pause_rate
     if counts.complained > pause_rate * counts.delivered:
-        for broadcast in broadcasts.pausable(tx, email.workspace_id, email.domain_id):
+        for broadcast in broadcasts.pausable(
+            tx, email.workspace_id, email.domain_id, statuses.WAITING
+        ):
             only = _search(broadcasts=[broadcast.id])
             held = _move(tx, email.workspace_id, only, False, "pause", now)
             broadcasts.set_paused(tx, broadcast.id, REASON, "paused", now)
