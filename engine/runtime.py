@@ -15,6 +15,7 @@ import dns.asyncresolver
 from engine.accounts.key_cache import KeyCache
 from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
+from engine.contacts.complaint_limits import Limits
 from engine.delivery.policies import Caps
 from engine.faults import FaultLog
 from engine.message_memory import MessageMemory
@@ -61,6 +62,8 @@ class Runtime:
     # what domains' SPF records are evaluated for and told to add (engine/domains/spf.py).
     sending_addresses: tuple[str, ...] = ()
     spf_include: str | None = None
+    # POSTROOM_COMPLAINT_MIN_DELIVERIES: the complaint-rate guard's limits.
+    complaint_limits: Limits = field(default_factory=Limits)
 
     @property
     def usage_shard(self) -> int:

@@ -56,6 +56,9 @@ DEFAULTS: dict[str, str] = {
     "delivery_max_per_minute": "",
     "delivery_max_per_hour": "",
     "delivery_max_per_day": "",
+    # Recipients delivered in 30 days before a domain's complaint rate pauses or stops its
+    # mail (engine/contacts/complaint_limits.py).
+    "complaint_min_deliveries": "1000",
 }
 
 
@@ -91,6 +94,7 @@ class Settings:
     drain_seconds: float = 30.0  # a clean stop's bound on the transactions under way
     sending_addresses: tuple[str, ...] = ()  # empty: the addresses of smtp_host
     spf_include: str | None = None  # the SPF record owners include, when the operator has one
+    complaint_min_deliveries: int = 1000  # before a complaint rate counts
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -111,6 +115,12 @@ def parse_address(name: str, value: str) -> Address:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, _port(name, port, value)
+
+
+def _count(name: str, value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise _fail(name, "a whole number of at least 1", value)
+    return int(value)
 
 
 def _flag(name: str, value: str) -> bool:
@@ -285,4 +295,7 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         drain_seconds=_seconds("drain_seconds", raw["drain_seconds"], 600),
         sending_addresses=_sending_addresses(raw["sending_addresses"]),
         spf_include=_spf_include(raw["spf_include"]),
+        complaint_min_deliveries=_count(
+            "complaint_min_deliveries", raw["complaint_min_deliveries"]
+        ),
     )

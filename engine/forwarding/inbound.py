@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from engine.contacts.complaint_limits import Limits
 from engine.forwarding import authentication, feedback, postmaster, unsubscribe_mail
 from engine.mail import forwarding, reports, trace
 from engine.mail.addresses import email_id_from_bounce_address
@@ -66,16 +67,19 @@ def _store(
     unsubscribes: list[unsubscribe_mail.Request],
     to_postmaster: postmaster.Arrival | None,
     now: datetime,
+    limits: Limits,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
     unsubscribe_mail.record(tx, unsubscribes, now)
     bounce_ids = {i for i in map(email_id_from_bounce_address, recipients) if i is not None}
     if report is not None:
         for email in emails.by_ids(tx, sorted(bounce_ids)).values():
-            feedback.record(tx, email, report, now)
+            feedback.record(tx, email, report, now, limits)
     rules = forwards.active_by_sources(tx, recipients)
     if to_postmaster is not None:
-        postmaster.store(tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now)
+        postmaster.store(
+            tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now, limits
+        )
     jobs = _jobs(rules, data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
@@ -104,5 +108,13 @@ async def receive(
     unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
     to_postmaster = postmaster.read(recipients, data)
     await rt.db.write(
-        _store, envelope_from, recipients, data, report, unsubscribes, to_postmaster, rt.clock.now()
+        _store,
+        envelope_from,
+        recipients,
+        data,
+        report,
+        unsubscribes,
+        to_postmaster,
+        rt.clock.now(),
+        rt.complaint_limits,
     )
