@@ -4,8 +4,8 @@ with a real SMTP sink whose certificate does or does not match the MX name."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -14,7 +14,6 @@ import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.delivery import mta_sts
-from postroom.service import serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
@@ -39,32 +38,6 @@ def _publish(dns_server: DnsServer, domain: str, policy_id: str) -> None:
     dns_server.set(f"mta-sts.{domain}", "A", ["127.0.0.1"])
 
 
-@asynccontextmanager
-async def _service(
-    database_url: str,
-    dns_server: DnsServer,
-    sink: SmtpSink,
-    policy_server: HttpsReceiver,
-    tls_ca: TlsAuthority,
-    clock: trio.testing.MockClock,
-) -> AsyncIterator[Service]:
-    settings = harness.test_settings(
-        database_url,
-        dns_server,
-        delivery_port=str(sink.port),
-        mta_sts_port=str(policy_server.port),
-        extra_ca_file=str(tls_ca.ca_file),  # trusts the policy server and the MX certificates
-    )
-    async with trio.open_nursery() as nursery:
-        running = await nursery.start(serve, settings)
-        service = Service(running, clock)
-        try:
-            yield service
-        finally:
-            await service.aclose()
-            running.stop()
-
-
 @pytest.fixture
 async def policy_server(nursery: trio.Nursery, tls_ca: TlsAuthority) -> HttpsReceiver:
     """An HTTPS server with a certificate for the policy hosts of the test domains."""
@@ -76,15 +49,48 @@ async def policy_server(nursery: trio.Nursery, tls_ca: TlsAuthority) -> HttpsRec
     return server
 
 
-async def _sink(nursery: trio.Nursery, tls_ca: TlsAuthority, *names: str) -> SmtpSink:
-    """A sink offering STARTTLS with a certificate for `names` (none: no STARTTLS)."""
-    context = None
-    if names:
-        context = tls_ca.server_context()
-        tls_ca.ca.issue_cert(*names).configure_cert(context)
-    sink = SmtpSink(context)
-    await nursery.start(sink.run)
-    return sink
+@dataclass
+class _Loopback:
+    """The peers of a test on loopback, and the service started against them."""
+
+    nursery: trio.Nursery
+    database_url: str
+    dns: DnsServer
+    policy_server: HttpsReceiver
+    tls_ca: TlsAuthority
+    clock: trio.testing.MockClock
+
+    async def sink(self, *names: str) -> SmtpSink:
+        """A sink offering STARTTLS with a certificate for `names` (none: no STARTTLS)."""
+        context = None
+        if names:
+            context = self.tls_ca.server_context()
+            self.tls_ca.ca.issue_cert(*names).configure_cert(context)
+        sink = SmtpSink(context)
+        await self.nursery.start(sink.run)
+        return sink
+
+    def service(self, sink: SmtpSink) -> AbstractAsyncContextManager[Service]:
+        settings = harness.test_settings(
+            self.database_url,
+            self.dns,
+            delivery_port=str(sink.port),
+            mta_sts_port=str(self.policy_server.port),
+            extra_ca_file=str(self.tls_ca.ca_file),  # trusts the policy server and the MXs
+        )
+        return harness.started(self.nursery, settings, self.clock)
+
+
+@pytest.fixture
+def loopback(
+    nursery: trio.Nursery,
+    database_url: str,
+    dns_server: DnsServer,
+    policy_server: HttpsReceiver,
+    tls_ca: TlsAuthority,
+    clock: trio.testing.MockClock,
+) -> _Loopback:
+    return _Loopback(nursery, database_url, dns_server, policy_server, tls_ca, clock)
 
 
 def _events(email: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -102,17 +108,13 @@ async def _tls_counts(service: Service) -> dict[tuple[str, str], float]:
 
 
 async def test_enforce_delivers_over_verified_tls_and_fetches_the_policy_once(
-    nursery: trio.Nursery,
-    database_url: str,
-    dns_server: DnsServer,
-    policy_server: HttpsReceiver,
-    tls_ca: TlsAuthority,
-    clock: trio.testing.MockClock,
+    loopback: _Loopback,
 ) -> None:
-    sink = await _sink(nursery, tls_ca, f"mx.{DOMAIN}")
+    dns_server, policy_server = loopback.dns, loopback.policy_server
+    sink = await loopback.sink(f"mx.{DOMAIN}")
     _publish(dns_server, DOMAIN, "20261126")
     policy_server.respond(200, _policy("enforce", f"mx.{DOMAIN}"))
-    async with _service(database_url, dns_server, sink, policy_server, tls_ca, clock) as service:
+    async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
         delivered = []
         for n in range(3):  # one after the other: each a round of its own, the cache shared
@@ -135,20 +137,16 @@ async def test_enforce_delivers_over_verified_tls_and_fetches_the_policy_once(
 
 
 async def test_enforce_defers_for_a_wrong_certificate_or_an_unlisted_mx_never_in_plain_text(
-    nursery: trio.Nursery,
-    database_url: str,
-    dns_server: DnsServer,
-    policy_server: HttpsReceiver,
-    tls_ca: TlsAuthority,
-    clock: trio.testing.MockClock,
+    loopback: _Loopback,
 ) -> None:
+    dns_server, policy_server = loopback.dns, loopback.policy_server
     # The sink's certificate names the loopback addresses, not the MX host.
-    sink = await _sink(nursery, tls_ca, "localhost", "127.0.0.1")
+    sink = await loopback.sink("localhost", "127.0.0.1")
     for domain in (DOMAIN, "unlisted.example"):
         _publish(dns_server, domain, "1")
     # One policy for both: it lists only mx.customer.example.
     policy_server.respond(200, _policy("enforce", f"mx.{DOMAIN}", "*.elsewhere.example"))
-    async with _service(database_url, dns_server, sink, policy_server, tls_ca, clock) as service:
+    async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
         reasons = {}
         for domain in (DOMAIN, "unlisted.example"):
@@ -166,17 +164,13 @@ async def test_enforce_defers_for_a_wrong_certificate_or_an_unlisted_mx_never_in
 
 
 async def test_testing_delivers_and_records_and_a_new_id_is_fetched_and_enforced(
-    nursery: trio.Nursery,
-    database_url: str,
-    dns_server: DnsServer,
-    policy_server: HttpsReceiver,
-    tls_ca: TlsAuthority,
-    clock: trio.testing.MockClock,
+    loopback: _Loopback,
 ) -> None:
-    sink = await _sink(nursery, tls_ca)  # offers no STARTTLS
+    dns_server, policy_server = loopback.dns, loopback.policy_server
+    sink = await loopback.sink()  # offers no STARTTLS
     _publish(dns_server, DOMAIN, "a1")
     policy_server.respond(200, _policy("testing", f"mx.{DOMAIN}"))
-    async with _service(database_url, dns_server, sink, policy_server, tls_ca, clock) as service:
+    async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
         sent = await account.client.post("/v1/emails/", json=message(f"ann@{DOMAIN}"))
         done = await wait_for_email(
