@@ -192,6 +192,26 @@ async def test_testing_delivers_and_records_and_a_new_id_is_fetched_and_enforced
         assert len(policy_server.requests) == 2 and len(sink.messages) == 1
 
 
+async def test_a_failed_fetch_is_no_policy_and_is_not_tried_again_at_once(
+    loopback: _Loopback,
+) -> None:
+    dns_server, policy_server = loopback.dns, loopback.policy_server
+    sink = await loopback.sink(f"mx.{DOMAIN}")
+    _publish(dns_server, DOMAIN, "1")
+    policy_server.respond(404, "no policy here")
+    async with loopback.service(sink) as service:
+        account = await ready_account(service, dns_server)
+        for n in range(2):
+            sent = await account.client.post("/v1/emails/", json=message(f"u{n}@{DOMAIN}"))
+            done = await wait_for_email(
+                account, sent.json()["id"], lambda e: e["status"] == "delivered"
+            )
+            [delivered] = _events(done, "delivered")
+            assert delivered["policy"] == "opportunistic"
+            assert delivered["tls"]["verified"] is False
+        assert len(policy_server.requests) == 1  # the next try waits for FETCH_AGAIN
+
+
 def test_policy_records_and_files_are_read_as_rfc_8461_says() -> None:
     assert mta_sts.txt_id(["v=STSv1; id=20160831085700Z;"]) == "20160831085700Z"
     assert mta_sts.txt_id(["v=STSv1; id=a", "v=STSv1; id=b"]) is None  # two: none usable

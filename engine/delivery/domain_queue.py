@@ -428,6 +428,7 @@ class DomainQueue:
         self._rt = rt
         self.domain = domain
         self._tls = tls
+        self._policies = mta_sts.Policies(rt, domain)
         self._policy: mta_sts.Policy | None = None  # the domain's MTA-STS policy this round
         self._rounds_in_flight = rounds
         self._keep = keep  # hands outcomes the database did not take to the router
@@ -851,7 +852,14 @@ class DomainQueue:
         except mx.PrivateTargets as exc:
             failure = PrivateTargets(str(exc))
         else:
-            policy = await mta_sts.policy_for(rt, self.domain)
+            try:
+                policy = await self._policies.current()
+            except Exception as exc:
+                # What is sent could not be recorded: the queue drains, sending nothing.
+                if not is_outage(exc):
+                    raise
+                self._lose(exc)
+                return
             self._policy = policy
             applied = "opportunistic" if policy is None else "mta-sts"
             if any(session.peer.policy != applied for session in self._sessions):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import dns.asyncresolver
 import trio
@@ -33,6 +33,7 @@ from storage import mta_sts as stored
 
 MAX_POLICY = MAX_ANSWER  # RFC 8461 3.3: senders may refuse policies over 64 KiB
 FETCH_WITHIN = 30.0  # seconds for the whole fetch (RFC 8461 3.3: "a timeout", e.g. 60 s)
+FETCH_AGAIN = timedelta(minutes=5)  # after a failed fetch, before the next one
 MAX_AGE_LIMIT = 31_557_600  # RFC 8461 3.2: max_age is at most a year in seconds
 POLICY_PATH = "/.well-known/mta-sts.txt"
 MODES = ("enforce", "testing", "none")
@@ -160,25 +161,41 @@ async def _txt(resolver: dns.asyncresolver.Resolver, domain: str) -> str | None:
     return txt_id(await lookups.txt(resolver, f"_mta-sts.{domain}"))
 
 
-async def policy_for(rt: Runtime, domain: str) -> Policy | None:
-    """The MTA-STS policy that applies to mail for `domain` now, None for none."""
-    domain = domain.lower()
-    now = rt.clock.now()
-    cached = await rt.db.read(stored.get, domain)
-    if cached is not None and cached.expires_at <= now:
-        cached = None
-    try:
-        wanted = await _txt(rt.resolver, domain)
-    except lookups.TemporaryDnsError:
-        wanted = None  # RFC 8461 5.1: a cached policy still applies, else none
-    if wanted is not None and (cached is None or cached.policy_id != wanted):
+class Policies:
+    """The MTA-STS policy of one recipient domain, for the queue delivering to it: looked up
+    once per round (the TXT record, then the database's copy), fetched when the TXT record
+    names an id the copy lacks. A failed fetch is not tried again for `FETCH_AGAIN` (each
+    try may take `FETCH_WITHIN`); the copy, if unexpired, applies meanwhile."""
+
+    def __init__(self, rt: Runtime, domain: str) -> None:
+        self._rt = rt
+        self._domain = domain.lower()
+        self._fetch_again_at: datetime | None = None
+
+    async def current(self) -> Policy | None:
+        """The policy that applies to mail for the domain now, None for none."""
+        rt, domain = self._rt, self._domain
+        now = rt.clock.now()
+        cached = await rt.db.read(stored.get, domain)
+        if cached is not None and cached.expires_at <= now:
+            cached = None
         try:
-            mode, mx, max_age = await fetch(rt, domain)
-        except ValueError as exc:
-            log.info("MTA-STS policy of %s not fetched: %s", domain, exc)
-        else:
-            cached = stored.Cached(wanted, mode, mx, max_age, now + timedelta(seconds=max_age))
-            await rt.db.write(stored.put, domain, cached, now)
-    if cached is None or cached.mode == "none":
-        return None
-    return Policy(domain, cached.policy_id, cached.mode, cached.mx)
+            wanted = await _txt(rt.resolver, domain)
+        except lookups.TemporaryDnsError:
+            wanted = None  # RFC 8461 5.1: a cached policy still applies, else none
+        may_fetch = self._fetch_again_at is None or now >= self._fetch_again_at
+        stale = cached is None or cached.policy_id != wanted
+        if wanted is not None and stale and may_fetch:
+            try:
+                mode, mx, max_age = await fetch(rt, domain)
+            except ValueError as exc:
+                log.info("MTA-STS policy of %s not fetched: %s", domain, exc)
+                self._fetch_again_at = now + FETCH_AGAIN
+            else:
+                expires = now + timedelta(seconds=max_age)
+                cached = stored.Cached(wanted, mode, mx, max_age, expires)
+                await rt.db.write(stored.put, domain, cached, now)
+                self._fetch_again_at = None
+        if cached is None or cached.mode == "none":
+            return None
+        return Policy(domain, cached.policy_id, cached.mode, cached.mx)
