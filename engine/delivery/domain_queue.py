@@ -860,10 +860,10 @@ class DomainQueue:
                     raise
                 self._lose(exc)
                 return
+            if policy != self._policy:
+                await self._close_sessions()  # kept ones were opened under another policy
             self._policy = policy
             applied = "opportunistic" if policy is None else "mta-sts"
-            if any(session.peer.policy != applied for session in self._sessions):
-                await self._close_sessions()  # opened under another policy than the one now
             queue = deque(work)
             problems: list[Outcome] = []
             async with trio.open_nursery() as nursery:
@@ -946,7 +946,8 @@ class DomainQueue:
                     # The connection broke: this transfer waits for the next attempt; the
                     # other connections go on with the rest. A 421 that closed it is kept, for
                     # classify to read (a rate limit is a destination incident).
-                    broke = Unreachable(str(exc), getattr(exc, "reply", None))
+                    reply = getattr(exc, "reply", None)
+                    broke = Unreachable(str(exc), reply, policy=session.peer.policy)
                     for recipient in transfer.recipients:
                         outcome.settle(transfer.email, recipient, broke)
                     return
@@ -1004,6 +1005,7 @@ class DomainQueue:
         rt, policy = self._rt, self._policy
         enforced = policy is not None and policy.enforced
         applied = "opportunistic" if policy is None else "mta-sts"
+        verifying = outbound_http.tls_context(rt.extra_ca_file)  # for hosts a policy lists
         for target in targets:
             listed = policy is not None and policy.allows(target.host)
             if enforced and not listed:
@@ -1012,7 +1014,6 @@ class DomainQueue:
                 continue
             for address in target.addresses:
                 where = f"{target.host} [{address}]"
-                verifying = outbound_http.tls_context(rt.extra_ca_file)
                 tls: ssl.SSLContext | None = verifying if listed else self._tls
                 while True:
                     try:
