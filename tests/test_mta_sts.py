@@ -4,6 +4,7 @@ with a real SMTP sink whose certificate does or does not match the MX name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from engine.delivery import mta_sts
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
-from tests.harness.service import Service
+from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_sending import message, ready_account, route_mail, wait_for_email
@@ -29,13 +30,6 @@ POLICY_PATH = "/.well-known/mta-sts.txt"
 def _policy(mode: str, *mx: str, max_age: int = 86400) -> str:
     lines = ["version: STSv1", f"mode: {mode}", *(f"mx: {m}" for m in mx), f"max_age: {max_age}"]
     return "\r\n".join(lines) + "\r\n"
-
-
-def _publish(dns_server: DnsServer, domain: str, policy_id: str) -> None:
-    """The domain's MX (mx.<domain>), its `_mta-sts` TXT and its policy host, on loopback."""
-    route_mail(dns_server, domain)
-    dns_server.set(f"_mta-sts.{domain}", "TXT", [f"v=STSv1; id={policy_id}"])
-    dns_server.set(f"mta-sts.{domain}", "A", ["127.0.0.1"])
 
 
 @pytest.fixture
@@ -70,6 +64,14 @@ class _Loopback:
         await self.nursery.start(sink.run)
         return sink
 
+    def publish(self, domain: str, policy_id: str, status: int, policy: str) -> None:
+        """The domain's MX (mx.<domain>), `_mta-sts` TXT and policy host, on loopback; the
+        policy server answers every fetch with `status` and `policy`."""
+        route_mail(self.dns, domain)
+        self.dns.set(f"_mta-sts.{domain}", "TXT", [f"v=STSv1; id={policy_id}"])
+        self.dns.set(f"mta-sts.{domain}", "A", ["127.0.0.1"])
+        self.policy_server.respond(status, policy)
+
     def service(self, sink: SmtpSink) -> AbstractAsyncContextManager[Service]:
         settings = harness.test_settings(
             self.database_url,
@@ -93,6 +95,20 @@ def loopback(
     return _Loopback(nursery, database_url, dns_server, policy_server, tls_ca, clock)
 
 
+def _delivered(email: dict[str, Any]) -> bool:
+    return bool(email["status"] == "delivered")
+
+
+def _deferred(email: dict[str, Any]) -> bool:
+    return bool(_events(email, "deferred"))
+
+
+async def _send(account: Account, to: str, until: Callable[[dict[str, Any]], bool]) -> Any:
+    """Send one email to `to` and wait until `until` says so of it; its detail."""
+    sent = await account.client.post("/v1/emails/", json=message(to))
+    return await wait_for_email(account, sent.json()["id"], until)
+
+
 def _events(email: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [e["metadata"] for e in email["events"] if e["event_type"] == kind]
 
@@ -112,16 +128,12 @@ async def test_enforce_delivers_over_verified_tls_and_fetches_the_policy_once(
 ) -> None:
     dns_server, policy_server = loopback.dns, loopback.policy_server
     sink = await loopback.sink(f"mx.{DOMAIN}")
-    _publish(dns_server, DOMAIN, "20261126")
-    policy_server.respond(200, _policy("enforce", f"mx.{DOMAIN}"))
+    loopback.publish(DOMAIN, "20261126", 200, _policy("enforce", f"mx.{DOMAIN}"))
     async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
         delivered = []
         for n in range(3):  # one after the other: each a round of its own, the cache shared
-            sent = await account.client.post("/v1/emails/", json=message(f"u{n}@{DOMAIN}"))
-            done = await wait_for_email(
-                account, sent.json()["id"], lambda e: e["status"] == "delivered"
-            )
+            done = await _send(account, f"u{n}@{DOMAIN}", _delivered)
             delivered += _events(done, "delivered")
         assert len(sink.messages) == 3 and all(m.tls for m in sink.messages)
         for event in delivered:
@@ -139,21 +151,18 @@ async def test_enforce_delivers_over_verified_tls_and_fetches_the_policy_once(
 async def test_enforce_defers_for_a_wrong_certificate_or_an_unlisted_mx_never_in_plain_text(
     loopback: _Loopback,
 ) -> None:
-    dns_server, policy_server = loopback.dns, loopback.policy_server
+    dns_server = loopback.dns
     # The sink's certificate names the loopback addresses, not the MX host.
     sink = await loopback.sink("localhost", "127.0.0.1")
-    for domain in (DOMAIN, "unlisted.example"):
-        _publish(dns_server, domain, "1")
     # One policy for both: it lists only mx.customer.example.
-    policy_server.respond(200, _policy("enforce", f"mx.{DOMAIN}", "*.elsewhere.example"))
+    listing = _policy("enforce", f"mx.{DOMAIN}", "*.elsewhere.example")
+    for domain in (DOMAIN, "unlisted.example"):
+        loopback.publish(domain, "1", 200, listing)
     async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
         reasons = {}
         for domain in (DOMAIN, "unlisted.example"):
-            sent = await account.client.post("/v1/emails/", json=message(f"ann@{domain}"))
-            done = await wait_for_email(
-                account, sent.json()["id"], lambda e: bool(_events(e, "deferred"))
-            )
+            done = await _send(account, f"ann@{domain}", _deferred)
             [deferred, *_] = _events(done, "deferred")
             assert deferred["policy"] == "mta-sts" and deferred["reason"] == "tls_policy"
             reasons[domain] = deferred["response"]
@@ -168,14 +177,10 @@ async def test_testing_delivers_and_records_and_a_new_id_is_fetched_and_enforced
 ) -> None:
     dns_server, policy_server = loopback.dns, loopback.policy_server
     sink = await loopback.sink()  # offers no STARTTLS
-    _publish(dns_server, DOMAIN, "a1")
-    policy_server.respond(200, _policy("testing", f"mx.{DOMAIN}"))
+    loopback.publish(DOMAIN, "a1", 200, _policy("testing", f"mx.{DOMAIN}"))
     async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
-        sent = await account.client.post("/v1/emails/", json=message(f"ann@{DOMAIN}"))
-        done = await wait_for_email(
-            account, sent.json()["id"], lambda e: e["status"] == "delivered"
-        )
+        done = await _send(account, f"ann@{DOMAIN}", _delivered)
         [delivered] = _events(done, "delivered")
         assert delivered["policy"] == "mta-sts" and delivered["tls"] is None
         assert (await _tls_counts(service))[("mta-sts", "plaintext")] == 1
@@ -183,10 +188,7 @@ async def test_testing_delivers_and_records_and_a_new_id_is_fetched_and_enforced
         # The domain publishes a new id: the policy is fetched again, and now it enforces.
         dns_server.set(f"_mta-sts.{DOMAIN}", "TXT", ["v=STSv1; id=b2"])
         policy_server.respond(200, _policy("enforce", f"mx.{DOMAIN}"))
-        sent = await account.client.post("/v1/emails/", json=message(f"bob@{DOMAIN}"))
-        done = await wait_for_email(
-            account, sent.json()["id"], lambda e: bool(_events(e, "deferred"))
-        )
+        done = await _send(account, f"bob@{DOMAIN}", _deferred)
         [deferred, *_] = _events(done, "deferred")
         assert deferred["reason"] == "tls_policy" and "did not start TLS" in deferred["response"]
         assert len(policy_server.requests) == 2 and len(sink.messages) == 1
@@ -197,15 +199,11 @@ async def test_a_failed_fetch_is_no_policy_and_is_not_tried_again_at_once(
 ) -> None:
     dns_server, policy_server = loopback.dns, loopback.policy_server
     sink = await loopback.sink(f"mx.{DOMAIN}")
-    _publish(dns_server, DOMAIN, "1")
-    policy_server.respond(404, "no policy here")
+    loopback.publish(DOMAIN, "1", 404, "no policy here")
     async with loopback.service(sink) as service:
         account = await ready_account(service, dns_server)
         for n in range(2):
-            sent = await account.client.post("/v1/emails/", json=message(f"u{n}@{DOMAIN}"))
-            done = await wait_for_email(
-                account, sent.json()["id"], lambda e: e["status"] == "delivered"
-            )
+            done = await _send(account, f"u{n}@{DOMAIN}", _delivered)
             [delivered] = _events(done, "delivered")
             assert delivered["policy"] == "opportunistic"
             assert delivered["tls"]["verified"] is False
