@@ -36,6 +36,7 @@ DEFAULTS: dict[str, str] = {
     # told to add `a:<smtp_host>` (or the sending addresses themselves, when set).
     "spf_include": "",
     "delivery_port": "25",
+    "mta_sts_port": "443",  # for tests: where MTA-STS policies are fetched (as delivery_port)
     "tls_cert": "",
     "tls_key": "",
     "extra_ca_file": "",
@@ -79,6 +80,7 @@ class Settings:
     public_url: str
     dns_servers: list[Address] | None
     delivery_port: int
+    mta_sts_port: int
     tls_cert: Path | None
     tls_key: Path | None
     extra_ca_file: Path | None
@@ -280,6 +282,7 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         public_url=_public_url(raw["public_url"]),
         dns_servers=dns_servers or None,
         delivery_port=_port("delivery_port", raw["delivery_port"], raw["delivery_port"]),
+        mta_sts_port=_port("mta_sts_port", raw["mta_sts_port"], raw["mta_sts_port"]),
         tls_cert=tls_cert,
         tls_key=tls_key,
         extra_ca_file=_file("extra_ca_file", raw["extra_ca_file"]),

@@ -43,6 +43,8 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         key_cache=key_cache,
         wakeups=WakeupHub(key_cache),
         delivery_port=settings.delivery_port,
+        mta_sts_port=settings.mta_sts_port,
+        extra_ca_file=settings.extra_ca_file,
         allow_private_targets=settings.allow_private_targets,
         system_from=settings.system_from,
         node=nodes.new_node_id(),
