@@ -138,7 +138,10 @@ def _in_caller_context(unit: Callable[..., T]) -> Callable[..., T]:
     together = getattr(unit, "together", None)
     if together is not None:  # it runs with its batch's other calls, in no caller's context
         return unit
-    return partial(contextvars.copy_context().run, unit)
+    wrapped = partial(contextvars.copy_context().run, unit)
+    if getattr(unit, "one_snapshot", False):  # storage/engines.py `in_one_snapshot`: kept
+        wrapped.one_snapshot = True  # type: ignore[attr-defined]
+    return wrapped
 
 
 class Database:

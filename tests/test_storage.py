@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from storage import emails, migrations
 from storage.codec import new_id, parse_timestamp, timestamp
 from storage.database import Database, open_database
-from storage.engines import runs_together
+from storage.engines import in_one_snapshot, runs_together
 from storage.tx import Tx, to_pyformat
 
 
@@ -333,3 +333,34 @@ async def test_large_values_are_stored_in_pieces_byte_for_byte(database_url: str
         assert await db.read(_blob, "a") == large[0]
         assert await db.read(_blob, "b") == large[1]
         assert await db.read(_blob, "c") == large[0][::-1]
+
+
+@in_one_snapshot
+def _rows_and_total(tx: Tx, pause: threading.Event, go_on: threading.Event) -> tuple[int, int]:
+    rows = len(tx.all("SELECT id FROM notes"))
+    pause.set()  # another connection inserts a row now
+    go_on.wait(10)
+    return rows, int(tx.value("SELECT COUNT(*) FROM notes"))
+
+
+async def test_a_unit_marked_in_one_snapshot_sees_no_write_between_its_statements(
+    postgres_url: str,
+) -> None:
+    """Rows and their total (a paged read) agree although a write commits between the two
+    statements: the unit reads one REPEATABLE READ snapshot on PostgreSQL."""
+    pause, go_on = threading.Event(), threading.Event()
+    async with open_database(postgres_url) as db:
+        await db.transaction(_create_table)
+        await db.write(_insert, 1, "one")
+        async with trio.open_nursery() as nursery:
+            seen: list[tuple[int, int]] = []
+
+            async def read() -> None:
+                seen.append(await db.read(_rows_and_total, pause, go_on))
+
+            nursery.start_soon(read)
+            await trio.to_thread.run_sync(pause.wait, 10)
+            async with open_database(postgres_url) as other:
+                await other.write(_insert, 2, "two")
+            go_on.set()
+        assert seen == [(1, 1)]
