@@ -3,14 +3,16 @@
 The server is never an open relay: a recipient is accepted only when it is an active
 forward's source address, the bounce address (on any domain: the sending domain or its
 bounce domain) or mailto: unsubscribe address (engine/forwarding/unsubscribe_mail.py) of an
-email this service sent, or postmaster@ / abuse@ of a domain the service serves
-(engine/forwarding/postmaster.py). `receive` returns only once the message's work is
-committed (the listener answers 250 after it): forwarded mail is stored, under our
-`Received:` and `Authentication-Results:` fields (engine/forwarding/authentication.py), with
-one job per destination and the forwarder is woken; a delivery report or complaint sent to a
-bounce address is recorded against its email, and mail to postmaster@ / abuse@ is recorded
-or kept (`postmaster.store`), in the same transaction. Rules are read from the database on
-every call, so a forward created, changed or deleted takes effect at once on every node.
+email this service sent, or postmaster@ / abuse@ (engine/forwarding/postmaster.py) or dmarc@
+(engine/forwarding/dmarc_reports.py) of a domain the service serves. `receive` returns only
+once the message's work is committed (the listener answers 250 after it): forwarded mail is
+stored, under our `Received:` and `Authentication-Results:` fields
+(engine/forwarding/authentication.py), with one job per destination and the forwarder is
+woken; a delivery report or complaint sent to a bounce address is recorded against its
+email, and mail to postmaster@ / abuse@ is recorded or kept (`postmaster.store`), and a
+DMARC aggregate report sent to dmarc@ is stored (engine/forwarding/dmarc_reports.py), in the
+same transaction. Rules are read from the database on every call, so a forward created,
+changed or deleted takes effect at once on every node.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.forwarding import authentication, feedback, postmaster, unsubscribe_mail
+from engine.forwarding import (
+    authentication,
+    dmarc_reports,
+    feedback,
+    postmaster,
+    unsubscribe_mail,
+)
 from engine.mail import forwarding, reports, trace
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
@@ -41,6 +49,9 @@ async def accepts(rt: Runtime, address: str) -> bool:
         return bool(await rt.db.read(emails.by_ids, [email_id]))
     if await rt.db.read(forwards.active_by_sources, [address]):
         return True
+    to_dmarc = await dmarc_reports.accepts(rt, address)
+    if to_dmarc is not None:
+        return to_dmarc
     return await postmaster.accepts(rt, address)
 
 
@@ -65,6 +76,7 @@ def _store(
     report: reports.Report | None,
     unsubscribes: list[unsubscribe_mail.Request],
     to_postmaster: postmaster.Arrival | None,
+    dmarc: dmarc_reports.Arrival | None,
     now: datetime,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
@@ -76,6 +88,8 @@ def _store(
     rules = forwards.active_by_sources(tx, recipients)
     if to_postmaster is not None:
         postmaster.store(tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now)
+    if dmarc is not None:
+        dmarc_reports.store(tx, dmarc, {r.source_email for r in rules}, now)
     jobs = _jobs(rules, data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
@@ -84,8 +98,11 @@ def _store(
 
 def stamps(recipients: list[str]) -> bool:
     """Whether a message to these recipients is kept under our trace and results: when it
-    is mail for a forward (a report to a bounce address is read, not sent on)."""
-    return not all(email_id_from_bounce_address(_clean(r)) for r in recipients)
+    is mail for a forward (a report to a bounce address or dmarc@ is read, not sent on)."""
+    return not all(
+        email_id_from_bounce_address(c) or dmarc_reports.report_domain(c)
+        for c in map(_clean, recipients)
+    )
 
 
 async def receive(
@@ -103,6 +120,15 @@ async def receive(
         )
     unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
     to_postmaster = postmaster.read(recipients, data)
+    dmarc = dmarc_reports.read(recipients, data)
     await rt.db.write(
-        _store, envelope_from, recipients, data, report, unsubscribes, to_postmaster, rt.clock.now()
+        _store,
+        envelope_from,
+        recipients,
+        data,
+        report,
+        unsubscribes,
+        to_postmaster,
+        dmarc,
+        rt.clock.now(),
     )
