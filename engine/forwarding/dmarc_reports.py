@@ -50,7 +50,9 @@ MAX_RECORDS = 50_000  # rows of one report
 _CHUNK = 64 * 1024
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # messages in one row: more is no real report
-RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}  # days of reports a range covers
+# Days before today a range reaches back: a report covers a whole UTC day and arrives the
+# day after, so `24h` holds yesterday's reports (and any of today's).
+RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}
 _ZIP_TYPES = frozenset({"application/zip", "application/x-zip-compressed", "application/x-zip"})
 _GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/gzip-compressed"})
 _XML_TYPES = frozenset({"text/xml", "application/xml"})
