@@ -1,7 +1,8 @@
 """The rows of DMARC aggregate reports received for a workspace's domains.
 
 Every read is scoped by workspace and domain. A report is kept once per domain: `replace`
-deletes the rows an earlier copy of the same report (organisation and report id) left.
+deletes the rows an earlier copy of the same report (organisation and report id) left, and
+the domain's rows of days before `kept_since`, so a domain holds its recent reports only.
 """
 
 from __future__ import annotations
@@ -36,9 +37,19 @@ _FIELDS = (
 
 
 def replace(
-    tx: Tx, workspace_id: str, domain_id: str, records: Sequence[Record], now: datetime
+    tx: Tx,
+    workspace_id: str,
+    domain_id: str,
+    records: Sequence[Record],
+    kept_since: date,
+    now: datetime,
 ) -> None:
-    """Store one report's rows for a domain, in place of an earlier copy of that report."""
+    """Store one report's rows for a domain, in place of an earlier copy of that report;
+    the domain's rows older than `kept_since` go."""
+    tx.execute(
+        "DELETE FROM dmarc_records WHERE workspace_id = :ws AND domain_id = :domain AND day < :day",
+        {"ws": workspace_id, "domain": domain_id, "day": kept_since.isoformat()},
+    )
     for org_name, report_id in sorted({(r.org_name, r.report_id) for r in records}):
         tx.execute(
             "DELETE FROM dmarc_records WHERE workspace_id = :ws AND domain_id = :domain"
@@ -66,6 +77,7 @@ def replace(
                 "spf": r.spf_pass,
             }
             for r in records
+            if r.day >= kept_since
         ],
     )
 

@@ -175,6 +175,11 @@ async def test_reports_from_google_microsoft_and_yahoo_are_summed_per_source(
     ]
     month = (await account.client.get(path, params={"range": "30d"})).json()
     assert (month["reports"], month["messages"]) == (4, 197)
+    # Older than the longest range (90 days): taken, but not kept.
+    ancient = yahoo(day - timedelta(days=100), report_id="1755561600.7")
+    assert (await send(service, ancient))[0] == 250
+    quarter = (await account.client.get(path, params={"range": "90d"})).json()
+    assert (quarter["reports"], quarter["messages"]) == (4, 197)
     default = (await account.client.get(path)).json()
     assert (default["range"], default["messages"]) == ("7d", 181)
 

@@ -14,7 +14,8 @@ XML (Yahoo). Unpacking is bounded: compressed data is inflated a chunk at a time
 zip may hold at most `MAX_ZIP_MEMBERS` files. The XML is parsed by defusedxml (no entities,
 no external references). A report about a domain the address does not serve, or one that is
 no report, is refused (550) so its sender learns at once; a report sent again replaces the
-copy stored before (storage/dmarc_reports.py).
+copy stored before, and a domain keeps the reports of its last `KEPT_DAYS` days
+(storage/dmarc_reports.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _MAX_COUNT = 2**53  # messages in one row: more is no real report
 # Days before today a range reaches back: a report covers a whole UTC day and arrives the
 # day after, so `24h` holds yesterday's reports (and any of today's).
 RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}
+KEPT_DAYS = max(RANGES.values())  # a domain's reports of older days are deleted
 _ZIP_TYPES = frozenset({"application/zip", "application/x-zip-compressed", "application/x-zip"})
 _GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/gzip-compressed"})
 _XML_TYPES = frozenset({"text/xml", "application/xml"})
@@ -252,6 +254,7 @@ def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -
     domain it was sent to; in the caller's transaction. InvalidRequest when a report is
     about no domain its address serves."""
     stored: set[int] = set()
+    kept_since = now.astimezone(UTC).date() - timedelta(days=KEPT_DAYS)
     for recipient in arrival.recipients:
         if recipient in forwarded:
             stored.update(range(len(arrival.reports)))  # a forward took it: not ours to read
@@ -259,7 +262,9 @@ def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -
         for owner in postmaster.owners(tx, report_domain(recipient) or ""):
             for index, report in enumerate(arrival.reports):
                 if _about(report, owner.name):
-                    dmarc_reports.replace(tx, owner.workspace_id, owner.id, report.records, now)
+                    dmarc_reports.replace(
+                        tx, owner.workspace_id, owner.id, report.records, kept_since, now
+                    )
                     stored.add(index)
     missed = sorted({r.policy_domain for i, r in enumerate(arrival.reports) if i not in stored})
     if missed:
