@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from engine.forwarding import dmarc_reports
+from engine.forwarding import report_files
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Service
 from tests.test_bounce_domain import BOUNCE_DOMAIN, with_bounce_domain
@@ -34,7 +34,7 @@ from tests.test_sending import SENDING_DOMAIN
 FIXTURES = Path(__file__).parent / "dmarc_reports"
 POSTROOM_IP = "192.0.2.10"  # the service's sending address, through POSTROOM_SMTP_HOST's A
 RUA = f"dmarc@{BOUNCE_DOMAIN}"
-BOMB_MIB = 256  # unpacked; far past the cap (dmarc_reports.MAX_XML_OCTETS)
+BOMB_MIB = 256  # unpacked; far past the cap (report_files.MAX_OCTETS)
 
 
 def dated(name: str, day: datetime) -> bytes:
@@ -262,7 +262,7 @@ async def test_a_zip_bomb_and_a_gzip_bomb_are_refused_with_flat_memory(
         "zip": report_mail("g", "a@g.example", _zip_of_zeros(BOMB_MIB), "application/zip", "b.zip"),
         "gzip": report_mail("m", "a@m.example", _zeros(BOMB_MIB), "application/gzip", "b.xml.gz"),
     }
-    cap_mib = dmarc_reports.MAX_XML_OCTETS // (1024 * 1024)
+    cap_mib = report_files.MAX_OCTETS // (1024 * 1024)
     for kind, data in bombs.items():
         assert len(data) < 1024 * 1024  # under a MiB mailed, 256 MiB unpacked
         tracemalloc.start()

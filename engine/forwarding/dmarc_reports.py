@@ -9,9 +9,8 @@ for postmaster@: engine/forwarding/postmaster.py). Its hook (engine/forwarding/i
 `accepts` at RCPT, `read` before the message's unit of work, `store` inside it.
 
 A report comes as an attachment (or the body): zip (Google), gzip (Microsoft, Yahoo) or plain
-XML (Yahoo). Unpacking is bounded: compressed data is inflated a chunk at a time and refused
-(552) once it passes `MAX_XML_OCTETS`, so a zip or gzip bomb never lands in memory whole; a
-zip may hold at most `MAX_ZIP_MEMBERS` files. The XML is parsed by defusedxml (no entities,
+XML (Yahoo), unpacked with hard limits (engine/forwarding/report_files.py: a zip or gzip
+bomb is refused, never inflated whole). The XML is parsed by defusedxml (no entities,
 no external references). A report about a domain the address does not serve, or one that is
 no report, is refused (550) so its sender learns at once; a report sent again replaces the
 copy stored before, and a domain keeps the reports of its last `KEPT_DAYS` days
@@ -20,43 +19,31 @@ copy stored before, and a domain keeps the reports of its last `KEPT_DAYS` days
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
-import io
 import ipaddress
-import zipfile
-import zlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from email.message import EmailMessage
-from typing import IO
 from xml.etree.ElementTree import Element
 
 import defusedxml.ElementTree
 from defusedxml import DefusedXmlException
 
 from engine.domains.spf import sending_addresses
-from engine.errors import InvalidRequest, NotFound, PayloadTooLarge
-from engine.forwarding import postmaster
+from engine.errors import InvalidRequest, NotFound
+from engine.forwarding import postmaster, report_files
 from engine.runtime import Principal, Runtime
 from storage import dmarc_reports, domains
 from storage.dmarc_reports import Record
 from storage.tx import Tx
 
 LOCAL_PART = "dmarc"
-MAX_XML_OCTETS = 16 * 1024 * 1024  # of one report, unpacked (a large sender's day: a few MB)
-MAX_ZIP_MEMBERS = 4
 MAX_RECORDS = 50_000  # rows of one report
-_CHUNK = 64 * 1024
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # messages in one row: more is no real report
 # Days before today a range reaches back: a report covers a whole UTC day and arrives the
 # day after, so `24h` holds yesterday's reports (and any of today's).
 RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}
 KEPT_DAYS = max(RANGES.values())  # a domain's reports of older days are deleted
-_ZIP_TYPES = frozenset({"application/zip", "application/x-zip-compressed", "application/x-zip"})
-_GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/gzip-compressed"})
 _XML_TYPES = frozenset({"text/xml", "application/xml"})
 
 
@@ -86,81 +73,6 @@ class Report:
 class Arrival:
     recipients: tuple[str, ...]  # its dmarc@ addresses
     reports: tuple[Report, ...]
-
-
-def _too_large() -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"a DMARC report unpacks to more than {MAX_XML_OCTETS // (1024 * 1024)} MiB: refused"
-    )
-
-
-def _capped(chunks: Iterator[bytes]) -> bytes:
-    out = bytearray()
-    for chunk in chunks:
-        out += chunk
-        if len(out) > MAX_XML_OCTETS:
-            raise _too_large()
-    return bytes(out)
-
-
-def _gunzip_chunks(data: bytes) -> Iterator[bytes]:
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
-    pending = data
-    try:
-        while not inflater.eof:
-            chunk = inflater.decompress(pending, _CHUNK)
-            pending = inflater.unconsumed_tail
-            if not chunk and not pending:
-                raise InvalidRequest("the gzip'd DMARC report is cut short")
-            yield chunk
-    except zlib.error as error:
-        raise InvalidRequest(f"the gzip'd DMARC report is damaged: {error}") from None
-
-
-def _read_chunks(stream: IO[bytes]) -> Iterator[bytes]:
-    while chunk := stream.read(_CHUNK):
-        yield chunk
-
-
-def _unzip(data: bytes) -> list[bytes]:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = [m for m in archive.infolist() if not m.is_dir()]
-            if not members or len(members) > MAX_ZIP_MEMBERS:
-                raise InvalidRequest(
-                    f"a zipped DMARC report holds 1 to {MAX_ZIP_MEMBERS} files, not {len(members)}"
-                )
-            unpacked = []
-            for member in members:
-                if member.file_size > MAX_XML_OCTETS:  # declared: refused before inflating
-                    raise _too_large()
-                with archive.open(member) as stream:  # the declared size may lie: capped
-                    unpacked.append(_capped(_read_chunks(stream)))
-            return unpacked
-    except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError) as error:
-        raise InvalidRequest(f"the zipped DMARC report is damaged: {error}") from None
-
-
-def _documents(message: EmailMessage) -> list[bytes]:
-    """The XML documents a message carries, unpacked: each zip, gzip or XML part."""
-    found: list[bytes] = []
-    for part in message.walk():
-        if part.is_multipart():
-            continue
-        payload = part.get_payload(decode=True)
-        if not isinstance(payload, bytes):
-            continue
-        kind = part.get_content_type()
-        name = (part.get_filename() or "").lower()
-        if payload.startswith(b"PK\x03\x04") or kind in _ZIP_TYPES or name.endswith(".zip"):
-            found.extend(_unzip(payload))
-        elif payload.startswith(b"\x1f\x8b") or kind in _GZIP_TYPES or name.endswith(".gz"):
-            found.append(_capped(_gunzip_chunks(payload)))
-        elif kind in _XML_TYPES or name.endswith(".xml") or payload.lstrip().startswith(b"<?xml"):
-            if len(payload) > MAX_XML_OCTETS:
-                raise _too_large()
-            found.append(payload)
-    return found
 
 
 def _text(element: Element | None, path: str) -> str:
@@ -236,9 +148,7 @@ def read(recipients: Sequence[str], data: bytes) -> Arrival | None:
     addressed = tuple(r for r in recipients if report_domain(r) is not None)
     if not addressed:
         return None
-    message = email.parser.BytesParser(policy=email.policy.default).parsebytes(data)
-    assert isinstance(message, EmailMessage)  # the default policy's message class
-    documents = _documents(message)
+    documents = report_files.documents(data, _XML_TYPES, ".xml", b"<?xml")
     if not documents:
         raise InvalidRequest("the message carries no DMARC aggregate report (zip, gzip or XML)")
     return Arrival(addressed, tuple(parse(d) for d in documents))
