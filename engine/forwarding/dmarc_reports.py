@@ -13,7 +13,7 @@ XML (Yahoo), unpacked with hard limits (engine/forwarding/report_files.py: a zip
 bomb is refused, never inflated whole). The XML is parsed by defusedxml (no entities,
 no external references). A report about a domain the address does not serve, or one that is
 no report, is refused (550) so its sender learns at once; a report sent again replaces the
-copy stored before, and a domain keeps the reports of its last `KEPT_DAYS` days
+copy stored before, and a domain keeps the reports of its last `report_files.KEPT_DAYS` days
 (storage/dmarc_reports.py).
 """
 
@@ -40,27 +40,17 @@ LOCAL_PART = "dmarc"
 MAX_RECORDS = 50_000  # rows of one report
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # messages in one row: more is no real report
-# Days before today a range reaches back: a report covers a whole UTC day and arrives the
-# day after, so `24h` holds yesterday's reports (and any of today's).
-RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}
-KEPT_DAYS = max(RANGES.values())  # a domain's reports of older days are deleted
 _XML_TYPES = frozenset({"text/xml", "application/xml"})
 
 
 def report_domain(address: str) -> str | None:
     """The domain of a dmarc@ address (lower case), else None."""
-    local, at, domain = address.strip().removeprefix("<").removesuffix(">").rpartition("@")
-    if not at or local.lower() != LOCAL_PART or not domain:
-        return None
-    return domain.lower().rstrip(".")
+    return report_files.addressed_domain(address, LOCAL_PART)
 
 
 async def accepts(rt: Runtime, address: str) -> bool | None:
     """Whether a dmarc@ address is of a served domain; None when it is no dmarc@ address."""
-    domain = report_domain(address)
-    if domain is None:
-        return None
-    return bool(await rt.db.read(domains.verified_serving, [domain]))
+    return await report_files.accepts(rt, address, LOCAL_PART)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,24 +144,19 @@ def read(recipients: Sequence[str], data: bytes) -> Arrival | None:
     return Arrival(addressed, tuple(parse(d) for d in documents))
 
 
-def _about(report: Report, domain_name: str) -> bool:
-    name = report.policy_domain
-    return name == domain_name or name.endswith("." + domain_name)
-
-
 def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -> None:
     """Store each report for the domain it is about, owned by the workspace whose served
     domain it was sent to; in the caller's transaction. InvalidRequest when a report is
     about no domain its address serves."""
     stored: set[int] = set()
-    kept_since = now.astimezone(UTC).date() - timedelta(days=KEPT_DAYS)
+    kept_since = now.astimezone(UTC).date() - timedelta(days=report_files.KEPT_DAYS)
     for recipient in arrival.recipients:
         if recipient in forwarded:
             stored.update(range(len(arrival.reports)))  # a forward took it: not ours to read
             continue
         for owner in postmaster.owners(tx, report_domain(recipient) or ""):
             for index, report in enumerate(arrival.reports):
-                if _about(report, owner.name):
+                if report_files.about(report.policy_domain, owner.name):
                     dmarc_reports.replace(
                         tx, owner.workspace_id, owner.id, report.records, kept_since, now
                     )
@@ -235,11 +220,14 @@ async def _our_addresses(rt: Runtime) -> set[str]:
 
 
 async def summary(rt: Runtime, who: Principal, domain_id: str, range_name: str) -> Summary:
-    """The reports received for one of the workspace's domains over a range (`RANGES`),
-    by organisation and source address; NotFound for another's domain."""
+    """The reports received for one of the workspace's domains over a range
+    (`report_files.RANGES`), by organisation and source address; NotFound for another's
+    domain."""
     if await rt.db.read(domains.get, who.workspace_id, domain_id) is None:
         raise NotFound("domain not found")
-    first_day = rt.clock.now().astimezone(UTC).date() - timedelta(days=RANGES[range_name])
+    first_day = rt.clock.now().astimezone(UTC).date() - timedelta(
+        days=report_files.RANGES[range_name]
+    )
     records = await rt.db.read(dmarc_reports.since, who.workspace_id, domain_id, first_day)
     reports = len({(r.org_name, r.report_id) for r in records})
     sources = summarise(records, await _our_addresses(rt))

@@ -3,16 +3,16 @@
 The server is never an open relay: a recipient is accepted only when it is an active
 forward's source address, the bounce address (on any domain: the sending domain or its
 bounce domain) or mailto: unsubscribe address (engine/forwarding/unsubscribe_mail.py) of an
-email this service sent, or postmaster@ / abuse@ (engine/forwarding/postmaster.py) or dmarc@
-(engine/forwarding/dmarc_reports.py) of a domain the service serves. `receive` returns only
-once the message's work is committed (the listener answers 250 after it): forwarded mail is
-stored, under our `Received:` and `Authentication-Results:` fields
-(engine/forwarding/authentication.py), with one job per destination and the forwarder is
-woken; a delivery report or complaint sent to a bounce address is recorded against its
-email, and mail to postmaster@ / abuse@ is recorded or kept (`postmaster.store`), and a
-DMARC aggregate report sent to dmarc@ is stored (engine/forwarding/dmarc_reports.py), in the
-same transaction. Rules are read from the database on every call, so a forward created,
-changed or deleted takes effect at once on every node.
+email this service sent, or postmaster@ / abuse@ (engine/forwarding/postmaster.py), dmarc@
+(engine/forwarding/dmarc_reports.py) or tls-rpt@ (engine/forwarding/tls_reports.py) of a
+domain the service serves. `receive` returns only once the message's work is committed (the
+listener answers 250 after it): forwarded mail is stored, under our `Received:` and
+`Authentication-Results:` fields (engine/forwarding/authentication.py), with one job per
+destination and the forwarder is woken; a delivery report or complaint sent to a bounce
+address is recorded against its email, and mail to postmaster@ / abuse@ is recorded or kept
+(`postmaster.store`), and a DMARC aggregate report sent to dmarc@ or a TLS report sent to
+tls-rpt@ is stored, in the same transaction. Rules are read from the database on every call,
+so a forward created, changed or deleted takes effect at once on every node.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from engine.forwarding import (
     dmarc_reports,
     feedback,
     postmaster,
+    tls_reports,
     unsubscribe_mail,
 )
 from engine.mail import forwarding, reports, trace
@@ -52,6 +53,9 @@ async def accepts(rt: Runtime, address: str) -> bool:
     to_dmarc = await dmarc_reports.accepts(rt, address)
     if to_dmarc is not None:
         return to_dmarc
+    to_tls_rpt = await tls_reports.accepts(rt, address)
+    if to_tls_rpt is not None:
+        return to_tls_rpt
     return await postmaster.accepts(rt, address)
 
 
@@ -77,6 +81,7 @@ def _store(
     unsubscribes: list[unsubscribe_mail.Request],
     to_postmaster: postmaster.Arrival | None,
     dmarc: dmarc_reports.Arrival | None,
+    tls_rpt: tls_reports.Arrival | None,
     now: datetime,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
@@ -90,6 +95,8 @@ def _store(
         postmaster.store(tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now)
     if dmarc is not None:
         dmarc_reports.store(tx, dmarc, {r.source_email for r in rules}, now)
+    if tls_rpt is not None:
+        tls_reports.store(tx, tls_rpt, {r.source_email for r in rules}, now)
     jobs = _jobs(rules, data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
@@ -98,9 +105,11 @@ def _store(
 
 def stamps(recipients: list[str]) -> bool:
     """Whether a message to these recipients is kept under our trace and results: when it
-    is mail for a forward (a report to a bounce address or dmarc@ is read, not sent on)."""
+    is mail for a forward (a report to a bounce address, dmarc@ or tls-rpt@ is read, not sent on)."""
     return not all(
-        email_id_from_bounce_address(c) or dmarc_reports.report_domain(c)
+        email_id_from_bounce_address(c)
+        or dmarc_reports.report_domain(c)
+        or tls_reports.report_domain(c)
         for c in map(_clean, recipients)
     )
 
@@ -121,6 +130,7 @@ async def receive(
     unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
     to_postmaster = postmaster.read(recipients, data)
     dmarc = dmarc_reports.read(recipients, data)
+    tls_rpt = tls_reports.read(recipients, data)
     await rt.db.write(
         _store,
         envelope_from,
@@ -130,5 +140,6 @@ async def receive(
         unsubscribes,
         to_postmaster,
         dmarc,
+        tls_rpt,
         rt.clock.now(),
     )

@@ -1,5 +1,9 @@
-"""Report files mailed to the inbound MX (DMARC aggregate reports, TLS reports): found in a
-message's parts and unpacked with hard limits.
+"""Report files mailed to the inbound MX (DMARC aggregate reports, TLS reports): the
+addresses they are sent to, and their files, found in a message's parts and unpacked with
+hard limits.
+
+Reports go to one local part (`dmarc@`, `tls-rpt@`) of every served domain: a verified
+sending domain or its bounce domain, as for postmaster@ (engine/forwarding/postmaster.py).
 
 A report comes as an attachment (or the body): zip, gzip or plain. Compressed data is
 inflated a chunk at a time and refused (552) once it passes `MAX_OCTETS`, so a zip or gzip
@@ -19,6 +23,8 @@ from email.message import EmailMessage
 from typing import IO
 
 from engine.errors import InvalidRequest, PayloadTooLarge
+from engine.runtime import Runtime
+from storage import domains
 
 MAX_OCTETS = 16 * 1024 * 1024  # of one report, unpacked (a large sender's day: a few MB)
 MAX_ZIP_MEMBERS = 4
@@ -32,6 +38,34 @@ _GZIP_TYPES = frozenset(
         "application/tlsrpt+gzip",
     }
 )
+
+
+# Days before today a summary's range reaches back: a report covers a whole UTC day and
+# arrives the day after, so `24h` holds yesterday's reports (and any of today's).
+RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}
+KEPT_DAYS = max(RANGES.values())  # a domain's reports of older days are deleted
+
+
+def addressed_domain(address: str, local_part: str) -> str | None:
+    """The domain of an address with this local part (lower case), else None."""
+    local, at, domain = address.strip().removeprefix("<").removesuffix(">").rpartition("@")
+    if not at or local.lower() != local_part or not domain:
+        return None
+    return domain.lower().rstrip(".")
+
+
+async def accepts(rt: Runtime, address: str, local_part: str) -> bool | None:
+    """Whether an address with this local part is of a served domain; None when the address
+    has another local part."""
+    domain = addressed_domain(address, local_part)
+    if domain is None:
+        return None
+    return bool(await rt.db.read(domains.verified_serving, [domain]))
+
+
+def about(report_domain: str, domain_name: str) -> bool:
+    """Whether a report about `report_domain` is one for the domain named (or a subdomain)."""
+    return report_domain == domain_name or report_domain.endswith("." + domain_name)
 
 
 def _too_large() -> PayloadTooLarge:
