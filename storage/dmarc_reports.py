@@ -1,8 +1,7 @@
 """The rows of DMARC aggregate reports received for a workspace's domains.
 
-Every read is scoped by workspace and domain. A report is kept once per domain: `replace`
-deletes the rows an earlier copy of the same report (organisation and report id) left, and
-the domain's rows of days before `kept_since`, so a domain holds its recent reports only.
+Every read is scoped by workspace and domain; a report is kept once, recent ones only
+(storage/received_reports.py).
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from storage.codec import new_id, timestamp
+from storage.received_reports import make_room
 from storage.tx import Tx
 
 
@@ -46,16 +46,8 @@ def replace(
 ) -> None:
     """Store one report's rows for a domain, in place of an earlier copy of that report;
     the domain's rows older than `kept_since` go."""
-    tx.execute(
-        "DELETE FROM dmarc_records WHERE workspace_id = :ws AND domain_id = :domain AND day < :day",
-        {"ws": workspace_id, "domain": domain_id, "day": kept_since.isoformat()},
-    )
-    for org_name, report_id in sorted({(r.org_name, r.report_id) for r in records}):
-        tx.execute(
-            "DELETE FROM dmarc_records WHERE workspace_id = :ws AND domain_id = :domain"
-            " AND org_name = :org AND report_id = :report",
-            {"ws": workspace_id, "domain": domain_id, "org": org_name, "report": report_id},
-        )
+    reports = {(r.org_name, r.report_id) for r in records}
+    make_room(tx, "dmarc_records", workspace_id, domain_id, reports, kept_since)
     tx.execute_many(
         f"INSERT INTO dmarc_records (id, workspace_id, domain_id, received_at, {_FIELDS})"
         " VALUES (:id, :ws, :domain, :at, :day, :org, :report, :ip, :count, :header_from,"

@@ -1,8 +1,7 @@
 """The policies of SMTP TLS reports (RFC 8460) received for a workspace's domains.
 
-Every read is scoped by workspace and domain. `store` puts one report's policies in place
-of an earlier copy of that report (organisation and report id) and drops the domain's
-policies of days before `kept_since`.
+Every read is scoped by workspace and domain; a report is kept once, recent ones only
+(storage/received_reports.py).
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from storage.codec import new_id, timestamp
+from storage.received_reports import make_room
 from storage.tx import Tx
 
 
@@ -42,18 +42,9 @@ def store(
     now: datetime,
 ) -> None:
     """Keep one report's policies for a domain, replacing an earlier copy of it."""
+    reports = {(r.org_name, r.report_id) for r in results}
+    make_room(tx, "tls_report_policies", workspace_id, domain_id, reports, kept_since)
     scope = {"ws": workspace_id, "domain": domain_id}
-    tx.execute(
-        "DELETE FROM tls_report_policies WHERE workspace_id = :ws AND domain_id = :domain"
-        " AND day < :day",
-        {**scope, "day": kept_since.isoformat()},
-    )
-    for org_name, report_id in sorted({(r.org_name, r.report_id) for r in results}):
-        tx.execute(
-            "DELETE FROM tls_report_policies WHERE workspace_id = :ws AND domain_id = :domain"
-            " AND org_name = :org AND report_id = :report",
-            {**scope, "org": org_name, "report": report_id},
-        )
     tx.execute_many(
         f"INSERT INTO tls_report_policies (id, workspace_id, domain_id, received_at, {_COLUMNS})"
         " VALUES (:id, :ws, :domain, :at, :day, :org, :report, :type, :policy_domain,"

@@ -90,7 +90,7 @@ def _records(domain: Domain, smtp_host: str, spf_value: str, public_url: str) ->
             f"_dmarc.{domain.name}",
             # Aggregate reports to the MX that reads them (engine/forwarding/dmarc_reports.py):
             # the bounce domain's MX points at the service even when the domain's does not.
-            f"v=DMARC1; p=none; rua=mailto:{dmarc_reports.LOCAL_PART}@"
+            f"v=DMARC1; p=none; rua=mailto:{dmarc_reports.ADDRESS.local_part}@"
             f"{domain.bounce_domain or domain.name};",
             "dmarc",
             False,

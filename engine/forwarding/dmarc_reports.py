@@ -36,21 +36,11 @@ from storage import dmarc_reports, domains
 from storage.dmarc_reports import Record
 from storage.tx import Tx
 
-LOCAL_PART = "dmarc"
+ADDRESS = report_files.ReportAddress("dmarc")
 MAX_RECORDS = 50_000  # rows of one report
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # messages in one row: more is no real report
 _XML_TYPES = frozenset({"text/xml", "application/xml"})
-
-
-def report_domain(address: str) -> str | None:
-    """The domain of a dmarc@ address (lower case), else None."""
-    return report_files.addressed_domain(address, LOCAL_PART)
-
-
-async def accepts(rt: Runtime, address: str) -> bool | None:
-    """Whether a dmarc@ address is of a served domain; None when it is no dmarc@ address."""
-    return await report_files.accepts(rt, address, LOCAL_PART)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +125,7 @@ def read(recipients: Sequence[str], data: bytes) -> Arrival | None:
     """The message's dmarc@ recipients and the reports it carries, or None when it is to no
     dmarc@ address; InvalidRequest or PayloadTooLarge (the MX refuses it) when it carries
     no report that may be read. Pure: no database."""
-    addressed = tuple(r for r in recipients if report_domain(r) is not None)
+    addressed = tuple(r for r in recipients if ADDRESS.domain(r) is not None)
     if not addressed:
         return None
     documents = report_files.documents(data, _XML_TYPES, ".xml", b"<?xml")
@@ -154,7 +144,7 @@ def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -
         if recipient in forwarded:
             stored.update(range(len(arrival.reports)))  # a forward took it: not ours to read
             continue
-        for owner in postmaster.owners(tx, report_domain(recipient) or ""):
+        for owner in postmaster.owners(tx, ADDRESS.domain(recipient) or ""):
             for index, report in enumerate(arrival.reports):
                 if report_files.about(report.policy_domain, owner.name):
                     dmarc_reports.replace(

@@ -50,10 +50,10 @@ async def accepts(rt: Runtime, address: str) -> bool:
         return bool(await rt.db.read(emails.by_ids, [email_id]))
     if await rt.db.read(forwards.active_by_sources, [address]):
         return True
-    to_dmarc = await dmarc_reports.accepts(rt, address)
+    to_dmarc = await dmarc_reports.ADDRESS.accepts(rt, address)
     if to_dmarc is not None:
         return to_dmarc
-    to_tls_rpt = await tls_reports.accepts(rt, address)
+    to_tls_rpt = await tls_reports.ADDRESS.accepts(rt, address)
     if to_tls_rpt is not None:
         return to_tls_rpt
     return await postmaster.accepts(rt, address)
@@ -108,8 +108,8 @@ def stamps(recipients: list[str]) -> bool:
     is mail for a forward (a report to a bounce address, dmarc@ or tls-rpt@ is read, not sent on)."""
     return not all(
         email_id_from_bounce_address(c)
-        or dmarc_reports.report_domain(c)
-        or tls_reports.report_domain(c)
+        or dmarc_reports.ADDRESS.domain(c)
+        or tls_reports.ADDRESS.domain(c)
         for c in map(_clean, recipients)
     )
 

@@ -19,6 +19,7 @@ import io
 import zipfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import IO
 
@@ -46,21 +47,26 @@ RANGES = {"24h": 1, "7d": 7, "30d": 30, "90d": 90}
 KEPT_DAYS = max(RANGES.values())  # a domain's reports of older days are deleted
 
 
-def addressed_domain(address: str, local_part: str) -> str | None:
-    """The domain of an address with this local part (lower case), else None."""
-    local, at, domain = address.strip().removeprefix("<").removesuffix(">").rpartition("@")
-    if not at or local.lower() != local_part or not domain:
-        return None
-    return domain.lower().rstrip(".")
+@dataclass(frozen=True, slots=True)
+class ReportAddress:
+    """The local part reports of one kind are sent to, on every served domain."""
 
+    local_part: str
 
-async def accepts(rt: Runtime, address: str, local_part: str) -> bool | None:
-    """Whether an address with this local part is of a served domain; None when the address
-    has another local part."""
-    domain = addressed_domain(address, local_part)
-    if domain is None:
-        return None
-    return bool(await rt.db.read(domains.verified_serving, [domain]))
+    def domain(self, address: str) -> str | None:
+        """The domain of an address with this local part (lower case), else None."""
+        local, at, domain = address.strip().removeprefix("<").removesuffix(">").rpartition("@")
+        if not at or local.lower() != self.local_part or not domain:
+            return None
+        return domain.lower().rstrip(".")
+
+    async def accepts(self, rt: Runtime, address: str) -> bool | None:
+        """Whether an address with this local part is of a served domain; None when the
+        address has another local part."""
+        domain = self.domain(address)
+        if domain is None:
+            return None
+        return bool(await rt.db.read(domains.verified_serving, [domain]))
 
 
 def about(report_domain: str, domain_name: str) -> bool:

@@ -26,21 +26,11 @@ from storage import domains, tls_reports
 from storage.tls_reports import PolicyResult
 from storage.tx import Tx
 
-LOCAL_PART = "tls-rpt"
+ADDRESS = report_files.ReportAddress("tls-rpt")
 MAX_POLICIES = 1_000  # of one report
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # sessions in one count: more is no real report
 _JSON_TYPES = frozenset({"application/tlsrpt+json", "application/json"})
-
-
-def report_domain(address: str) -> str | None:
-    """The domain of a tls-rpt@ address (lower case), else None."""
-    return report_files.addressed_domain(address, LOCAL_PART)
-
-
-async def accepts(rt: Runtime, address: str) -> bool | None:
-    """Whether a tls-rpt@ address is of a served domain; None when it is none."""
-    return await report_files.accepts(rt, address, LOCAL_PART)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +102,7 @@ def read(recipients: Sequence[str], data: bytes) -> Arrival | None:
     """The message's tls-rpt@ recipients and the policies of the reports it carries, or None
     when it is to no tls-rpt@ address; InvalidRequest or PayloadTooLarge (the MX refuses it)
     when it carries no report that may be read. Pure: no database."""
-    addressed = tuple(r for r in recipients if report_domain(r) is not None)
+    addressed = tuple(r for r in recipients if ADDRESS.domain(r) is not None)
     if not addressed:
         return None
     documents = report_files.documents(data, _JSON_TYPES, ".json", b"{")
@@ -131,7 +121,7 @@ def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -
         if recipient in forwarded:
             placed.update(range(len(arrival.results)))  # a forward took it: not ours to read
             continue
-        for owner in postmaster.owners(tx, report_domain(recipient) or ""):
+        for owner in postmaster.owners(tx, ADDRESS.domain(recipient) or ""):
             mine = [
                 (i, r)
                 for i, r in enumerate(arrival.results)
