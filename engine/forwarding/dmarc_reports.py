@@ -30,7 +30,7 @@ from defusedxml import DefusedXmlException
 
 from engine.domains.spf import sending_addresses
 from engine.errors import InvalidRequest, NotFound
-from engine.forwarding import postmaster, report_files
+from engine.forwarding import report_files
 from engine.runtime import Principal, Runtime
 from storage import dmarc_reports, domains
 from storage.dmarc_reports import Record
@@ -138,24 +138,14 @@ def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -
     """Store each report for the domain it is about, owned by the workspace whose served
     domain it was sent to; in the caller's transaction. InvalidRequest when a report is
     about no domain its address serves."""
-    stored: set[int] = set()
     kept_since = now.astimezone(UTC).date() - timedelta(days=report_files.KEPT_DAYS)
-    for recipient in arrival.recipients:
-        if recipient in forwarded:
-            stored.update(range(len(arrival.reports)))  # a forward took it: not ours to read
-            continue
-        for owner in postmaster.owners(tx, ADDRESS.domain(recipient) or ""):
-            for index, report in enumerate(arrival.reports):
-                if report_files.about(report.policy_domain, owner.name):
-                    dmarc_reports.replace(
-                        tx, owner.workspace_id, owner.id, report.records, kept_since, now
-                    )
-                    stored.add(index)
-    missed = sorted({r.policy_domain for i, r in enumerate(arrival.reports) if i not in stored})
-    if missed:
-        raise InvalidRequest(
-            f"the DMARC report is about {', '.join(missed)}, a domain this address does not serve"
-        )
+    about = [r.policy_domain for r in arrival.reports]
+    for owner, mine in report_files.owned(
+        tx, ADDRESS, arrival.recipients, forwarded, about, "DMARC report"
+    ):
+        for index in mine:
+            records = arrival.reports[index].records
+            dmarc_reports.replace(tx, owner.workspace_id, owner.id, records, kept_since, now)
 
 
 @dataclass(frozen=True, slots=True)

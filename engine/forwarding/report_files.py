@@ -18,14 +18,17 @@ import email.policy
 import io
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import IO
 
 from engine.errors import InvalidRequest, PayloadTooLarge
+from engine.forwarding import postmaster
 from engine.runtime import Runtime
 from storage import domains
+from storage.domains import Domain
+from storage.tx import Tx
 
 MAX_OCTETS = 16 * 1024 * 1024  # of one report, unpacked (a large sender's day: a few MB)
 MAX_ZIP_MEMBERS = 4
@@ -69,9 +72,38 @@ class ReportAddress:
         return bool(await rt.db.read(domains.verified_serving, [domain]))
 
 
-def about(report_domain: str, domain_name: str) -> bool:
-    """Whether a report about `report_domain` is one for the domain named (or a subdomain)."""
+def _about(report_domain: str, domain_name: str) -> bool:
     return report_domain == domain_name or report_domain.endswith("." + domain_name)
+
+
+def owned(
+    tx: Tx,
+    address: ReportAddress,
+    recipients: Sequence[str],
+    forwarded: Collection[str],
+    about: Sequence[str],
+    what: str,
+) -> list[tuple[Domain, list[int]]]:
+    """Who keeps what a message holds: for each recipient a forward did not take, each
+    domain it serves and the indexes of the items (`about`: the domain each is about) that
+    are about that domain or a subdomain of it. InvalidRequest (the MX refuses the message)
+    when an item is about no domain its address serves."""
+    owners: list[tuple[Domain, list[int]]] = []
+    placed: set[int] = set()
+    for recipient in recipients:
+        if recipient in forwarded:
+            placed.update(range(len(about)))  # a forward took it: not ours to read
+            continue
+        for owner in postmaster.owners(tx, address.domain(recipient) or ""):
+            mine = [i for i, name in enumerate(about) if _about(name, owner.name)]
+            owners.append((owner, mine))
+            placed.update(mine)
+    missed = sorted({name for i, name in enumerate(about) if i not in placed})
+    if missed:
+        raise InvalidRequest(
+            f"the {what} is about {', '.join(missed)}, a domain this address does not serve"
+        )
+    return owners
 
 
 def _too_large() -> PayloadTooLarge:

@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from engine.errors import InvalidRequest, NotFound
-from engine.forwarding import postmaster, report_files
+from engine.forwarding import report_files
 from engine.runtime import Principal, Runtime
 from storage import domains, tls_reports
 from storage.tls_reports import PolicyResult
@@ -116,25 +116,12 @@ def store(tx: Tx, arrival: Arrival, forwarded: Collection[str], now: datetime) -
     domain the report was sent to; in the caller's transaction. InvalidRequest when a policy
     is about no domain its address serves."""
     kept_since = now.astimezone(UTC).date() - timedelta(days=report_files.KEPT_DAYS)
-    placed: set[int] = set()
-    for recipient in arrival.recipients:
-        if recipient in forwarded:
-            placed.update(range(len(arrival.results)))  # a forward took it: not ours to read
-            continue
-        for owner in postmaster.owners(tx, ADDRESS.domain(recipient) or ""):
-            mine = [
-                (i, r)
-                for i, r in enumerate(arrival.results)
-                if report_files.about(r.policy_domain, owner.name)
-            ]
-            results = [r for _, r in mine]
-            tls_reports.store(tx, owner.workspace_id, owner.id, results, kept_since, now)
-            placed.update(i for i, _ in mine)
-    missed = sorted({r.policy_domain for i, r in enumerate(arrival.results) if i not in placed})
-    if missed:
-        raise InvalidRequest(
-            f"the TLS report is about {', '.join(missed)}, a domain this address does not serve"
-        )
+    about = [r.policy_domain for r in arrival.results]
+    for owner, mine in report_files.owned(
+        tx, ADDRESS, arrival.recipients, forwarded, about, "TLS report"
+    ):
+        results = [arrival.results[i] for i in mine]
+        tls_reports.store(tx, owner.workspace_id, owner.id, results, kept_since, now)
 
 
 @dataclass(frozen=True, slots=True)
