@@ -45,6 +45,7 @@ _CATEGORY_OF_RESOURCE = {
     "delivery_policy": "Send",
     "delivery_ramp": "Send",
     "unsubscribe_footer": "Send",
+    "complaint_guard": "Send",
     "email": "Send",  # only the emails an agent sends, one by one (engine/sending/intake.py)
 }
 
@@ -72,6 +73,7 @@ _TARGET_TYPE = {
     "delivery_policy": "Delivery policy",
     "delivery_ramp": "Warm-up ramp",
     "unsubscribe_footer": "Unsubscribe footer",
+    "complaint_guard": "Complaint-rate guard",
     "email": "Email",
 }
 

@@ -65,6 +65,12 @@ class Conflict(EngineError):
     code = "conflict"
 
 
+class MarketingStopped(Conflict):
+    """Raised for mail that offers unsubscribe from a domain the complaint-rate guard stopped."""
+
+    code = "marketing_stopped"
+
+
 class InvalidRequest(EngineError):
     """Raised for a request the engine refuses as malformed (HTTP 400)."""
 

@@ -214,10 +214,10 @@ async def post(
     except trio.TooSlowError:
         return Answer(None, f"no answer within {within:.0f} s")
     except Exception as exc:  # a bad stored URL, DNS, TLS, a broken answer: the item's fault
-        return Answer(None, _reason(exc)[:ANSWER_KEEP])
+        return Answer(None, reason(exc)[:ANSWER_KEEP])
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
     """An error with the causes it wraps (a TLS verification failure hides in them)."""
     reasons: list[str] = []
     seen: BaseException | None = exc

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dns.asyncresolver
 
 from engine.accounts.key_cache import KeyCache
 from engine.accounts.passwords import PasswordHashing
 from engine.clock import Clock
+from engine.contacts.complaint_limits import Limits
 from engine.delivery.policies import Caps
+from engine.delivery.tls_outcomes import TlsDeliveries
 from engine.faults import FaultLog
 from engine.message_memory import MessageMemory
 from engine.tenure import Tenure
@@ -61,6 +64,14 @@ class Runtime:
     # what domains' SPF records are evaluated for and told to add (engine/domains/spf.py).
     sending_addresses: tuple[str, ...] = ()
     spf_include: str | None = None
+    # POSTROOM_COMPLAINT_MIN_DELIVERIES: the complaint-rate guard's limits.
+    complaint_limits: Limits = field(default_factory=Limits)
+    # POSTROOM_EXTRA_CA_FILE: a CA trusted besides the system's by verified outbound TLS.
+    extra_ca_file: Path | None = None
+    # POSTROOM_MTA_STS_PORT (tests only): the port MTA-STS policies are fetched from.
+    mta_sts_port: int = 443
+    # Delivered recipients by TLS policy and outcome (engine/delivery/mta_sts.py), /metrics.
+    tls_deliveries: TlsDeliveries = field(default_factory=TlsDeliveries)
 
     @property
     def usage_shard(self) -> int:

@@ -36,6 +36,7 @@ DEFAULTS: dict[str, str] = {
     # told to add `a:<smtp_host>` (or the sending addresses themselves, when set).
     "spf_include": "",
     "delivery_port": "25",
+    "mta_sts_port": "443",  # for tests: where MTA-STS policies are fetched (as delivery_port)
     "tls_cert": "",
     "tls_key": "",
     "extra_ca_file": "",
@@ -56,6 +57,9 @@ DEFAULTS: dict[str, str] = {
     "delivery_max_per_minute": "",
     "delivery_max_per_hour": "",
     "delivery_max_per_day": "",
+    # Recipients delivered in 30 days before a domain's complaint rate pauses or stops its
+    # mail (engine/contacts/complaint_limits.py).
+    "complaint_min_deliveries": "1000",
 }
 
 
@@ -76,6 +80,7 @@ class Settings:
     public_url: str
     dns_servers: list[Address] | None
     delivery_port: int
+    mta_sts_port: int
     tls_cert: Path | None
     tls_key: Path | None
     extra_ca_file: Path | None
@@ -91,6 +96,7 @@ class Settings:
     drain_seconds: float = 30.0  # a clean stop's bound on the transactions under way
     sending_addresses: tuple[str, ...] = ()  # empty: the addresses of smtp_host
     spf_include: str | None = None  # the SPF record owners include, when the operator has one
+    complaint_min_deliveries: int = 1000  # before a complaint rate counts
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -111,6 +117,12 @@ def parse_address(name: str, value: str) -> Address:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, _port(name, port, value)
+
+
+def _count(name: str, value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise _fail(name, "a whole number of at least 1", value)
+    return int(value)
 
 
 def _flag(name: str, value: str) -> bool:
@@ -270,6 +282,7 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         public_url=_public_url(raw["public_url"]),
         dns_servers=dns_servers or None,
         delivery_port=_port("delivery_port", raw["delivery_port"], raw["delivery_port"]),
+        mta_sts_port=_port("mta_sts_port", raw["mta_sts_port"], raw["mta_sts_port"]),
         tls_cert=tls_cert,
         tls_key=tls_key,
         extra_ca_file=_file("extra_ca_file", raw["extra_ca_file"]),
@@ -285,4 +298,7 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         drain_seconds=_seconds("drain_seconds", raw["drain_seconds"], 600),
         sending_addresses=_sending_addresses(raw["sending_addresses"]),
         spf_include=_spf_include(raw["spf_include"]),
+        complaint_min_deliveries=_count(
+            "complaint_min_deliveries", raw["complaint_min_deliveries"]
+        ),
     )

@@ -262,6 +262,14 @@ class ServiceCollector(Collector):
         for outcome in ("delivered", "deferred", "bounced", "failed"):
             outcomes.add_metric([outcome], getattr(stats, outcome))
         yield outcomes
+        by_tls = CounterMetricFamily(
+            "postroom_deliveries_tls",
+            "Delivered recipients by the TLS policy applied and the TLS they got since start",
+            labels=["policy", "tls"],
+        )
+        for policy, tls, count in stats.tls:
+            by_tls.add_metric([policy, tls], count)
+        yield by_tls
         in_flight = GaugeMetricFamily(
             "postroom_delivery_in_flight",
             "Recipients being delivered now, by destination provider",

@@ -14,6 +14,7 @@ import secrets
 from engine import nodes
 from engine.accounts.key_cache import KeyCache
 from engine.clock import Clock
+from engine.contacts.complaint_limits import Limits
 from engine.dns import make_resolver
 from engine.runtime import Runtime
 from engine.wakeups import WakeupHub
@@ -42,6 +43,8 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         key_cache=key_cache,
         wakeups=WakeupHub(key_cache),
         delivery_port=settings.delivery_port,
+        mta_sts_port=settings.mta_sts_port,
+        extra_ca_file=settings.extra_ca_file,
         allow_private_targets=settings.allow_private_targets,
         system_from=settings.system_from,
         node=nodes.new_node_id(),
@@ -50,6 +53,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         delivery_caps=settings.delivery_caps,
         sending_addresses=settings.sending_addresses,
         spf_include=settings.spf_include,
+        complaint_limits=Limits(min_deliveries=settings.complaint_min_deliveries),
     )
     db.on_commit(rt.wakeups.deliver, rt.node)
     return rt

@@ -1,12 +1,14 @@
 """Broadcasts: one per bulk send to a contact list.
 
 Status: `sending` while its emails are being queued, then `sent` (every email queued) or
-`failed` (nothing could be queued, or queuing stopped on an error). `scheduled` is reserved
+`failed` (nothing could be queued, or queuing stopped on an error). `paused` (with a
+`pause_reason`) while its waiting mail is held, until a person resumes it. `scheduled` is reserved
 for broadcasts with a start time; `in_flight_for_domain` treats it like `sending`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,6 +35,7 @@ class Broadcast:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    pause_reason: str | None = None
 
 
 def _broadcast(row: Row) -> Broadcast:
@@ -54,6 +57,7 @@ def _broadcast(row: Row) -> Broadcast:
         created_at=parse_timestamp(row["created_at"]),
         updated_at=parse_timestamp(row["updated_at"]),
         finished_at=parse_optional_timestamp(row["finished_at"]),
+        pause_reason=row.get("pause_reason"),
     )
 
 
@@ -100,10 +104,10 @@ def progress(tx: Tx, broadcast_id: str, queued: int, skipped: int, now: datetime
 def finish(
     tx: Tx, broadcast_id: str, status: str, failure_reason: str | None, now: datetime
 ) -> None:
-    """Record how a broadcast ended: `sent` or `failed`."""
+    """Record how a broadcast ended: `sent` or `failed` (a paused one stays paused)."""
     tx.execute(
-        "UPDATE broadcasts SET status = :status, failure_reason = :reason, updated_at = :now,"
-        " finished_at = :now WHERE id = :id",
+        "UPDATE broadcasts SET status = CASE WHEN status = 'paused' THEN status ELSE :status END,"
+        " failure_reason = :reason, updated_at = :now, finished_at = :now WHERE id = :id",
         {"status": status, "reason": failure_reason, "now": timestamp(now), "id": broadcast_id},
     )
 
@@ -145,3 +149,25 @@ def in_flight_for_domain(tx: Tx, workspace_id: str, domain_id: str) -> list[Broa
         {"ws": workspace_id, "domain": domain_id},
     )
     return [_broadcast(row) for row in rows]
+
+
+def pausable(tx: Tx, workspace_id: str, domain_id: str, waiting: Sequence[str]) -> list[Broadcast]:
+    """The domain's broadcasts with recipients in a `waiting` status, oldest first."""
+    states = {f"s{i}": status for i, status in enumerate(waiting)}
+    rows = tx.all(
+        "SELECT * FROM broadcasts b WHERE workspace_id = :ws AND domain_id = :domain"
+        " AND status IN ('sending', 'sent') AND EXISTS (SELECT 1 FROM emails e"
+        " JOIN email_recipients r ON r.email_id = e.id WHERE e.broadcast_id = b.id"
+        f" AND r.status IN ({', '.join(f':{name}' for name in states)})) ORDER BY created_at, id",
+        {"ws": workspace_id, "domain": domain_id, **states},
+    )
+    return [_broadcast(row) for row in rows]
+
+
+def set_paused(tx: Tx, broadcast_id: str, reason: str | None, status: str, now: datetime) -> None:
+    """Pause a broadcast for `reason`, or (reason None) put it back to `status`."""
+    tx.execute(
+        "UPDATE broadcasts SET status = :status, pause_reason = :reason, updated_at = :now"
+        " WHERE id = :id",
+        {"status": status, "reason": reason, "now": timestamp(now), "id": broadcast_id},
+    )

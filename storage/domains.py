@@ -47,6 +47,8 @@ class Domain:
     # (engine/domains/bounce_domain.py); None: the domain itself.
     bounce_domain: str | None = None
     tracking_host: str | None = None  # its own host for tracking links (a CNAME to ours)
+    # Since when its mail that offers unsubscribe is stopped (engine/contacts/complaint_guard.py).
+    marketing_stopped_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ def _domain(tx: Tx, row: Row) -> Domain:
         record_findings=from_json(row["record_findings"]),
         bounce_domain=row["bounce_domain"],
         tracking_host=row["tracking_host"],
+        marketing_stopped_at=parse_optional_timestamp(row.get("marketing_stopped_at")),
     )
 
 
@@ -350,3 +353,13 @@ def verified_serving(tx: Tx, names: Sequence[str]) -> list[Domain]:
         params,
     )
     return [_domain(tx, row) for row in rows]
+
+
+def set_marketing_stopped(
+    tx: Tx, workspace_id: str, domain_id: str, since: datetime | None
+) -> None:
+    """Stop the domain's mail that offers unsubscribe (since a time), or (None) let it go."""
+    tx.execute(
+        "UPDATE domains SET marketing_stopped_at = :since WHERE workspace_id = :ws AND id = :id",
+        {"since": None if since is None else timestamp(since), "ws": workspace_id, "id": domain_id},
+    )

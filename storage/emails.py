@@ -9,7 +9,7 @@ it dies (storage/nodes.py), so a crashed node's work is taken over in seconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,6 +62,8 @@ class Email:
     # Carries List-Unsubscribe and `{{unsubscribe_url}}`: broadcasts, and emails whose sender
     # asked; only such mail is blocked by an unsubscribe (engine/suppressions/scopes.py).
     unsubscribe: bool = False
+    # The broadcast the email is one of (the complaint-rate guard pauses it as a whole).
+    broadcast_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +151,7 @@ def _email(row: Row) -> Email:
         updated_at=parse_timestamp(row["updated_at"]),
         delivered_at=parse_optional_timestamp(row["delivered_at"]),
         unsubscribe=bool(row.get("unsubscribe")),
+        broadcast_id=row.get("broadcast_id"),
     )
 
 
@@ -200,10 +203,11 @@ def insert(
             "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
             " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
             " status, source, message_id, rejection_reason, retry_of_id, send_at,"
-            " created_at, updated_at, unsubscribe) VALUES (:id, :ws, :domain_id, :from_address,"
+            " created_at, updated_at, unsubscribe, broadcast_id) VALUES (:id, :ws, :domain_id,"
+            " :from_address,"
             " :from_name, :to, :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags,"
             " :status, :source, :message_id, :rejection_reason, :retry_of_id, :send_at,"
-            " :created_at, :created_at, :unsubscribe)",
+            " :created_at, :created_at, :unsubscribe, :broadcast_id)",
             (
                 {
                     "id": e.id,
@@ -228,6 +232,7 @@ def insert(
                     "send_at": None if e.send_at is None else timestamp(e.send_at),
                     "created_at": timestamp(e.created_at),
                     "unsubscribe": e.unsubscribe,
+                    "broadcast_id": e.broadcast_id,
                 }
                 for e in emails
             ),
@@ -519,6 +524,9 @@ class Search:
     tags: list[str]
     words: list[str]
     destinations: list[str]  # recipient domains, exactly: an email with a recipient there
+    broadcasts: list[str] = field(default_factory=list)  # ids: the emails of these broadcasts
+    # Domain ids: their emails that offer unsubscribe and are no broadcast's.
+    marketing_of: list[str] = field(default_factory=list)
 
 
 def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> str:
@@ -549,6 +557,12 @@ def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> 
             " AND sr.domain = :p)",
             destination.lower(),
         )
+    if query.broadcasts:
+        names = {f"b{len(params) + i}": b for i, b in enumerate(query.broadcasts)}
+        clauses.append(f"broadcast_id IN ({', '.join(f':{name}' for name in names)})")
+        params.update(names)
+    for domain_id in query.marketing_of:
+        add("domain_id = :p AND unsubscribe = TRUE AND broadcast_id IS NULL", domain_id)
     for word in query.words:
         add(
             "LOWER(from_address || ' ' || subject || ' ' || to_addresses || cc_addresses)"

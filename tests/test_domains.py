@@ -25,6 +25,7 @@ DOMAIN_FIELDS = {
     "tags_header",
     "bounce_domain",
     "tracking_host",
+    "marketing_stopped_at",
     "created_at",
     "verified_at",
     "compliance",
@@ -84,6 +85,7 @@ async def test_create_returns_the_domain_with_the_records_to_publish(service: Se
     assert domain["name"] == "example.com"
     assert domain["status"] == "pending"
     assert domain["verified_at"] is None
+    assert domain["marketing_stopped_at"] is None
     assert domain["open_tracking"] is False
     assert domain["click_tracking"] is False
     assert domain["bounce_domain"] is None  # none set: no bounce records

@@ -112,3 +112,4 @@ async def test_delivered_event_records_the_mx_host_address_and_tls(
     assert tls["cipher"]  # e.g. TLS_AES_256_GCM_SHA384
     # Opportunistic STARTTLS between MTAs checks no certificate, and says so.
     assert tls["verified"] is False
+    assert metadata["policy"] == "opportunistic"  # the domain publishes no MTA-STS

@@ -1,4 +1,5 @@
-"""`/v1/broadcasts/`: the bulk sends of the workspace, newest first."""
+"""`/v1/broadcasts/`: the bulk sends of the workspace, newest first, and resuming one the
+complaint-rate guard paused (engine/contacts/complaint_guard.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import Out, PageQuery
 from api.validation import query_args
-from engine.contacts import bulk_send
+from engine.contacts import bulk_send, complaint_guard
 
 blueprint = Blueprint("broadcasts", __name__, url_prefix="/v1/broadcasts")
 
@@ -27,6 +28,7 @@ class BroadcastOut(Out):
     queued: int
     skipped: int
     failure_reason: str | None
+    pause_reason: str | None
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -45,3 +47,10 @@ async def list_broadcasts(query: PageQuery) -> list[dict[str, object]]:
 async def get(broadcast_id: str) -> dict[str, object]:
     found = await bulk_send.broadcast(runtime(), principal(), broadcast_id)
     return BroadcastOut.model_validate(found).model_dump(mode="json")
+
+
+@blueprint.post("/<id:broadcast_id>/resume")
+@document_response(BroadcastOut)
+async def resume(broadcast_id: str) -> dict[str, object]:
+    resumed = await complaint_guard.resume(runtime(), principal(), broadcast_id)
+    return BroadcastOut.model_validate(resumed).model_dump(mode="json")

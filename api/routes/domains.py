@@ -13,6 +13,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import In, Out
 from api.validation import json_body
+from engine.contacts import complaint_guard
 from engine.domains import bounce_domain, compliance, spf
 from engine.domains import registry as domains
 from storage.domains import Domain
@@ -87,6 +88,7 @@ class DomainOut(Out):
     tags_header: str | None
     bounce_domain: str | None
     tracking_host: str | None
+    marketing_stopped_at: datetime | None  # by the complaint-rate guard, until resumed
     created_at: datetime
     verified_at: datetime | None
     compliance: ComplianceOut
@@ -107,6 +109,7 @@ def render(domain: Domain) -> dict[str, object]:
         tags_header=domain.tags_header,
         bounce_domain=domain.bounce_domain,
         tracking_host=domain.tracking_host,
+        marketing_stopped_at=domain.marketing_stopped_at,
         created_at=domain.created_at,
         verified_at=domain.verified_at,
         compliance=ComplianceOut.model_validate(verdicts),
@@ -166,3 +169,10 @@ async def verify(domain_id: str) -> dict[str, object]:
 async def delete(domain_id: str) -> Response:
     await domains.delete(runtime(), principal(), domain_id)
     return Response(b"", status=204)
+
+
+@blueprint.post("/<id:domain_id>/marketing/resume")
+@document_response(DomainOut)
+async def resume_marketing(domain_id: str) -> dict[str, object]:
+    """Let mail that offers unsubscribe go again after the complaint-rate guard stopped it."""
+    return render(await complaint_guard.resume_marketing(runtime(), principal(), domain_id))

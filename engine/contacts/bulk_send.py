@@ -30,8 +30,10 @@ import trio
 
 from engine import plans
 from engine.activity import Change, record
+from engine.contacts import complaint_guard
+from engine.contacts.complaint_limits import stopped_problem
 from engine.contacts.lists import CappedErrors
-from engine.errors import InvalidRequest, NotFound, PlanLimit, Unprocessable
+from engine.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable
 from engine.mail import list_headers
 from engine.mail.compose import header_text_problem
 from engine.runtime import Principal, Runtime
@@ -120,6 +122,8 @@ def _start(
     domain = intake.verified_sender(tx, sender)
     if not isinstance(domain, Domain):
         raise NotFound(f"sender address {sender.email} {domain}", code="sender_not_found")
+    if problem := stopped_problem(domain):
+        raise Conflict(problem, code="marketing_stopped")
     if found.contact_count == 0:
         raise InvalidRequest("the contact list is empty", code="empty_list")
     plan = plans.plan(who.plan)
@@ -208,10 +212,12 @@ def _queue_chunk(
                 headers=headers,
                 source="broadcast",
                 unsubscribe=True,  # one-click, mailto:, visible link (issue 30)
+                broadcast_id=broadcast.id,
             )
         )
     # The volume was reserved when the send started; delivery is woken after the last chunk.
     intake.store(tx, personal, now, volume_shard=None, announce=False)
+    complaint_guard.hold_if_paused(tx, broadcast, now)
     broadcasts.progress(tx, broadcast.id, len(personal), len(skipped), now)
     domains_woken = sorted({new.to[0].email.rsplit("@", 1)[1] for new in personal})
     return _Chunk(batch[-1].seq, len(personal), skipped, domains_woken)

@@ -101,6 +101,8 @@ class Unreachable:
 
     detail: str
     reply: SmtpReply | None = None
+    policy: str | None = None  # the TLS policy the hosts were tried under, when known
+    tls_policy: bool = False  # some host was passed over for the TLS policy (never plain)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ It works in rounds: claim up to `BATCH` due recipients with a lease, load their 
 (storage/delivery.py: a fixed number of queries per round), build and DKIM-sign their
 messages in a worker thread, then send them over up to `CONNECTIONS` parallel SMTP
 connections, each reused for message after message and opportunistically upgraded with
-STARTTLS (a failed handshake is retried once in plain text), and record the whole round's
+STARTTLS (a failed handshake is retried once in plain text) unless the domain's MTA-STS
+policy demands verified TLS (engine/delivery/mta_sts.py: then never plain text, and a host
+the policy does not allow is passed over, `tls_policy`), and record the whole round's
 outcomes in one unit of work. Every attempt's end is a typed outcome that
 engine/delivery/classify.py alone turns into delivered, deferred, bounced, refused, failed or
 a destination incident, which the round's unit opens, widens or resolves per sending domain
@@ -52,8 +54,8 @@ from typing import Any, TypeVar
 import trio
 
 from engine import dns as lookups
-from engine import faults
-from engine.delivery import incidents, mx, policies, retry, throttle
+from engine import faults, outbound_http
+from engine.delivery import incidents, mta_sts, mx, policies, retry, throttle, tls_outcomes
 from engine.delivery.classify import (
     Decision,
     DnsFailure,
@@ -178,7 +180,12 @@ class _Round:
         """Record one recipient's outcome as `classify` decides it; the verdict."""
         decision = classify(outcome)
         peer = outcome.peer if isinstance(outcome, Replied) else None
-        self._apply(email, recipient, decision, peer)
+        facts: dict[str, str] = {} if peer is None else {"policy": peer.policy}
+        if isinstance(outcome, Unreachable) and outcome.policy is not None:
+            facts["policy"] = outcome.policy
+            if outcome.tls_policy:
+                facts["reason"] = "tls_policy"
+        self._apply(email, recipient, decision, peer, facts)
         self.settled += 1
         return decision.verdict
 
@@ -196,7 +203,12 @@ class _Round:
             await self._progress.wait()
 
     def _apply(
-        self, email: Email, recipient: Recipient, decision: Decision, peer: Peer | None = None
+        self,
+        email: Email,
+        recipient: Recipient,
+        decision: Decision,
+        peer: Peer | None = None,
+        facts: dict[str, str] | None = None,  # a deferral's TLS policy, and why
     ) -> None:
         address, response = recipient.address, decision.response
         meta: dict[str, Any] = {"subject": email.subject, "tags": email.tags}
@@ -252,7 +264,8 @@ class _Round:
                 event("failed", error=f"gave up after 72 hours: {response}")
                 update(Trigger.GAVE_UP)
             else:
-                event("deferred", response=response, next_attempt_at=when.isoformat())
+                facts = facts or {}
+                event("deferred", response=response, next_attempt_at=when.isoformat(), **facts)
                 update(Trigger.TEMPORARY, when)
         else:
             event("failed", error=response)
@@ -415,6 +428,8 @@ class DomainQueue:
         self._rt = rt
         self.domain = domain
         self._tls = tls
+        self._policies = mta_sts.Policies(rt, domain)
+        self._policy: mta_sts.Policy | None = None  # the domain's MTA-STS policy this round
         self._rounds_in_flight = rounds
         self._keep = keep  # hands outcomes the database did not take to the router
         # What policies match (MX hosts), the key its connection slots are counted under
@@ -837,6 +852,18 @@ class DomainQueue:
         except mx.PrivateTargets as exc:
             failure = PrivateTargets(str(exc))
         else:
+            try:
+                policy = await self._policies.current()
+            except Exception as exc:
+                # What is sent could not be recorded: the queue drains, sending nothing.
+                if not is_outage(exc):
+                    raise
+                self._lose(exc)
+                return
+            if policy != self._policy:
+                await self._close_sessions()  # kept ones were opened under another policy
+            self._policy = policy
+            applied = "opportunistic" if policy is None else "mta-sts"
             queue = deque(work)
             problems: list[Outcome] = []
             async with trio.open_nursery() as nursery:
@@ -853,6 +880,8 @@ class DomainQueue:
                     )
             work = list(queue)  # whatever no connection could take
             failure = _worst(problems)
+            if isinstance(failure, Unreachable):
+                failure = replace(failure, policy=applied)
             if self._draining:
                 return
         for transfer in work:
@@ -917,7 +946,8 @@ class DomainQueue:
                     # The connection broke: this transfer waits for the next attempt; the
                     # other connections go on with the rest. A 421 that closed it is kept, for
                     # classify to read (a rate limit is a destination incident).
-                    broke = Unreachable(str(exc), getattr(exc, "reply", None))
+                    reply = getattr(exc, "reply", None)
+                    broke = Unreachable(str(exc), reply, policy=session.peer.policy)
                     for recipient in transfer.recipients:
                         outcome.settle(transfer.email, recipient, broke)
                     return
@@ -931,6 +961,9 @@ class DomainQueue:
                     if verdict is Verdict.DELIVERED:
                         waited = outcome.now - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
+                        peer = session.peer
+                        tls = tls_outcomes.outcome(peer.tls_version, peer.tls_verified)
+                        self._rt.tls_deliveries.note(peer.policy, tls)
                 self._commit_soon(outcome, epoch, writes)
                 mine = outcome.settled  # the write just asked for takes them all
         finally:
@@ -960,37 +993,63 @@ class DomainQueue:
     async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | Outcome:
         """A session with the first MX host that answers, or why none did.
 
-        A failed TLS handshake is tried once more with the same host in plain text
-        (opportunistic TLS, as Postfix's `may` level); a host refusing the session for good
-        is passed over for the next one.
+        Without an MTA-STS policy, a failed TLS handshake is tried once more with the same
+        host in plain text (opportunistic TLS, as Postfix's `may` level). Under a policy, a
+        host it lists is asked for TLS with its certificate verified for the MX name; in
+        `enforce` mode a host it does not list, a failed or refused STARTTLS or an invalid
+        certificate passes over the host (`tls_policy`), and in `testing` mode the delivery
+        goes on as opportunistic TLS would. A host refusing the session for good is passed
+        over for the next one.
         """
         problems: list[Outcome] = []
-        rt = self._rt
+        rt, policy = self._rt, self._policy
+        enforced = policy is not None and policy.enforced
+        applied = "opportunistic" if policy is None else "mta-sts"
+        verifying = outbound_http.tls_context(rt.extra_ca_file)  # for hosts a policy lists
         for target in targets:
+            listed = policy is not None and policy.allows(target.host)
+            if enforced and not listed:
+                unlisted = f"{target.host} is not listed by the MTA-STS policy of {self.domain}"
+                problems.append(_refused_by_policy(unlisted))
+                continue
             for address in target.addresses:
                 where = f"{target.host} [{address}]"
-                tls: ssl.SSLContext | None = self._tls
+                tls: ssl.SSLContext | None = verifying if listed else self._tls
                 while True:
                     try:
-                        return await connect(
+                        session = await connect(
                             address,
                             rt.delivery_port,
                             helo_name=rt.smtp_host,
                             tls=tls,
                             mx_host=target.host,
+                            policy=applied,
                         )
                     except TlsFailure as exc:
+                        if enforced:
+                            problems.append(_refused_by_policy(f"{where}: {exc}"))
+                            break
                         if tls is None:
                             problems.append(Unreachable(f"{where}: {exc}", exc.reply))
                             break
+                        if tls is verifying:  # testing mode: noted, and delivered anyway
+                            log.info("MTA-STS (testing) check failed with %s: %s", where, exc)
+                            tls = self._tls
+                            continue
                         log.info("TLS failed with %s, trying again in plain text: %s", where, exc)
                         tls = None
+                        continue
                     except PermanentFailure as exc:
                         problems.append(SessionRefused(f"{where}: {exc}", exc.reply))
                         break
                     except SmtpError as exc:
                         problems.append(Unreachable(f"{where}: {exc}", getattr(exc, "reply", None)))
                         break
+                    if enforced and not session.tls_active:
+                        await self._quit(session)
+                        problems.append(_refused_by_policy(f"{where} did not start TLS"))
+                        break
+                    return session
         return _worst(problems)
 
     async def _quit(self, session: SmtpSession) -> None:
@@ -1028,10 +1087,18 @@ class DomainQueue:
         )
 
 
+def _refused_by_policy(detail: str) -> Unreachable:
+    """A host passed over because the domain's MTA-STS policy forbids the session."""
+    return Unreachable(f"tls_policy: {detail}", tls_policy=True)
+
+
 def _worst(problems: list[Outcome]) -> Outcome:
     """What the recipients of transfers no connection could take are told: a refusal only
-    when every host refused us for good, else the reasons none could be reached."""
+    when every host refused us for good, else the reasons none could be reached (and whether
+    the TLS policy passed over any of them)."""
     if problems and all(isinstance(p, SessionRefused) for p in problems):
         return problems[0]
     reasons = [p.detail for p in problems if isinstance(p, Unreachable | SessionRefused)]
-    return Unreachable("; ".join(dict.fromkeys(reasons)) or "no MX host to try")
+    by_policy = any(isinstance(p, Unreachable) and p.tls_policy for p in problems)
+    detail = "; ".join(dict.fromkeys(reasons)) or "no MX host to try"
+    return Unreachable(detail, tls_policy=by_policy)

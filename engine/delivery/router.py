@@ -62,6 +62,8 @@ class RouterStatistics:
     domains: tuple[DomainQueueStatistics, ...] = ()
     # Accept -> 250, every delivered recipient since start.
     delivery_latency: LatencySnapshot | None = None
+    # Delivered recipients by TLS policy and outcome: (policy, outcome, count).
+    tls: tuple[tuple[str, str, int], ...] = ()
 
 
 class DeliveryRouter:
@@ -222,4 +224,5 @@ class DeliveryRouter:
             failed=sum(s.failed for s in every),
             domains=queues,
             delivery_latency=self._latency.snapshot(),
+            tls=self._rt.tls_deliveries.snapshot(),
         )

@@ -240,11 +240,14 @@ def _all_term(terms: list[str]) -> str | None:
 
 def merged(published: list[str], terms: str) -> str:
     """One SPF record that keeps every term of the published ones, in order and once, with
-    the service's `terms` added before the `all` (the first record's `all` wins)."""
+    the service's `terms` added before the `all`. DNS gives records in no set order, so the
+    owner's own come first (those without the service's terms; otherwise in the order
+    given), and the first one's `all` wins."""
+    ours = {t.lower() for t in terms.split()}
     mechanisms: list[str] = []
     modifiers: dict[str, str] = {}
     last: str | None = None
-    for record in published:
+    for record in sorted(published, key=lambda r: bool(ours & set(r.lower().split()))):
         for term in record.split()[1:]:
             if (match := _MODIFIER.match(term)) is not None:
                 modifiers.setdefault(match.group(0).lower(), term)

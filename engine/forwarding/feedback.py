@@ -8,7 +8,9 @@ a reply during the SMTP session (engine/delivery/classify.py): a recipient that 
 counted toward a suppression like a mailbox-full reply (engine/delivery/full_mailboxes.py;
 the reporting server already retried it); any other failure (the message, a policy) is
 `failed` without suppression. A delayed DSN is recorded as a `deferred` event only; a
-complaint writes `complained` and a `complaint` suppression. Each is recorded once.
+complaint writes `complained` and a `complaint` suppression, then asks the complaint-rate
+guard (engine/contacts/complaint_guard.py) whether the domain's broadcasts must pause. Each
+is recorded once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine.contacts import complaint_guard
+from engine.contacts.complaint_limits import Limits
 from engine.delivery.classify import Replied, Verdict, classify
 from engine.delivery.full_mailboxes import FullMailboxes
 from engine.mail.reports import RecipientStatus, Report
@@ -135,7 +139,7 @@ def _complaint(changes: _Changes, statuses: dict[str, str], report: Report, tx: 
         changes.suppress(address, "complaint")
 
 
-def record(tx: Tx, email: Email, report: Report, now: datetime) -> None:
+def record(tx: Tx, email: Email, report: Report, now: datetime, limits: Limits) -> None:
     """Apply a DSN or complaint about one email, in the caller's transaction."""
     statuses = {r.address: r.status for r in emails.recipients_of(tx, email.id)}
     changes = _Changes(email, now)
@@ -154,3 +158,5 @@ def record(tx: Tx, email: Email, report: Report, now: datetime) -> None:
             email_statuses.SUMMARISE,
             outbox.queue,
         )
+        if report.kind != "dsn":
+            complaint_guard.check(tx, email, now, limits)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from engine.contacts.complaint_limits import Limits
 from engine.forwarding import (
     authentication,
     dmarc_reports,
@@ -83,16 +84,19 @@ def _store(
     dmarc: dmarc_reports.Arrival | None,
     tls_rpt: tls_reports.Arrival | None,
     now: datetime,
+    limits: Limits,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
     unsubscribe_mail.record(tx, unsubscribes, now)
     bounce_ids = {i for i in map(email_id_from_bounce_address, recipients) if i is not None}
     if report is not None:
         for email in emails.by_ids(tx, sorted(bounce_ids)).values():
-            feedback.record(tx, email, report, now)
+            feedback.record(tx, email, report, now, limits)
     rules = forwards.active_by_sources(tx, recipients)
     if to_postmaster is not None:
-        postmaster.store(tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now)
+        postmaster.store(
+            tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now, limits
+        )
     if dmarc is not None:
         dmarc_reports.store(tx, dmarc, {r.source_email for r in rules}, now)
     if tls_rpt is not None:
@@ -142,4 +146,5 @@ async def receive(
         dmarc,
         tls_rpt,
         rt.clock.now(),
+        rt.complaint_limits,
     )

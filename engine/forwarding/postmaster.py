@@ -24,6 +24,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from engine.contacts.complaint_limits import Limits
 from engine.errors import NotFound
 from engine.forwarding import feedback
 from engine.mail import reports
@@ -123,7 +124,12 @@ def _named(tx: Tx, workspace_id: str, report: reports.Report) -> list[Email]:
 
 
 def store(
-    tx: Tx, envelope_from: str, arrival: Arrival, forwarded: Collection[str], now: datetime
+    tx: Tx,
+    envelope_from: str,
+    arrival: Arrival,
+    forwarded: Collection[str],
+    now: datetime,
+    limits: Limits,
 ) -> None:
     """Record a complaint against the email it names, or keep the message, for the owner of
     each role address not forwarded; in the caller's transaction."""
@@ -138,7 +144,7 @@ def store(
                     continue
                 named = _named(tx, owner.workspace_id, arrival.report)
                 for found in named:
-                    feedback.record(tx, found, arrival.report, now)
+                    feedback.record(tx, found, arrival.report, now, limits)
                 if named:
                     complained.add(owner.workspace_id)
                     continue

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 import trio
 
 from engine import faults
+from engine.contacts.complaint_limits import Limits
 from engine.forwarding import feedback
 from engine.leased_worker import LeasedWorker
 from engine.mail.reports import Report
@@ -44,11 +45,11 @@ class OutcomeStatistics:
     done: int
 
 
-def _complain(tx: Tx, item: Scheduled, now: datetime) -> None:
+def _complain(tx: Tx, item: Scheduled, now: datetime, limits: Limits) -> None:
     email = emails.by_ids(tx, [item.email_id]).get(item.email_id)
     if email is not None:
         report = Report("complaint", feedback_type="abuse", complainants=(item.recipient,))
-        feedback.record(tx, email, report, now)
+        feedback.record(tx, email, report, now, limits)
     sandbox.finish(tx, item.id, now)
 
 
@@ -87,7 +88,7 @@ class SandboxOutcomes:
         rt = self._rt
         links = tracking.Links(rt.public_url, rt.secret_key, item.email_id, item.recipient)
         if item.kind == COMPLAINT:
-            await rt.db.write(_complain, item, rt.clock.now())
+            await rt.db.write(_complain, item, rt.clock.now(), rt.complaint_limits)
         elif item.kind == OPEN:
             await tracking.opened(rt, token_of(links.open), USER_AGENT, READER_ADDRESS)
             await rt.db.write(sandbox.finish, item.id, rt.clock.now())

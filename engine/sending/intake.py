@@ -29,9 +29,11 @@ import outcome
 from engine import plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
+from engine.contacts.complaint_limits import stopped_problem
 from engine.errors import (
     EngineError,
     InvalidRequest,
+    MarketingStopped,
     PayloadTooLarge,
     PlanFeature,
     PlanLimit,
@@ -327,6 +329,7 @@ class NewEmail:
     raw: bytes | None = None  # sent as given (relay, forwards)
     message_id: str | None = None  # the given message's own, if it has one
     unsubscribe: bool = False  # carries List-Unsubscribe (engine/suppressions/scopes.py)
+    broadcast_id: str | None = None  # one of a bulk send's emails
     # A message sent as given goes to its envelope recipients, whoever its header names.
     envelope: tuple[str, ...] = ()
 
@@ -383,6 +386,7 @@ def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
         delivered_at=None,
         raw=new.raw,
         unsubscribe=new.unsubscribe,
+        broadcast_id=new.broadcast_id,
     )
     recipient_rows = (
         []
@@ -544,6 +548,8 @@ class _Context:
     sent_this_month: int
     suppressed: dict[str, str]
     overrides: dict[str, OverrideState]
+    # Why its mail, which offers unsubscribe, is refused: the domain's marketing is stopped.
+    stopped: str | None = None
 
 
 def _context(tx: Tx, workspace_id: str, addresses: _Addresses, now: datetime) -> _Context:
@@ -577,15 +583,24 @@ def _contexts(
                 sent,
                 mine,
                 {r: overrides[r] for r in mine if r in overrides},
+                _stopped(senders[a.from_email][0], a.subscribed),
             )
         )
     return contexts
+
+
+def _stopped(domain: Domain | None, subscribed: bool) -> str | None:
+    if domain is None or not subscribed:
+        return None
+    return stopped_problem(domain)
 
 
 def _context_issues(ctx: _Context, plan: plans.Plan, adding: int = 1) -> list[Issue]:
     issues: list[Issue] = []
     if ctx.from_issue is not None:
         issues.append(Issue("from", ctx.from_issue))
+    if ctx.stopped is not None:
+        issues.append(Issue("unsubscribe", ctx.stopped, MarketingStopped))
     problem = volume_problem(plan, ctx.sent_this_month, adding)
     if problem is not None:
         issues.append(Issue("limits", problem, PlanLimit))

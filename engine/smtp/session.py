@@ -68,7 +68,9 @@ class Peer:
     address: str
     tls_version: str | None  # None: the conversation is in plaintext
     tls_cipher: str | None
-    tls_verified: bool  # the certificate was checked against the CAs and the host
+    tls_verified: bool  # the certificate was checked against the CAs and the MX name
+    # The TLS policy the session was opened under (engine/delivery/tls_outcomes.py).
+    policy: str = "opportunistic"
 
     def metadata(self) -> dict[str, object]:
         """The event metadata fields (docs: README, Events)."""
@@ -79,7 +81,12 @@ class Peer:
                 "cipher": self.tls_cipher,
                 "verified": self.tls_verified,
             }
-        return {"mx_host": self.mx_host, "mx_address": self.address, "tls": tls}
+        return {
+            "mx_host": self.mx_host,
+            "mx_address": self.address,
+            "tls": tls,
+            "policy": self.policy,
+        }
 
 
 @contextlib.contextmanager
@@ -110,15 +117,18 @@ async def connect(
     data_timeout: float = DEFAULT_DATA_TIMEOUT,
     pipelining: bool = True,
     mx_host: str | None = None,
+    policy: str | None = None,
 ) -> SmtpSession:
     """Connect to an SMTP server and greet it; the session is ready to `send`.
 
     With ``tls``, STARTTLS is used when the server offers it, verifying the certificate
-    against ``host`` as the context says (opportunistic: a server that does not offer it is
+    against ``mx_host`` as the context says (opportunistic: a server that does not offer it is
     spoken to in plaintext; check `SmtpSession.tls_active`). ``timeout`` bounds each step,
     ``data_timeout`` sending the message and its final reply. ``pipelining=False`` never
     pipelines, for servers that offer PIPELINING but mishandle it. ``mx_host`` is the MX
-    name ``host`` was found under, for `SmtpSession.peer` to report.
+    name ``host`` was found under: the name a verifying ``tls`` checks the certificate
+    against, and what `SmtpSession.peer` reports with ``policy``, the TLS policy applied
+    (default: ``opportunistic`` with ``tls``, ``none`` without).
 
     Raises `TransientFailure` when the server cannot be reached, does not answer in time or
     greets with 4xx; `TlsFailure` (a `TransientFailure`) when the TLS handshake or the
@@ -132,6 +142,7 @@ async def connect(
         stream, host=host, timeout=timeout, data_timeout=data_timeout, pipelining=pipelining
     )
     session._mx_host = mx_host or host
+    session._policy = policy or ("none" if tls is None else "opportunistic")
     try:
         await session._open(helo_name, tls)
     except BaseException:
@@ -160,6 +171,7 @@ class SmtpSession(trio.abc.AsyncResource):
         self._pipelining = pipelining
         self._tls_active = False
         self._mx_host = host
+        self._policy = "none"
         self._tls: tuple[str | None, str | None, bool] = (None, None, False)
         self._broken = False  # commands and replies may be out of step: never reuse
 
@@ -172,7 +184,7 @@ class SmtpSession(trio.abc.AsyncResource):
     def peer(self) -> Peer:
         """The server's host name and address, and the TLS the session negotiated."""
         version, cipher, verified = self._tls
-        return Peer(self._mx_host, self._host, version, cipher, verified)
+        return Peer(self._mx_host, self._host, version, cipher, verified, self._policy)
 
     @property
     def usable(self) -> bool:
@@ -200,7 +212,8 @@ class SmtpSession(trio.abc.AsyncResource):
                 return  # opportunistic: go on in plaintext
         try:
             with self._conversation("TLS handshake with"):
-                tls_stream = trio.SSLStream(self._stream, tls, server_hostname=self._host)
+                # The MX name, not the address: a certificate names the host (RFC 8461 4.2).
+                tls_stream = trio.SSLStream(self._stream, tls, server_hostname=self._mx_host)
                 self._stream = tls_stream
                 with trio.fail_after(self._timeout):
                     await tls_stream.do_handshake()

@@ -32,7 +32,10 @@ _SENT_TO_WEBHOOKS = (
     "complained",
     "unsubscribed",
 )
-EVENT_TYPES = tuple(_WEBHOOK_PREFIX + name for name in _SENT_TO_WEBHOOKS)
+# Events about a sender's standing rather than one email (the complaint-rate guard,
+# engine/contacts/complaint_guard.py): sent in the `postroom` format only.
+SENDER_EVENTS = ("broadcast.paused", "domain.marketing_stopped")
+EVENT_TYPES = (*(_WEBHOOK_PREFIX + name for name in _SENT_TO_WEBHOOKS), *SENDER_EVENTS)
 """The event types a webhook may subscribe to, as its payloads name them."""
 
 
@@ -70,3 +73,16 @@ def queue(tx: Tx, events: Sequence[Event]) -> None:
             by_workspace.setdefault(e.workspace_id, []).append((name, body))
     for workspace_id, items in by_workspace.items():
         webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
+
+
+def queue_sender_event(
+    tx: Tx, workspace_id: str, event_type: str, data: dict[str, Any], at: datetime
+) -> None:
+    """Queue the webhook deliveries of a sender event (SENDER_EVENTS): `event`, `timestamp`
+    and the event's own `data`, in the unit of work that made the change."""
+    assert event_type in SENDER_EVENTS
+    stamp = at.isoformat().replace("+00:00", "Z")
+    body = json.dumps(
+        {"event": event_type, "timestamp": stamp, "data": data}, separators=(",", ":")
+    )
+    webhooks.fan_out(tx, workspace_id, [(event_type, body)], at)

@@ -325,6 +325,15 @@ async def service(
         tls_cert=str(relay_pem),
         tls_key=str(relay_pem),
     )
+    async with started(nursery, settings, clock) as service:
+        yield service
+
+
+@contextlib.asynccontextmanager
+async def started(
+    nursery: trio.Nursery, settings: config.Settings, clock: trio.testing.MockClock
+) -> AsyncIterator[Service]:
+    """The service with `settings` running in `nursery` until the block ends."""
     running: RunningService = await nursery.start(serve, settings)
     service = Service(running, clock)
     try:
