@@ -263,6 +263,8 @@ def set_tracking_host(
 def delete(tx: Tx, domain_id: str) -> None:
     tx.execute("DELETE FROM senders WHERE domain_id = :id", {"id": domain_id})
     tx.execute("DELETE FROM postmaster_mail WHERE domain_id = :id", {"id": domain_id})
+    tx.execute("DELETE FROM dmarc_records WHERE domain_id = :id", {"id": domain_id})
+    tx.execute("DELETE FROM tls_report_policies WHERE domain_id = :id", {"id": domain_id})
     tx.execute("DELETE FROM domains WHERE id = :id", {"id": domain_id})
 
 

@@ -27,6 +27,7 @@ from engine.addresses import normalize_domain
 from engine.domains import bounce_domain, dkim_keys, dmarc, spf, tracking_host
 from engine.domains.findings import Finding
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
+from engine.forwarding import dmarc_reports
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
 from engine.runtime import Principal, Runtime
 from storage import domains, sandbox
@@ -87,7 +88,10 @@ def _records(domain: Domain, smtp_host: str, spf_value: str, public_url: str) ->
         DnsRecord(
             "TXT",
             f"_dmarc.{domain.name}",
-            "v=DMARC1; p=none;",
+            # Aggregate reports to the MX that reads them (engine/forwarding/dmarc_reports.py):
+            # the bounce domain's MX points at the service even when the domain's does not.
+            f"v=DMARC1; p=none; rua=mailto:{dmarc_reports.ADDRESS.local_part}@"
+            f"{domain.bounce_domain or domain.name};",
             "dmarc",
             False,
             status.get("dmarc", PENDING),

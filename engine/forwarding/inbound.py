@@ -3,14 +3,16 @@
 The server is never an open relay: a recipient is accepted only when it is an active
 forward's source address, the bounce address (on any domain: the sending domain or its
 bounce domain) or mailto: unsubscribe address (engine/forwarding/unsubscribe_mail.py) of an
-email this service sent, or postmaster@ / abuse@ of a domain the service serves
-(engine/forwarding/postmaster.py). `receive` returns only once the message's work is
-committed (the listener answers 250 after it): forwarded mail is stored, under our
-`Received:` and `Authentication-Results:` fields (engine/forwarding/authentication.py), with
-one job per destination and the forwarder is woken; a delivery report or complaint sent to a
-bounce address is recorded against its email, and mail to postmaster@ / abuse@ is recorded
-or kept (`postmaster.store`), in the same transaction. Rules are read from the database on
-every call, so a forward created, changed or deleted takes effect at once on every node.
+email this service sent, or postmaster@ / abuse@ (engine/forwarding/postmaster.py), dmarc@
+(engine/forwarding/dmarc_reports.py) or tls-rpt@ (engine/forwarding/tls_reports.py) of a
+domain the service serves. `receive` returns only once the message's work is committed (the
+listener answers 250 after it): forwarded mail is stored, under our `Received:` and
+`Authentication-Results:` fields (engine/forwarding/authentication.py), with one job per
+destination and the forwarder is woken; a delivery report or complaint sent to a bounce
+address is recorded against its email, and mail to postmaster@ / abuse@ is recorded or kept
+(`postmaster.store`), and a DMARC aggregate report sent to dmarc@ or a TLS report sent to
+tls-rpt@ is stored, in the same transaction. Rules are read from the database on every call,
+so a forward created, changed or deleted takes effect at once on every node.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from engine.contacts.complaint_limits import Limits
-from engine.forwarding import authentication, feedback, postmaster, unsubscribe_mail
+from engine.forwarding import (
+    authentication,
+    dmarc_reports,
+    feedback,
+    postmaster,
+    tls_reports,
+    unsubscribe_mail,
+)
 from engine.mail import forwarding, reports, trace
 from engine.mail.addresses import email_id_from_bounce_address
 from engine.runtime import Runtime
@@ -42,6 +51,12 @@ async def accepts(rt: Runtime, address: str) -> bool:
         return bool(await rt.db.read(emails.by_ids, [email_id]))
     if await rt.db.read(forwards.active_by_sources, [address]):
         return True
+    to_dmarc = await dmarc_reports.ADDRESS.accepts(rt, address)
+    if to_dmarc is not None:
+        return to_dmarc
+    to_tls_rpt = await tls_reports.ADDRESS.accepts(rt, address)
+    if to_tls_rpt is not None:
+        return to_tls_rpt
     return await postmaster.accepts(rt, address)
 
 
@@ -66,6 +81,8 @@ def _store(
     report: reports.Report | None,
     unsubscribes: list[unsubscribe_mail.Request],
     to_postmaster: postmaster.Arrival | None,
+    dmarc: dmarc_reports.Arrival | None,
+    tls_rpt: tls_reports.Arrival | None,
     now: datetime,
     limits: Limits,
 ) -> bool:
@@ -80,6 +97,10 @@ def _store(
         postmaster.store(
             tx, envelope_from, to_postmaster, {r.source_email for r in rules}, now, limits
         )
+    if dmarc is not None:
+        dmarc_reports.store(tx, dmarc, {r.source_email for r in rules}, now)
+    if tls_rpt is not None:
+        tls_reports.store(tx, tls_rpt, {r.source_email for r in rules}, now)
     jobs = _jobs(rules, data)
     if jobs:
         inbound.insert_message(tx, envelope_from, recipients, data, jobs, now)
@@ -88,8 +109,13 @@ def _store(
 
 def stamps(recipients: list[str]) -> bool:
     """Whether a message to these recipients is kept under our trace and results: when it
-    is mail for a forward (a report to a bounce address is read, not sent on)."""
-    return not all(email_id_from_bounce_address(_clean(r)) for r in recipients)
+    is mail for a forward (a report to a bounce address, dmarc@ or tls-rpt@ is read, not sent on)."""
+    return not all(
+        email_id_from_bounce_address(c)
+        or dmarc_reports.ADDRESS.domain(c)
+        or tls_reports.ADDRESS.domain(c)
+        for c in map(_clean, recipients)
+    )
 
 
 async def receive(
@@ -107,6 +133,8 @@ async def receive(
         )
     unsubscribes = unsubscribe_mail.requests(rt.secret_key, recipients, data)
     to_postmaster = postmaster.read(recipients, data)
+    dmarc = dmarc_reports.read(recipients, data)
+    tls_rpt = tls_reports.read(recipients, data)
     await rt.db.write(
         _store,
         envelope_from,
@@ -115,6 +143,8 @@ async def receive(
         report,
         unsubscribes,
         to_postmaster,
+        dmarc,
+        tls_rpt,
         rt.clock.now(),
         rt.complaint_limits,
     )

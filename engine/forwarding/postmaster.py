@@ -101,7 +101,7 @@ def read(recipients: Sequence[str], data: bytes) -> Arrival | None:
     return Arrival(addressed, report, from_header, subject, message_id, kept, len(data))
 
 
-def _owners(tx: Tx, domain: str) -> list[Domain]:
+def owners(tx: Tx, domain: str) -> list[Domain]:
     """The served domain named `domain`: the verified sending domain of that name, else
     the verified domain whose bounce domain it is (at most one of each: names are
     verified in one workspace at a time)."""
@@ -138,7 +138,7 @@ def store(
         if recipient in forwarded:
             continue
         domain = role_domain(recipient)
-        for owner in _owners(tx, domain or ""):
+        for owner in owners(tx, domain or ""):
             if arrival.report is not None:
                 if owner.workspace_id in complained:
                     continue
