@@ -126,16 +126,18 @@ def base_image() -> str:
             subprocess.run(["chroot", str(root), "apt-get", "clean"], check=True, timeout=60)
             for lists in (root / "var/lib/apt/lists").glob("*_*"):
                 lists.unlink()
-            tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-            subprocess.run(
-                ["podman", "import", "-", BASE_IMAGE],
-                stdin=tar.stdout,
-                env=_env(),
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
-            tar.wait()
+            # The context closes tar's pipe (left open, it is a ResourceWarning, an error here).
+            with subprocess.Popen(
+                ["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE
+            ) as tar:
+                subprocess.run(
+                    ["podman", "import", "-", BASE_IMAGE],
+                    stdin=tar.stdout,
+                    env=_env(),
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
         return BASE_IMAGE
 
 
