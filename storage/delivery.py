@@ -145,10 +145,37 @@ def record_outcomes(
     are written: one whose lease was freed (the node was declared dead) is another node's now,
     and a late outcome must not overwrite what that node found; with `unheld` too, the
     outcomes that rule allows over recipients no node holds are written as well."""
-    if holder is not None:
+    fenced = holder is not None and unheld is None  # fenced by the UPDATE itself
+    if holder is not None and unheld is not None:
         held, free = _still_held(tx, [(u.email_id, u.address) for u in updates], holder, unheld)
-        allowed = () if unheld is None else unheld.to
-        ours = held | {(u.email_id, u.address) for u in updates if u.status in allowed} & free
+        ours = held | {(u.email_id, u.address) for u in updates if u.status in unheld.to} & free
+        updates = [u for u in updates if (u.email_id, u.address) in ours]
+    # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
+    alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
+    for u in updates:
+        when = None if u.next_attempt_at is None else timestamp(u.next_attempt_at)
+        alike[(u.status, when, u.last_response)].append((u.email_id, u.address))
+    # Fenced, the UPDATE touches only the rows `holder` still holds (and locks them until the
+    # transaction ends, so a node reaping `holder` waits for this write) and says which:
+    # one statement per outcome, where a SELECT ... FOR UPDATE first made two (the outcomes
+    # are written per SMTP transaction, so statements per write are the delivery's cost).
+    written: set[tuple[str, str]] = set()
+    for (status, when, response), keys in alike.items():
+        rows, params = _pairs("k", keys)
+        sql = (
+            "UPDATE email_recipients SET status = :status, attempts = attempts + 1,"
+            " next_attempt_at = :next, last_response = :response, lease_until = NULL,"
+            f" leased_by = NULL, updated_at = :now WHERE (email_id, address) IN ({rows})"
+        )
+        values = {"status": status, "next": when, "response": response, "now": timestamp(now)}
+        if fenced:
+            sql += " AND leased_by = :holder RETURNING email_id, address"
+            found = tx.all(sql, values | params | {"holder": holder})
+            written.update((row["email_id"], row["address"]) for row in found)
+        else:
+            tx.execute(sql, values | params)
+    if holder is not None:
+        ours = written if fenced else {(u.email_id, u.address) for u in updates}
         updates = [u for u in updates if (u.email_id, u.address) in ours]
         events = [e for e in events if (e.email_id, e.recipient or "") in ours]
         hard_bounces = [
@@ -156,19 +183,6 @@ def record_outcomes(
             for workspace_id, entry in hard_bounces
             if (entry.source_email_id or "", entry.email) in ours
         ]
-    # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
-    alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
-    for u in updates:
-        when = None if u.next_attempt_at is None else timestamp(u.next_attempt_at)
-        alike[(u.status, when, u.last_response)].append((u.email_id, u.address))
-    for (status, when, response), keys in alike.items():
-        rows, params = _pairs("k", keys)
-        tx.execute(
-            "UPDATE email_recipients SET status = :status, attempts = attempts + 1,"
-            " next_attempt_at = :next, last_response = :response, lease_until = NULL,"
-            f" leased_by = NULL, updated_at = :now WHERE (email_id, address) IN ({rows})",
-            {"status": status, "next": when, "response": response, "now": timestamp(now)} | params,
-        )
     emails.insert_events(tx, events, outbox)
     emails.summarise(tx, [u.email_id for u in updates], now, summary)
     for workspace_id, entry in hard_bounces:
@@ -176,20 +190,18 @@ def record_outcomes(
 
 
 def _still_held(
-    tx: Tx, keys: Sequence[tuple[str, str]], holder: str, unheld: Unheld | None = None
+    tx: Tx, keys: Sequence[tuple[str, str]], holder: str, unheld: Unheld
 ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """Those of `keys` (email id, address) whose lease `holder` holds, and (with `unheld`)
-    those no node holds that wait in one of `unheld.from_`; locked until the transaction ends,
-    so that a node reaping `holder` or claiming them meanwhile waits for this write."""
+    """Those of `keys` (email id, address) whose lease `holder` holds, and those no node holds
+    that wait in one of `unheld.from_`; locked until the transaction ends, so that a node
+    reaping `holder` or claiming them meanwhile waits for this write."""
     if not keys:
         return set(), set()
     rows, params = _pairs("h", keys)
     lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
-    holders = "leased_by = :holder"
-    if unheld is not None:
-        waiting, waiting_params = in_list("u", unheld.from_)
-        holders = f"({holders} OR (leased_by IS NULL AND status IN ({waiting})))"
-        params |= waiting_params
+    waiting, waiting_params = in_list("u", unheld.from_)
+    holders = f"(leased_by = :holder OR (leased_by IS NULL AND status IN ({waiting})))"
+    params |= waiting_params
     found = tx.all(
         "SELECT email_id, address, leased_by FROM email_recipients"
         f" WHERE (email_id, address) IN ({rows}) AND {holders}{lock}",
