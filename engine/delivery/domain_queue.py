@@ -933,7 +933,11 @@ class DomainQueue:
                     message = transfer.message
                     data = message.for_hop("SMTPUTF8" in session.extensions)
                     result = await session.send(
-                        message.envelope_from, addresses, data, before_message=written
+                        message.envelope_from,
+                        addresses,
+                        data,
+                        before_message=written,
+                        requiretls=transfer.email.requiretls,  # RFC 8689: verified TLS only
                     )
                 except SmtpError as exc:
                     if reused:
