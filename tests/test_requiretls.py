@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from engine.smtp.server import MailFrom, MessageData, ServerPolicy, SmtpServer
 from tests import test_mta_sts
 from tests.harness import service as harness
 from tests.harness.service import Account, Service
@@ -20,6 +21,7 @@ from tests.test_dane import MX, _publish, _sink, _spki_sha256
 from tests.test_mta_sts import DOMAIN, _delivered, _events, _Loopback
 from tests.test_relay import mime, relay_account
 from tests.test_sending import SENDER, wait_for_email
+from tests.test_smtp_server import authenticated, codes, run
 
 # The peers of test_mta_sts.py (a DNS server, an HTTPS policy server, the test CA).
 loopback = test_mta_sts.loopback
@@ -131,3 +133,30 @@ async def test_requiretls_mail_fails_without_a_verified_policy_and_other_mail_go
         assert _events(done, "delivered")[0]["policy"] == "opportunistic"
         [mail] = [line for line in sink.transcript if line.startswith("MAIL")]
         assert "REQUIRETLS" not in mail
+
+
+def test_the_server_machine_takes_requiretls_over_tls_only_and_where_offered() -> None:
+    submission = ServerPolicy(
+        "relay.test", 10_000, tls_available=True, auth=True, auth_without_tls=True, requiretls=True
+    )
+    plain = SmtpServer(submission)
+    _, replies = run(plain, b"EHLO client.test\r\n")
+    assert b"REQUIRETLS" not in replies
+    token = "AHVzZXJAZXhhbXBsZS5vcmcAc2VjcmV0"  # \0user@example.org\0secret
+    run(plain, f"AUTH PLAIN {token}\r\n".encode())
+    _, replies = run(plain, b"MAIL FROM:<a@example.org> REQUIRETLS\r\n")
+    assert codes(replies) == ["555 5.5.4"]  # not offered in plain text
+
+    server = authenticated(submission)
+    events, _ = run(
+        server,
+        b"MAIL FROM:<a@example.org> REQUIRETLS\r\nRCPT TO:<b@example.net>\r\nDATA\r\n"
+        b"Subject: x\r\n\r\nhi\r\n.\r\n",
+    )
+    assert MailFrom("a@example.org", None, False, True) in events
+    [message] = [e for e in events if isinstance(e, MessageData)]
+    assert message.requiretls
+
+    inbound = authenticated(ServerPolicy("mx.test", 10_000, tls_available=True))
+    _, replies = run(inbound, b"EHLO client.test\r\nMAIL FROM:<a@example.org> REQUIRETLS\r\n")
+    assert b"REQUIRETLS" not in replies and codes(replies)[-1] == "555 5.5.4"
