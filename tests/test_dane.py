@@ -9,6 +9,7 @@ import hashlib
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 
+import pytest
 import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -35,6 +36,8 @@ loopback = test_mta_sts.loopback
 policy_server = test_mta_sts.policy_server
 
 MX = f"mx.{DOMAIN}"
+# DANE keeps nothing in the database: one engine is enough for the scenarios end to end.
+one_engine = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 def _spki_sha256(pem: bytes) -> str:
@@ -83,6 +86,7 @@ def _service(
     return harness.started(loopback.nursery, settings, loopback.clock)
 
 
+@one_engine
 async def test_dane_ee_match_delivers_with_policy_dane_and_no_name_check(
     loopback: _Loopback,
 ) -> None:
@@ -99,6 +103,7 @@ async def test_dane_ee_match_delivers_with_policy_dane_and_no_name_check(
         assert counts[("dane", "verified")] == 1
 
 
+@one_engine
 async def test_dane_ee_mismatch_defers_and_never_sends_in_plain_text(
     loopback: _Loopback,
 ) -> None:
@@ -114,6 +119,7 @@ async def test_dane_ee_mismatch_defers_and_never_sends_in_plain_text(
         assert not any(line.startswith("MAIL") for line in sink.transcript)
 
 
+@one_engine
 async def test_dane_ta_match_checks_the_chain_and_the_mx_name(loopback: _Loopback) -> None:
     intermediate = loopback.tls_ca.ca.create_child_ca()
     sink, chain = await _sink(loopback, intermediate, MX)
@@ -142,6 +148,7 @@ def test_dane_ta_refuses_a_leaf_for_another_name_and_pkix_usages_are_unusable() 
     assert dane.usable(pkix) == ()  # RFC 7672 3.1.3, and unknown selectors and types
 
 
+@one_engine
 async def test_without_the_ad_bit_delivery_is_opportunistic(loopback: _Loopback) -> None:
     sink, _ = await _sink(loopback, loopback.tls_ca.ca, MX)
     _publish(loopback, sink, f"3 1 1 {'00' * 32}", secure=False)  # would not match
@@ -153,6 +160,7 @@ async def test_without_the_ad_bit_delivery_is_opportunistic(loopback: _Loopback)
         assert delivered["tls"]["verified"] is False
 
 
+@one_engine
 async def test_with_dnssec_off_nothing_is_asked_and_delivery_is_opportunistic(
     loopback: _Loopback,
 ) -> None:
@@ -166,6 +174,7 @@ async def test_with_dnssec_off_nothing_is_asked_and_delivery_is_opportunistic(
         assert not [q for q in loopback.dns.queries if q.name == name]
 
 
+@one_engine
 async def test_a_failed_tlsa_lookup_for_a_secure_mx_defers(loopback: _Loopback) -> None:
     sink, _ = await _sink(loopback, loopback.tls_ca.ca, MX)
     name = _publish(loopback, sink, f"3 1 1 {'00' * 32}")
@@ -179,6 +188,7 @@ async def test_a_failed_tlsa_lookup_for_a_secure_mx_defers(loopback: _Loopback) 
         assert sink.messages == []
 
 
+@one_engine
 async def test_dane_wins_over_an_mta_sts_policy(loopback: _Loopback) -> None:
     sink, chain = await _sink(loopback, loopback.tls_ca.ca, "localhost")
     # MTA-STS enforce lists another host and the certificate fails its name check: under
