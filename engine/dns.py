@@ -4,12 +4,17 @@ The resolver answers from the servers in `POSTROOM_DNS_SERVERS` (tests point it 
 authoritative server on loopback) or from the system's configuration. Lookups tell "the name
 has no such record" (an empty answer) apart from "DNS could not answer now"
 (`TemporaryDnsError`), because only the first is a fact worth acting on.
+
+With POSTROOM_DNSSEC on, every query asks for DNSSEC (the DO and AD bits) and the answers'
+AD bit is trusted: the configured resolvers are the operator's validating ones, as Postfix's
+`smtp_dns_support_level = dnssec`. Only the MX and TLSA lookups of DANE read it (`secure`).
 """
 
 from __future__ import annotations
 
 import dns.asyncresolver
 import dns.exception
+import dns.flags
 import dns.nameserver
 import dns.rdata
 import dns.resolver
@@ -22,15 +27,27 @@ class TemporaryDnsError(Exception):
     """Raised when a lookup fails for a reason that may pass (timeout, SERVFAIL)."""
 
 
-def make_resolver(servers: list[tuple[str, int]] | None) -> dns.asyncresolver.Resolver:
-    """A resolver for the given `(host, port)` servers, or the system's when None."""
+def make_resolver(
+    servers: list[tuple[str, int]] | None, *, dnssec: bool = False
+) -> dns.asyncresolver.Resolver:
+    """A resolver for the given `(host, port)` servers, or the system's when None; with
+    `dnssec`, one that asks for validated answers (RFC 6840 5.7: the AD bit in the query)."""
     if servers is None:
         resolver = dns.asyncresolver.Resolver()
     else:
         resolver = dns.asyncresolver.Resolver(configure=False)
         resolver.nameservers = [dns.nameserver.Do53Nameserver(host, port) for host, port in servers]
     resolver.lifetime = LOOKUP_LIFETIME
+    if dnssec:
+        resolver.use_edns(0, dns.flags.DO, 1232)
+        resolver.flags = dns.flags.RD | dns.flags.AD
     return resolver
+
+
+def secure(answer: dns.resolver.Answer) -> bool:
+    """Whether the resolver marked the answer authenticated (AD): trusted only with
+    POSTROOM_DNSSEC on, whose resolvers are validating ones."""
+    return bool(answer.response.flags & dns.flags.AD)
 
 
 async def _answer(
@@ -62,14 +79,36 @@ async def txt(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
 
 async def mx(resolver: dns.asyncresolver.Resolver, name: str) -> list[tuple[int, str]]:
     """The MX records at `name` as (preference, host without trailing dot), best first."""
+    return (await mx_secured(resolver, name))[0]
+
+
+async def mx_secured(
+    resolver: dns.asyncresolver.Resolver, name: str
+) -> tuple[list[tuple[int, str]], bool]:
+    """As `mx`, and whether the answer was authenticated (`secure`; False for none)."""
     answer = await _answer(resolver, name, "MX")
     if answer is None:
-        return []
+        return [], False
     records = [
         (int(rdata.preference), rdata.exchange.to_text(omit_final_dot=True).lower())
         for rdata in answer
     ]
-    return sorted(records)
+    return sorted(records), secure(answer)
+
+
+async def tlsa(
+    resolver: dns.asyncresolver.Resolver, name: str
+) -> tuple[list[tuple[int, int, int, bytes]], bool]:
+    """The TLSA records at `name` as (usage, selector, matching type, data), and whether the
+    answer was authenticated; ([], False) for none (RFC 7672 2.2: no DANE for the host)."""
+    answer = await _answer(resolver, name, "TLSA")
+    if answer is None:
+        return [], False
+    found = [
+        (int(rdata.usage), int(rdata.selector), int(rdata.mtype), bytes(rdata.cert))
+        for rdata in answer
+    ]
+    return found, secure(answer)
 
 
 async def addresses(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:

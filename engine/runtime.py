@@ -70,6 +70,8 @@ class Runtime:
     extra_ca_file: Path | None = None
     # POSTROOM_MTA_STS_PORT (tests only): the port MTA-STS policies are fetched from.
     mta_sts_port: int = 443
+    # POSTROOM_DNSSEC: the resolver's AD bit is trusted and DANE enforced (delivery/dane.py).
+    dnssec: bool = False
     # Delivered recipients by TLS policy and outcome (engine/delivery/mta_sts.py), /metrics.
     tls_deliveries: TlsDeliveries = field(default_factory=TlsDeliveries)
 

@@ -29,6 +29,9 @@ DEFAULTS: dict[str, str] = {
     "smtp_host": "localhost",
     "public_url": "http://127.0.0.1:8080",
     "dns_servers": "",
+    # on: the resolvers validate DNSSEC, their AD bit is trusted and DANE enforced
+    # (engine/delivery/dane.py), as Postfix's smtp_dns_support_level = dnssec.
+    "dnssec": "off",
     # The addresses the service's mail leaves from, which domains' SPF records must authorise
     # (engine/domains/spf.py); empty: those of smtp_host.
     "sending_addresses": "",
@@ -97,6 +100,7 @@ class Settings:
     sending_addresses: tuple[str, ...] = ()  # empty: the addresses of smtp_host
     spf_include: str | None = None  # the SPF record owners include, when the operator has one
     complaint_min_deliveries: int = 1000  # before a complaint rate counts
+    dnssec: bool = False  # trust the resolvers' AD bit: DANE on the way out
 
 
 def _fail(name: str, expected: str, value: str) -> SettingsError:
@@ -294,6 +298,7 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         log_format=_log_format(raw["log_format"]),
         metrics_token=_metrics_token(raw["metrics_token"]),
         sandbox=_flag("sandbox", raw["sandbox"]),
+        dnssec=_flag("dnssec", raw["dnssec"]),
         delivery_caps=_delivery_caps(raw),
         drain_seconds=_seconds("drain_seconds", raw["drain_seconds"], 600),
         sending_addresses=_sending_addresses(raw["sending_addresses"]),

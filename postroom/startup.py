@@ -36,7 +36,8 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
     rt = Runtime(
         db=db,
         clock=Clock(),
-        resolver=make_resolver(settings.dns_servers),
+        resolver=make_resolver(settings.dns_servers, dnssec=settings.dnssec),
+        dnssec=settings.dnssec,
         secret_key=secret_key,
         smtp_host=settings.smtp_host,
         public_url=settings.public_url,

@@ -1,6 +1,7 @@
 """The submission relay (POSTROOM_SUBMISSION_LISTEN, 587 in production): STARTTLS, AUTH
 with an SMTP credential (failures limited per username and client address: 454), then mail
-from the credential's domain, under the API's rules.
+from the credential's domain, under the API's rules. REQUIRETLS (RFC 8689) is offered over
+TLS; an email submitted with it is delivered only under verified TLS (engine/smtp/session.py).
 
 Thin: each step asks one engine function (engine/accounts/smtp_credentials.py to authenticate,
 engine/sending/submission.py for senders, suppressions, the plan and storing) and turns its answer
@@ -85,6 +86,7 @@ class SubmissionSession:
             list(event.recipients),
             event.data,
             arrival,
+            requiretls=event.requiretls,
         )
         if isinstance(outcome, str):
             return _refused(outcome)
@@ -111,6 +113,7 @@ def submission_listener(
         tls_available=tls is not None,
         auth=True,
         auth_without_tls=auth_without_tls,
+        requiretls=True,
     )
     return SmtpListener(
         "submission",

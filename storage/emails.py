@@ -64,6 +64,9 @@ class Email:
     unsubscribe: bool = False
     # The broadcast the email is one of (the complaint-rate guard pauses it as a whole).
     broadcast_id: str | None = None
+    # Submitted with REQUIRETLS (RFC 8689): delivered only over TLS verified by DANE or
+    # MTA-STS to a server offering REQUIRETLS, else it fails with 5.7.30.
+    requiretls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,7 @@ def _email(row: Row) -> Email:
         delivered_at=parse_optional_timestamp(row["delivered_at"]),
         unsubscribe=bool(row.get("unsubscribe")),
         broadcast_id=row.get("broadcast_id"),
+        requiretls=bool(row.get("requiretls")),
     )
 
 
@@ -203,11 +207,12 @@ def insert(
             "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
             " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
             " status, source, message_id, rejection_reason, retry_of_id, send_at,"
-            " created_at, updated_at, unsubscribe, broadcast_id) VALUES (:id, :ws, :domain_id,"
+            " created_at, updated_at, unsubscribe, broadcast_id, requiretls) VALUES (:id, :ws,"
+            " :domain_id,"
             " :from_address,"
             " :from_name, :to, :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags,"
             " :status, :source, :message_id, :rejection_reason, :retry_of_id, :send_at,"
-            " :created_at, :created_at, :unsubscribe, :broadcast_id)",
+            " :created_at, :created_at, :unsubscribe, :broadcast_id, :requiretls)",
             (
                 {
                     "id": e.id,
@@ -233,6 +238,7 @@ def insert(
                     "created_at": timestamp(e.created_at),
                     "unsubscribe": e.unsubscribe,
                     "broadcast_id": e.broadcast_id,
+                    "requiretls": e.requiretls,
                 }
                 for e in emails
             ),

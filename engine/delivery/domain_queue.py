@@ -6,7 +6,9 @@ messages in a worker thread, then send them over up to `CONNECTIONS` parallel SM
 connections, each reused for message after message and opportunistically upgraded with
 STARTTLS (a failed handshake is retried once in plain text) unless the domain's MTA-STS
 policy demands verified TLS (engine/delivery/mta_sts.py: then never plain text, and a host
-the policy does not allow is passed over, `tls_policy`), and record the whole round's
+the policy does not allow is passed over, `tls_policy`) or DANE covers the MX host
+(engine/delivery/dane.py: TLS matching its TLSA records or nothing; DANE wins over MTA-STS
+for the hosts it covers, RFC 8461 2), and record the whole round's
 outcomes in one unit of work. Every attempt's end is a typed outcome that
 engine/delivery/classify.py alone turns into delivered, deferred, bounced, refused, failed or
 a destination incident, which the round's unit opens, widens or resolves per sending domain
@@ -55,7 +57,7 @@ import trio
 
 from engine import dns as lookups
 from engine import faults, outbound_http
-from engine.delivery import incidents, mta_sts, mx, policies, retry, throttle, tls_outcomes
+from engine.delivery import dane, incidents, mta_sts, mx, policies, retry, throttle, tls_outcomes
 from engine.delivery.classify import (
     Decision,
     DnsFailure,
@@ -430,6 +432,7 @@ class DomainQueue:
         self._tls = tls
         self._policies = mta_sts.Policies(rt, domain)
         self._policy: mta_sts.Policy | None = None  # the domain's MTA-STS policy this round
+        self._dane: dane.Hosts = {}  # the MX hosts DANE covers this round
         self._rounds_in_flight = rounds
         self._keep = keep  # hands outcomes the database did not take to the router
         # What policies match (MX hosts), the key its connection slots are counted under
@@ -860,9 +863,10 @@ class DomainQueue:
                     raise
                 self._lose(exc)
                 return
-            if policy != self._policy:
+            covered = await dane.lookup(rt, targets)  # nothing asked with POSTROOM_DNSSEC off
+            if policy != self._policy or covered != self._dane:
                 await self._close_sessions()  # kept ones were opened under another policy
-            self._policy = policy
+            self._policy, self._dane = policy, covered
             applied = "opportunistic" if policy is None else "mta-sts"
             queue = deque(work)
             problems: list[Outcome] = []
@@ -880,7 +884,7 @@ class DomainQueue:
                     )
             work = list(queue)  # whatever no connection could take
             failure = _worst(problems)
-            if isinstance(failure, Unreachable):
+            if isinstance(failure, Unreachable) and failure.policy is None:
                 failure = replace(failure, policy=applied)
             if self._draining:
                 return
@@ -929,7 +933,11 @@ class DomainQueue:
                     message = transfer.message
                     data = message.for_hop("SMTPUTF8" in session.extensions)
                     result = await session.send(
-                        message.envelope_from, addresses, data, before_message=written
+                        message.envelope_from,
+                        addresses,
+                        data,
+                        before_message=written,
+                        requiretls=transfer.email.requiretls,  # RFC 8689: verified TLS only
                     )
                 except SmtpError as exc:
                     if reused:
@@ -998,8 +1006,9 @@ class DomainQueue:
         host it lists is asked for TLS with its certificate verified for the MX name; in
         `enforce` mode a host it does not list, a failed or refused STARTTLS or an invalid
         certificate passes over the host (`tls_policy`), and in `testing` mode the delivery
-        goes on as opportunistic TLS would. A host refusing the session for good is passed
-        over for the next one.
+        goes on as opportunistic TLS would. A host DANE covers is spoken to only as
+        `_open_under_dane` says, whatever the MTA-STS policy. A host refusing the session for
+        good is passed over for the next one.
         """
         problems: list[Outcome] = []
         rt, policy = self._rt, self._policy
@@ -1008,10 +1017,17 @@ class DomainQueue:
         # For hosts a policy lists; loaded only then (the CA store costs ~45 ms of CPU).
         verifying = None if policy is None else outbound_http.tls_context(rt.extra_ca_file)
         for target in targets:
+            covered = self._dane.get(target.host)
+            if covered is not None:
+                opened = await self._open_under_dane(target, covered)
+                if isinstance(opened, SmtpSession):
+                    return opened
+                problems += opened
+                continue
             listed = policy is not None and policy.allows(target.host)
             if enforced and not listed:
                 unlisted = f"{target.host} is not listed by the MTA-STS policy of {self.domain}"
-                problems.append(_refused_by_policy(unlisted))
+                problems.append(_refused_by_policy(unlisted, "mta-sts"))
                 continue
             for address in target.addresses:
                 where = f"{target.host} [{address}]"
@@ -1028,7 +1044,7 @@ class DomainQueue:
                         )
                     except TlsFailure as exc:
                         if enforced:
-                            problems.append(_refused_by_policy(f"{where}: {exc}"))
+                            problems.append(_refused_by_policy(f"{where}: {exc}", "mta-sts"))
                             break
                         if tls is None:
                             problems.append(Unreachable(f"{where}: {exc}", exc.reply))
@@ -1048,10 +1064,54 @@ class DomainQueue:
                         break
                     if enforced and not session.tls_active:
                         await self._quit(session)
-                        problems.append(_refused_by_policy(f"{where} did not start TLS"))
+                        problems.append(_refused_by_policy(f"{where} did not start TLS", "mta-sts"))
                         break
                     return session
         return _worst(problems)
+
+    async def _open_under_dane(
+        self, target: mx.MxTarget, covered: tuple[dane.Tlsa, ...] | str
+    ) -> SmtpSession | list[Outcome]:
+        """A session with a host DANE covers, over TLS whose certificates its TLSA records
+        accept (`covered`; a string: why the host is passed over), or why there is none. No
+        TLS, no match or a failed lookup pass the host over (`tls_policy`), never plain text
+        (RFC 7672 2.2)."""
+        if isinstance(covered, str):
+            return [_refused_by_policy(covered, "dane")]
+        rt = self._rt
+        problems: list[Outcome] = []
+
+        def check(chain: list[bytes]) -> str | None:
+            return dane.check(covered, chain, target.host, rt.clock.now())
+
+        for address in target.addresses:
+            where = f"{target.host} [{address}]"
+            try:
+                # The queue's context verifies nothing itself: `check` does, after the handshake.
+                session = await connect(
+                    address,
+                    rt.delivery_port,
+                    helo_name=rt.smtp_host,
+                    tls=self._tls,
+                    mx_host=target.host,
+                    policy="dane",
+                    check=check,
+                )
+            except TlsFailure as exc:
+                problems.append(_refused_by_policy(f"{where}: {exc}", "dane"))
+                continue
+            except PermanentFailure as exc:
+                problems.append(SessionRefused(f"{where}: {exc}", exc.reply))
+                continue
+            except SmtpError as exc:
+                problems.append(Unreachable(f"{where}: {exc}", getattr(exc, "reply", None)))
+                continue
+            if not session.tls_active:
+                await self._quit(session)
+                problems.append(_refused_by_policy(f"{where} did not start TLS", "dane"))
+                continue
+            return session
+        return problems
 
     async def _quit(self, session: SmtpSession) -> None:
         """End a session with QUIT (then close), waiting at most QUIT_WAIT for the server."""
@@ -1088,18 +1148,19 @@ class DomainQueue:
         )
 
 
-def _refused_by_policy(detail: str) -> Unreachable:
-    """A host passed over because the domain's MTA-STS policy forbids the session."""
-    return Unreachable(f"tls_policy: {detail}", tls_policy=True)
+def _refused_by_policy(detail: str, policy: str) -> Unreachable:
+    """A host passed over because the TLS `policy` (mta-sts, dane) forbids the session."""
+    return Unreachable(f"tls_policy: {detail}", policy=policy, tls_policy=True)
 
 
 def _worst(problems: list[Outcome]) -> Outcome:
     """What the recipients of transfers no connection could take are told: a refusal only
     when every host refused us for good, else the reasons none could be reached (and whether
-    the TLS policy passed over any of them)."""
+    the TLS policy passed over any of them, and which: the first that did)."""
     if problems and all(isinstance(p, SessionRefused) for p in problems):
         return problems[0]
     reasons = [p.detail for p in problems if isinstance(p, Unreachable | SessionRefused)]
-    by_policy = any(isinstance(p, Unreachable) and p.tls_policy for p in problems)
+    passed_over = [p for p in problems if isinstance(p, Unreachable) and p.tls_policy]
     detail = "; ".join(dict.fromkeys(reasons)) or "no MX host to try"
-    return Unreachable(detail, tls_policy=by_policy)
+    policy = passed_over[0].policy if passed_over else None
+    return Unreachable(detail, policy=policy, tls_policy=bool(passed_over))

@@ -34,13 +34,16 @@ class PrivateTargets(Exception):
 class MxTarget:
     host: str
     addresses: tuple[str, ...]
+    # The MX answer naming the host was authenticated (DNSSEC): DANE may apply to it
+    # (engine/delivery/dane.py). False for a domain without MX records.
+    secure: bool = False
 
 
 async def targets(
     resolver: dns.asyncresolver.Resolver, domain: str, *, allow_private: bool
 ) -> list[MxTarget]:
     """The hosts to try for `domain`, best first; TemporaryDnsError when DNS cannot answer."""
-    records = await lookups.mx(resolver, domain)
+    records, secure = await lookups.mx_secured(resolver, domain)
     if any(host in ("", ".", "@") for _, host in records):
         raise NoMailService(f"{domain} accepts no mail (null MX)")
     hosts = [host for _, host in records] or [domain]
@@ -51,7 +54,7 @@ async def targets(
         allowed = addresses if allow_private else public_only(addresses)
         refused += len(addresses) - len(allowed)
         if allowed:
-            found.append(MxTarget(host, tuple(allowed)))
+            found.append(MxTarget(host, tuple(allowed), secure and bool(records)))
     if not found and refused:
         raise PrivateTargets(
             f"the mail hosts of {domain} resolve only to private or reserved addresses,"

@@ -1,9 +1,10 @@
 """Delivered recipients counted by the TLS policy applied and the TLS they got, for `/metrics`.
 
-Policies (what the delivered and deferred events record as `policy`): `mta-sts` (the
+Policies (what the delivered and deferred events record as `policy`): `dane` (the MX host's
+TLSA records, with POSTROOM_DNSSEC on: engine/delivery/dane.py), `mta-sts` (the
 recipient domain's MTA-STS policy, enforce or testing: engine/delivery/mta_sts.py),
 `opportunistic` (STARTTLS when offered, nothing verified, plain text when it fails) and `none`
-(no TLS was tried). Outcomes: `verified` (TLS, certificate valid for the MX name), `encrypted`
+(no TLS was tried). Outcomes: `verified` (TLS, certificate valid for the MX name or matching its TLSA records), `encrypted`
 (TLS, certificate not checked) and `plaintext`. Both are closed vocabularies, so the label set
 of the counter never grows with what tenants send.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-POLICIES = ("mta-sts", "opportunistic", "none")
+POLICIES = ("dane", "mta-sts", "opportunistic", "none")
 OUTCOMES = ("verified", "encrypted", "plaintext")
 
 

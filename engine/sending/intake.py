@@ -330,6 +330,7 @@ class NewEmail:
     message_id: str | None = None  # the given message's own, if it has one
     unsubscribe: bool = False  # carries List-Unsubscribe (engine/suppressions/scopes.py)
     broadcast_id: str | None = None  # one of a bulk send's emails
+    requiretls: bool = False  # delivered only under verified TLS (RFC 8689)
     # A message sent as given goes to its envelope recipients, whoever its header names.
     envelope: tuple[str, ...] = ()
 
@@ -386,6 +387,7 @@ def rows(new: NewEmail, now: datetime) -> tuple[Email, list[Recipient], Event]:
         delivered_at=None,
         raw=new.raw,
         unsubscribe=new.unsubscribe,
+        requiretls=new.requiretls,
         broadcast_id=new.broadcast_id,
     )
     recipient_rows = (

@@ -46,6 +46,7 @@ class RawMail:
     recipients: list[str]
     data: bytes
     source: str
+    requiretls: bool = False  # submitted with REQUIRETLS (RFC 8689): verified TLS only
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,7 @@ def raw_email(mail: RawMail, domain: Domain, summary: HeaderSummary) -> NewEmail
         raw=mail.data,
         message_id=summary.message_id,
         envelope=recipients,
+        requiretls=mail.requiretls,
     )
 
 

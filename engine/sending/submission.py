@@ -335,19 +335,21 @@ async def submit(
     recipients: list[str],
     data: bytes,
     arrival: trace.Arrival,
+    *,
+    requiretls: bool = False,
 ) -> Accepted | KeyConflict | str:
     """Store a submitted message (committed when this returns) under a `Received:` field
     saying how it arrived, or answer the first email of its Idempotency-Key again; or why
-    it is refused."""
+    it is refused. `requiretls`: the client asked for REQUIRETLS (RFC 8689)."""
     found = _idempotency_key(data)
     if isinstance(found, str):
         return found
     key, data = found
     if key is None:
-        return await _submit(rt, submitter, mail_from, recipients, data, arrival)
+        return await _submit(rt, submitter, mail_from, recipients, data, arrival, requiretls)
 
     async def run() -> tuple[Any, int]:
-        result = await _submit(rt, submitter, mail_from, recipients, data, arrival)
+        result = await _submit(rt, submitter, mail_from, recipients, data, arrival, requiretls)
         if isinstance(result, str):
             raise _NotStored(result)
         return {"id": result.email_id}, 250
@@ -375,6 +377,7 @@ async def _submit(
     recipients: list[str],
     data: bytes,
     arrival: trace.Arrival,
+    requiretls: bool,
 ) -> Accepted | str:
     login = submitter.login
     now = rt.clock.now()
@@ -388,6 +391,7 @@ async def _submit(
         recipients=[r.lower() for r in recipients],
         data=received + data,
         source="smtp",
+        requiretls=requiretls,
     )
     result: Accepted | str = await rt.db.write(_store, login, mail, now, rt.usage_shard)
     return result

@@ -173,6 +173,7 @@ class SmtpClient:
         *,
         eight_bit: bool = False,
         smtputf8: bool = False,
+        requiretls: bool = False,
     ) -> bytes:
         """MAIL FROM, opening a transaction; ``""`` is the null sender of bounces.
 
@@ -181,8 +182,12 @@ class SmtpClient:
         as they are otherwise, as MTAs do). ``smtputf8`` asks for an internationalised
         transaction (RFC 6531), which a non-ASCII address needs; ValueError when it is
         needed but the server does not offer SMTPUTF8, or the address is unfit.
+        ``requiretls`` passes REQUIRETLS on (RFC 8689 4.1); ValueError when the server does not
+        offer it.
         """
         check_path(address, allow_null=True)
+        if requiretls and "REQUIRETLS" not in self._extensions:
+            raise ValueError("REQUIRETLS is needed, but the server does not offer it")
         smtputf8 = smtputf8 or not address.isascii()
         if smtputf8 and "SMTPUTF8" not in self._extensions:
             raise ValueError("SMTPUTF8 is needed, but the server does not offer it")
@@ -192,6 +197,8 @@ class SmtpClient:
             params.append(f"SIZE={size:d}")
         if eight_bit and "8BITMIME" in self._extensions:
             params.append("BODY=8BITMIME")
+        if requiretls:
+            params.append("REQUIRETLS")
         if smtputf8:
             params.append("SMTPUTF8")
         self._utf8_transaction = smtputf8

@@ -135,6 +135,9 @@ S553_NEEDS_SMTPUTF8 = SmtpReply.of(553, "5.6.7 Non-ASCII address, and the server
 S554_MESSAGE_NEEDS_SMTPUTF8 = SmtpReply.of(
     554, "5.6.7 The message has UTF-8 header fields, and the server lacks SMTPUTF8"
 )
+# Made up by the client, never received: a REQUIRETLS message (RFC 8689 5) found no server
+# reached over verified TLS (DANE or MTA-STS) that offers REQUIRETLS.
+S550_REQUIRETLS_NEEDED = SmtpReply.of(550, "5.7.30 REQUIRETLS support required")
 S554_FAILED = SmtpReply.of(554, "5.0.0 Transaction failed")
 S554_NO_VALID_RECIPIENTS = SmtpReply.of(554, "5.5.1 No valid recipients")
 S554_NO_SERVICE = SmtpReply.of(554, "5.3.2 No SMTP service here")

@@ -118,11 +118,13 @@ class AuthAttempt:
 class MailFrom:
     """Request: open a transaction from `address` ("" is the null sender of bounces).
     `size` is what the client declared with SIZE=, if it did; `smtputf8` whether it asked
-    for an internationalised transaction (RFC 6531: UTF-8 addresses and header fields)."""
+    for an internationalised transaction (RFC 6531: UTF-8 addresses and header fields);
+    `requiretls` whether it asked for REQUIRETLS (RFC 8689; only over TLS, when offered)."""
 
     address: str
     size: int | None
     smtputf8: bool = False
+    requiretls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,7 @@ class MessageData:
     smtputf8: bool = False  # the transaction was opened with SMTPUTF8 (RFC 6531)
     helo: str = ""
     protocol: str = "ESMTP"
+    requiretls: bool = False  # MAIL had REQUIRETLS (RFC 8689): deliver under verified TLS only
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +188,8 @@ class ServerPolicy:
     auth: bool = False
     auth_without_tls: bool = False
     max_recipients: int = 1000
+    # Offers REQUIRETLS (RFC 8689) over TLS, and takes it on MAIL then only (submission).
+    requiretls: bool = False
 
 
 class ServerState(enum.Enum):
@@ -223,6 +228,7 @@ class SmtpServer:
         self._auth_step: tuple[str, str | None] | None = None  # (mechanism, username so far)
         self._mail_from = ""
         self._smtputf8 = False  # the open transaction's MAIL had SMTPUTF8
+        self._requiretls = False  # the open transaction's MAIL had REQUIRETLS
         self._recipients: list[str] = []
         self._data = _DataReader(policy.max_message_size)
         self._queue(SmtpReply.of(220, f"{policy.hostname} ESMTP Postroom"))
@@ -324,6 +330,7 @@ class SmtpServer:
         elif isinstance(request, MailFrom) and reply.is_success:
             self._mail_from = request.address
             self._smtputf8 = request.smtputf8
+            self._requiretls = request.requiretls
             self._state = _S.MAIL
         elif isinstance(request, RcptTo) and reply.is_success:
             self._recipients.append(request.address)
@@ -402,6 +409,8 @@ class SmtpServer:
             lines.append("STARTTLS")
         if self._auth_offered():
             lines.append("AUTH PLAIN LOGIN")
+        if self._requiretls_offered():
+            lines.append("REQUIRETLS")
         self._queue(SmtpReply(250, tuple(lines)))
 
     def _ehlo(self, argument: str) -> None:
@@ -409,6 +418,10 @@ class SmtpServer:
 
     def _helo(self, argument: str) -> None:
         self._hello(argument, extended=False)
+
+    def _requiretls_offered(self) -> bool:
+        # RFC 8689 4.1: only once TLS is active, as a server offering it then must.
+        return self._policy.requiretls and self._tls_active
 
     def _auth_offered(self) -> bool:
         return self._policy.auth and (self._tls_active or self._policy.auth_without_tls)
@@ -496,12 +509,14 @@ class SmtpServer:
             return None
         address, params = parsed
         size: int | None = None
-        smtputf8 = False
+        smtputf8 = requiretls = False
         for name, value in params:
             if name == "SIZE" and value is not None and value.isdigit() and len(value) < 20:
                 size = int(value)
             elif name == "SMTPUTF8" and value is None:
                 smtputf8 = True
+            elif name == "REQUIRETLS" and value is None and self._requiretls_offered():
+                requiretls = True
             elif name == "BODY" and value is not None and value.upper() in ("7BIT", "8BITMIME"):
                 continue
             elif name == "AUTH" and value is not None:
@@ -515,7 +530,7 @@ class SmtpServer:
         if not (smtputf8 or address.isascii()):
             self._refuse(S553_NEEDS_SMTPUTF8_PARAMETER)
             return None
-        return MailFrom(address, size, smtputf8)
+        return MailFrom(address, size, smtputf8, requiretls)
 
     def _rcpt(self, argument: str) -> Event | None:
         if self._state not in (_S.MAIL, _S.RCPT):
@@ -638,6 +653,7 @@ class SmtpServer:
             self._smtputf8,
             self._helo_name,
             self._protocol(),
+            self._requiretls,
         )
 
     # -- helpers -------------------------------------------------------------------------
@@ -651,6 +667,7 @@ class SmtpServer:
     def _reset(self) -> None:
         self._mail_from = ""
         self._smtputf8 = False
+        self._requiretls = False
         self._recipients = []
         if self._state in (_S.MAIL, _S.RCPT, _S.DATA):
             self._state = _S.READY

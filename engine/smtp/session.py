@@ -26,12 +26,20 @@ from engine.smtp.errors import (
     TransientFailure,
 )
 from engine.smtp.grammar import check_helo_name, check_path, has_utf8_header, to_crlf
-from engine.smtp.replies import S553_NEEDS_SMTPUTF8, S554_MESSAGE_NEEDS_SMTPUTF8, SmtpReply
+from engine.smtp.replies import (
+    S550_REQUIRETLS_NEEDED,
+    S553_NEEDS_SMTPUTF8,
+    S554_MESSAGE_NEEDS_SMTPUTF8,
+    SmtpReply,
+)
 
 DEFAULT_TIMEOUT = 60.0  # each command's reply, connecting, the TLS handshake
 DEFAULT_DATA_TIMEOUT = 120.0  # sending the message content, and the reply to the final dot
 _RECEIVE_SIZE = 65536
 _SEND_SIZE = 256 * 1024  # octets handed to the stream at once
+
+# Judges the certificates a server presented (DER, leaf first): None to go on, else why not.
+ChainCheck = Callable[[list[bytes]], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +76,7 @@ class Peer:
     address: str
     tls_version: str | None  # None: the conversation is in plaintext
     tls_cipher: str | None
-    tls_verified: bool  # the certificate was checked against the CAs and the MX name
+    tls_verified: bool  # the certificate was checked (CAs and MX name, or DANE's TLSA)
     # The TLS policy the session was opened under (engine/delivery/tls_outcomes.py).
     policy: str = "opportunistic"
 
@@ -87,6 +95,21 @@ class Peer:
             "tls": tls,
             "policy": self.policy,
         }
+
+
+def _presented_chain(stream: trio.SSLStream[trio.abc.Stream]) -> list[bytes]:
+    """The certificates the server presented, DER, leaf first. Python 3.13 has it public
+    (`SSLObject.get_unverified_chain`); 3.11 only on the private `_sslobj`, as certificate
+    objects; the leaf alone when neither is there."""
+    ssl_object = stream._ssl_object  # trio forwards no chain accessor
+    public = getattr(ssl_object, "get_unverified_chain", None)
+    private = getattr(getattr(ssl_object, "_sslobj", None), "get_unverified_chain", None)
+    if public is not None:
+        return [bytes(der) for der in public() or ()]
+    if private is not None:
+        return [cert.public_bytes(ssl._ssl.ENCODING_DER) for cert in private() or ()]  # type: ignore[attr-defined]
+    leaf = stream.getpeercert(binary_form=True)
+    return [] if leaf is None else [leaf]
 
 
 @contextlib.contextmanager
@@ -118,6 +141,7 @@ async def connect(
     pipelining: bool = True,
     mx_host: str | None = None,
     policy: str | None = None,
+    check: ChainCheck | None = None,
 ) -> SmtpSession:
     """Connect to an SMTP server and greet it; the session is ready to `send`.
 
@@ -128,7 +152,10 @@ async def connect(
     pipelines, for servers that offer PIPELINING but mishandle it. ``mx_host`` is the MX
     name ``host`` was found under: the name a verifying ``tls`` checks the certificate
     against, and what `SmtpSession.peer` reports with ``policy``, the TLS policy applied
-    (default: ``opportunistic`` with ``tls``, ``none`` without).
+    (default: ``opportunistic`` with ``tls``, ``none`` without). ``check``, with a ``tls``
+    that verifies nothing itself, judges the certificates the server presented (DANE,
+    engine/delivery/dane.py) before anything is said over TLS: a refusal is a `TlsFailure`,
+    a pass makes the session verified.
 
     Raises `TransientFailure` when the server cannot be reached, does not answer in time or
     greets with 4xx; `TlsFailure` (a `TransientFailure`) when the TLS handshake or the
@@ -144,7 +171,7 @@ async def connect(
     session._mx_host = mx_host or host
     session._policy = policy or ("none" if tls is None else "opportunistic")
     try:
-        await session._open(helo_name, tls)
+        await session._open(helo_name, tls, check)
     except BaseException:
         await trio.aclose_forcefully(session._stream)
         raise
@@ -199,7 +226,9 @@ class SmtpSession(trio.abc.AsyncResource):
 
     # -- opening -----------------------------------------------------------------------
 
-    async def _open(self, helo_name: str, tls: ssl.SSLContext | None) -> None:
+    async def _open(
+        self, helo_name: str, tls: ssl.SSLContext | None, check: ChainCheck | None
+    ) -> None:
         with self._conversation("greeting"):
             greeting = await self._read()
             if not greeting.is_success:
@@ -221,6 +250,11 @@ class SmtpSession(trio.abc.AsyncResource):
                 suite = tls_stream.cipher()
                 # A handshake that passed under CERT_REQUIRED is one whose chain verified.
                 verified = tls.verify_mode == ssl.CERT_REQUIRED
+                if check is not None:
+                    problem = check(_presented_chain(tls_stream))
+                    if problem is not None:
+                        raise TlsFailure(None, f"DANE check of {self._mx_host} failed: {problem}")
+                    verified = True
                 self._tls = (tls_stream.version(), None if suite is None else suite[0], verified)
             with self._conversation("greeting over TLS"):
                 await self._hello(helo_name)
@@ -244,6 +278,8 @@ class SmtpSession(trio.abc.AsyncResource):
         recipients: list[str],
         message: bytes,
         before_message: Callable[[], Awaitable[None]] | None = None,
+        *,
+        requiretls: bool = False,
     ) -> TransferResult:
         """Send ``message`` from ``mail_from`` ("" for a bounce) to ``recipients``.
 
@@ -256,7 +292,9 @@ class SmtpSession(trio.abc.AsyncResource):
         SMTPUTF8 is asked for when an address or the header needs it. `before_message`, when
         given, is awaited after the server's 354 and before the message: a sender records
         its last transaction's outcome there, so at most one is delivered unrecorded. The
-        session may send again afterwards.
+        session may send again afterwards. ``requiretls`` (RFC 8689) sends only over TLS whose
+        certificate was verified (DANE or MTA-STS) to a server offering REQUIRETLS, passed on
+        in MAIL; otherwise nothing is sent and every recipient gets `S550_REQUIRETLS_NEEDED`.
 
         Raises ValueError for an address that cannot be sent (see `check_path`) or no
         recipients, and `TransientFailure` when the connection fails, the server answers
@@ -267,6 +305,8 @@ class SmtpSession(trio.abc.AsyncResource):
             raise ValueError("a message needs at least one recipient")
         check_path(mail_from, allow_null=True)
         unique = list(dict.fromkeys(check_path(address) for address in recipients))
+        if requiretls and not (self._tls[2] and "REQUIRETLS" in self._client.extensions):
+            return TransferResult(S550_REQUIRETLS_NEEDED, {}, None)
         utf8_offered = "SMTPUTF8" in self._client.extensions
         if not (mail_from.isascii() or utf8_offered):
             return TransferResult(S553_NEEDS_SMTPUTF8, {}, None)
@@ -278,7 +318,7 @@ class SmtpSession(trio.abc.AsyncResource):
             return TransferResult(S553_NEEDS_SMTPUTF8, refused, None)
         with self._conversation("sending to"):
             mail_reply, replies, data_reply = await self._transaction(
-                mail_from, to_send, message, before_message
+                mail_from, to_send, message, before_message, requiretls
             )
         answered = refused | replies
         return TransferResult(
@@ -314,12 +354,15 @@ class SmtpSession(trio.abc.AsyncResource):
         recipients: list[str],
         message: bytes,
         before_message: Callable[[], Awaitable[None]] | None,
+        requiretls: bool,
     ) -> tuple[SmtpReply, dict[str, SmtpReply], SmtpReply | None]:
         client = self._client
         body = to_crlf(message)
         utf8 = not (mail_from.isascii() and all(a.isascii() for a in recipients))
         utf8 = utf8 or has_utf8_header(body)
-        mail = client.mail_from(mail_from, len(body), eight_bit=not body.isascii(), smtputf8=utf8)
+        mail = client.mail_from(
+            mail_from, len(body), eight_bit=not body.isascii(), smtputf8=utf8, requiretls=requiretls
+        )
         replies: dict[str, SmtpReply] = {}
         data_answer: SmtpReply | None = None
         if self._pipelining and "PIPELINING" in client.extensions:

@@ -6,7 +6,10 @@ Tests script the records they need; the service under test resolves against
 * a name that was never ``set`` answers NXDOMAIN (parents of set names are *not*
   implicitly created; ``set(name, "MX", [])`` makes a name exist with no records);
 * a known name queried for another type answers NOERROR with an empty answer;
-* a name passed to ``fail`` answers SERVFAIL, to exercise temporary DNS errors.
+* a name passed to ``fail`` answers SERVFAIL, to exercise temporary DNS errors;
+* a name passed to ``secure`` is answered with the AD bit set (as a validating resolver
+  marks authenticated data, RFC 4035 3.2.3) when the query asked for DNSSEC (DO or AD);
+  TLSA records are set as zone text: ``set("_25._tcp.mx.example", "TLSA", ["3 1 1 ab.."])``.
 
 UDP answers larger than 512 bytes (or the client's EDNS payload size) are truncated
 with the TC flag, so real clients retry over TCP, as they must for long DKIM keys.
@@ -81,6 +84,7 @@ class DnsServer(LoopbackPeer):
     def __init__(self) -> None:
         self._zone: dict[dns.name.Name, dict[dns.rdatatype.RdataType, dns.rrset.RRset]] = {}
         self._failing: set[dns.name.Name] = set()
+        self._secure: set[dns.name.Name] = set()
         self.queries: list[DnsQuery] = []
 
     # -- scripting -------------------------------------------------------------------
@@ -100,6 +104,7 @@ class DnsServer(LoopbackPeer):
         if rdtype is None:
             self._zone.pop(key, None)
             self._failing.discard(key)
+            self._secure.discard(key)
         elif key in self._zone:
             self._zone[key].pop(dns.rdatatype.from_text(rdtype), None)
 
@@ -107,9 +112,14 @@ class DnsServer(LoopbackPeer):
         """Make every query for ``name`` answer SERVFAIL until ``remove(name)``/``clear()``."""
         self._failing.add(_to_name(name))
 
+    def secure(self, *names: str) -> None:
+        """Answer queries for these names as authenticated (AD) from now on."""
+        self._secure.update(_to_name(name) for name in names)
+
     def clear(self) -> None:
         self._zone.clear()
         self._failing.clear()
+        self._secure.clear()
 
     # -- addressing ------------------------------------------------------------------
 
@@ -133,6 +143,9 @@ class DnsServer(LoopbackPeer):
                 transport=transport,
             )
         )
+        asked = bool(query.flags & dns.flags.AD) or bool(query.ednsflags & dns.flags.DO)
+        if question.name in self._secure and asked and question.name not in self._failing:
+            response.flags |= dns.flags.AD
         if question.name in self._failing:
             response.set_rcode(dns.rcode.SERVFAIL)
         elif question.name not in self._zone:

@@ -136,9 +136,11 @@ class SmtpSink(LoopbackPeer):
         hostname: str = "sink.test",
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         smtputf8: bool = False,
+        requiretls: bool = False,
     ) -> None:
         self.ssl_context = ssl_context  # None: STARTTLS is neither advertised nor accepted
         self.smtputf8 = smtputf8  # SMTPUTF8 advertised and accepted
+        self.requiretls = requiretls  # REQUIRETLS (RFC 8689) advertised and accepted over TLS
         self.hostname = hostname
         self.max_message_size = max_message_size
         self._arrivals: Arrivals[ReceivedMessage] = Arrivals()
@@ -335,6 +337,8 @@ class _Session:
             extensions.append("SMTPUTF8")
         if self.sink.ssl_context is not None and not self.tls:
             extensions.append("STARTTLS")
+        if self.sink.requiretls and self.tls:
+            extensions.append("REQUIRETLS")
         await self.reply(250, f"{self.sink.hostname} greets {argument}", *extensions)
 
     async def helo(self, argument: str) -> None:
@@ -378,6 +382,8 @@ class _Session:
             key, _, value = param.partition("=")
             if key.upper() == "SMTPUTF8" and self.sink.smtputf8 and not value:
                 smtputf8 = True
+            elif key.upper() == "REQUIRETLS" and self.sink.requiretls and self.tls and not value:
+                continue
             elif key.upper() == "SIZE" and value.isdigit():
                 if int(value) > self.sink.max_message_size:
                     await self.reply(552, "5.3.4 message size exceeds fixed limit")
