@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
 from email.message import EmailMessage
 from functools import partial
@@ -126,8 +127,12 @@ async def _deliver_all(service: Service, dns: DnsServer) -> list[dict[str, Any]]
     done = []
     for to, status in wanted:
         sent = (await account.client.post("/v1/emails/", json=message(to))).json()
-        done.append(await wait_for_email(account, sent["id"], lambda e, s=status: e["status"] == s))
+        done.append(await wait_for_email(account, sent["id"], _status_is(status)))
     return done
+
+
+def _status_is(status: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda email: bool(email["status"] == status)
 
 
 def _events(emails: list[dict[str, Any]], kind: str, domain: str) -> list[dict[str, Any]]:
