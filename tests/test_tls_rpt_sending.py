@@ -28,7 +28,7 @@ import trio
 import trio.testing
 
 from engine.clock import Clock
-from engine.reports import tls_rpt
+from engine.reports import tls_rpt, tls_sender
 from postroom import cli, startup
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
@@ -254,6 +254,35 @@ async def test_reports_are_mailed_to_a_mailto_rua_with_what_delivery_recorded_on
         await trio.sleep(0.5)
         assert len([m for m in sink.messages if m.rcpt_to == (f"tls@{REPORTS}",)]) == 2
         assert len(receiver.requests) == 1
+
+
+async def test_the_daily_actor_reports_the_day_before_once(
+    nursery: trio.Nursery,
+    database_url: str,
+    dns_server: DnsServer,
+    tls_ca: TlsAuthority,
+    clock: trio.testing.MockClock,
+    tmp_path: Path,
+) -> None:
+    sink, policies = await _peers(nursery, dns_server, tls_ca)
+    dns_server.set(f"_smtp._tls.{GOOD}", "TXT", [f"v=TLSRPTv1; rua=mailto:tls@{REPORTS}"])
+    config = harness.test_settings(
+        database_url, dns_server, **_settings(sink, policies, tls_ca, tmp_path)
+    )
+    async with harness.started(nursery, config, clock) as service:
+        account = await ready_account(service, dns_server)
+        sent = (await account.client.post("/v1/emails/", json=message(f"a@{GOOD}"))).json()
+        await wait_for_email(account, sent["id"], _status_is("delivered"))
+        before = len(sink.messages)
+        clock.jump(24 * 3600)  # the next day: the actor's next (hourly) round reports it
+        arrived = await sink.wait_for_messages(before + 1, timeout=15)
+        [received] = [m for m in arrived if m.rcpt_to == (f"tls@{REPORTS}",)]
+        _, report, _ = _report_of(received)
+        [policy] = report["policies"]
+        assert policy["summary"]["total-successful-session-count"] == 1
+        assert report["date-range"]["start-datetime"] == f"{YESTERDAY}T00:00:00Z"
+        again = await tls_sender.send_day(service.running.runtime, YESTERDAY)
+        assert (again.sent, again.already) == (0, 1)
 
 
 def test_the_command_refuses_a_bad_day_or_one_not_over(
