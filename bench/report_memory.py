@@ -98,7 +98,9 @@ def _send(address: tuple[str, int], data: bytes) -> str:
             client.sendmail("", [RUA], data)
         return "250"
     except smtplib.SMTPResponseException as error:
-        return f"{error.smtp_code} {error.smtp_error.decode(errors='replace')[:70]}"
+        text = error.smtp_error
+        said = text.decode(errors="replace") if isinstance(text, bytes) else text
+        return f"{error.smtp_code} {said[:70]}"
     except (smtplib.SMTPException, OSError) as error:
         return str(error)[:80]
 
