@@ -30,6 +30,7 @@ import trio.testing
 from engine.clock import Clock
 from engine.reports import tls_rpt, tls_sender
 from postroom import cli, startup
+from storage.tls_rpt import Sessions
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
@@ -318,3 +319,22 @@ def test_failed_sessions_are_read_from_what_the_policy_said() -> None:
         ("validation-failure", "mx2.example", None),
         ("starttls-not-supported", "mx3.example", "192.0.2.3"),
     ]
+
+
+def test_policies_are_reported_by_their_rfc_type_and_unknown_ones_left_out() -> None:
+    day = YESTERDAY
+    sessions = [
+        Sessions("x.example", True, "opportunistic", "mx.x.example", None, 4),
+        Sessions("x.example", True, "none", "mx.x.example", None, 1),
+        Sessions("x.example", True, "dane", "mx.x.example", None, 2),
+        Sessions("x.example", True, "quantum", "mx.x.example", None, 9),  # not known here
+    ]
+    report = tls_rpt.build("x.example", day, sessions, None, "mx.postroom.test", "a@b.example")
+    assert report is not None
+    summaries = {
+        p["policy"]["policy-type"]: p["summary"]["total-successful-session-count"]
+        for p in report.document["policies"]
+    }
+    assert summaries == {"no-policy-found": 5, "tlsa": 2}
+    only_unknown = [Sessions("x.example", True, "quantum", None, None, 1)]
+    assert tls_rpt.build("x.example", day, only_unknown, None, "s.example", "a@b.example") is None

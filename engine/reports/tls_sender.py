@@ -120,27 +120,21 @@ async def send_day(rt: Runtime, day: date, progress: Progress | None = None) -> 
             say(f"{domain}: DNS could not answer ({exc}); left for the next run")
             continue
         mailto, https = _targets(uris)
-        if sender is None and (mailto or https):
-            sender = await notices.system_sender(rt)
-        report = (
-            None
-            if sender is None or not (mailto or https)
-            else tls_rpt.build(
-                domain,
-                day,
-                by_domain[domain],
-                await rt.db.read(mta_sts.get, domain),
-                sender.domain_name,
-                sender.from_address,
+        report = None
+        if mailto or https:
+            sender = sender or await notices.system_sender(rt)
+            # The policy as cached now: the one that applied that day unless it changed since.
+            cached = await rt.db.read(mta_sts.get, domain)
+            report = tls_rpt.build(
+                domain, day, by_domain[domain], cached, sender.domain_name, sender.from_address
             )
-        )
-        if report is None:  # no rua, or only policies this release does not know
+        if sender is None or report is None:  # no rua, or only policies not known here
             await rt.db.write(stored.settle, day, domain, None, [], rt.clock.now())
             without += 1
             continue
-        assert sender is not None
         try:
-            sent += await _send(rt, sender, report, day, mailto, https, say)
+            if await _send(rt, sender, report, day, mailto, https, say):
+                sent += 1
         except Exception as exc:  # this domain's fault: the others go on
             if not faults.blames_item(exc):
                 raise
