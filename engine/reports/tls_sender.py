@@ -44,6 +44,7 @@ from storage.tx import Tx
 INTERVAL = timedelta(hours=1)
 MAX_TARGETS = 5  # rua URIs of one domain served; a domain chooses them, not the operator
 POST_WITHIN = 30.0  # seconds for one POST
+LOOKUPS = 16  # `_smtp._tls` records looked up at once
 TAG = "tls-report"
 
 log = logging.getLogger("postroom.reports")
@@ -99,6 +100,24 @@ def _targets(uris: list[str]) -> tuple[list[str], list[str]]:
     return mailto, https
 
 
+async def _ruas(rt: Runtime, domains: list[str]) -> list[list[str] | dns.TemporaryDnsError]:
+    """Each domain's rua (or why DNS could not tell), `LOOKUPS` looked up at a time."""
+    found: list[list[str] | dns.TemporaryDnsError] = [[] for _ in domains]
+    limiter = trio.CapacityLimiter(LOOKUPS)
+
+    async def look_up(index: int) -> None:
+        async with limiter:
+            try:
+                found[index] = await record.rua(rt, domains[index])
+            except dns.TemporaryDnsError as exc:
+                found[index] = exc
+
+    async with trio.open_nursery() as nursery:
+        for index in range(len(domains)):
+            nursery.start_soon(look_up, index)
+    return found
+
+
 async def send_day(rt: Runtime, day: date, progress: Progress | None = None) -> DayResult:
     """Send the reports of `day` not sent yet; what was done. Unprocessable for a day not
     over, or older than what is kept of the reports sent (`check_day`)."""
@@ -112,12 +131,11 @@ async def send_day(rt: Runtime, day: date, progress: Progress | None = None) -> 
     say(f"{day}: {len(by_domain)} recipient domains, {len(settled & set(by_domain))} done before")
     sender: SystemSender | None = None
     sent = without = unsure = 0
-    for domain in sorted(set(by_domain) - settled):
-        try:
-            uris = await record.rua(rt, domain)
-        except dns.TemporaryDnsError as exc:
+    pending = sorted(set(by_domain) - settled)
+    for domain, uris in zip(pending, await _ruas(rt, pending), strict=True):
+        if isinstance(uris, dns.TemporaryDnsError):
             unsure += 1
-            say(f"{domain}: DNS could not answer ({exc}); left for the next run")
+            say(f"{domain}: DNS could not answer ({uris}); left for the next run")
             continue
         mailto, https = _targets(uris)
         report = None
