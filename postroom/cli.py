@@ -1,4 +1,5 @@
-"""The `postroom` command: serve, migrate, list the nodes, check health, and manage accounts.
+"""The `postroom` command: serve, migrate, list the nodes, check health, manage accounts,
+and send a day's TLS reports.
 
 Errors are one line naming what to fix (a setting, an existing account), with exit status 2
 for bad settings or arguments and 1 for anything else; never a traceback for an operator's
@@ -16,7 +17,7 @@ import signal
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, get_args
@@ -29,6 +30,7 @@ from engine.accounts import users as accounts
 from engine.errors import EngineError
 from engine.mail import link_security
 from engine.nodes import Role
+from engine.reports import tls_sender
 from engine.supervisor import DatabaseGone
 from postroom import config, health, logs, workers
 from postroom.startup import open_runtime, return_large_blocks, settle_heap, trim_heap
@@ -97,7 +99,49 @@ def _parser() -> argparse.ArgumentParser:
     set_plan = account.add_parser("set-plan", help="change the plan of a user's workspaces")
     set_plan.add_argument("--email", required=True)
     set_plan.add_argument("--plan", choices=plans.PLAN_NAMES, required=True)
+    reports = commands.add_parser("reports", help="send reports").add_subparsers(
+        dest="report", required=True
+    )
+    tls = reports.add_parser(
+        "tls", help="send a day's SMTP TLS reports (RFC 8460) not sent yet, at once"
+    )
+    tls.add_argument("--day", required=True, type=_day, metavar="YYYY-MM-DD", help="a UTC day")
     return parser
+
+
+def _day(text: str) -> date:
+    """An argument type: a day written YYYY-MM-DD."""
+    try:
+        return tls_sender.parse_day(text)
+    except EngineError as exc:
+        raise argparse.ArgumentTypeError(exc.detail) from None
+
+
+def _tls_reports(settings: config.Settings, day: date) -> int:
+    """Send the day's TLS reports not sent yet: progress on stderr, the figures on stdout."""
+    try:
+        tls_sender.check_day(day, datetime.now(UTC).date())
+    except EngineError as exc:
+        print(f"postroom: {exc.detail}", file=sys.stderr)
+        return 2
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    done = trio.run(_with_runtime, settings, lambda rt: tls_sender.send_day(rt, day, progress))
+    print(
+        json.dumps(
+            {
+                "day": day.isoformat(),
+                "domains": done.domains,
+                "sent": done.sent,
+                "without_record": done.without_record,
+                "already_sent": done.already,
+                "left_for_later": done.unsure,
+            }
+        )
+    )
+    return 0
 
 
 async def _serve(
@@ -182,6 +226,8 @@ def _run(args: argparse.Namespace, settings: config.Settings) -> int:
         return health.probe(settings)
     elif args.command == "mcp":
         return _mcp_stdio(args, settings)
+    elif args.command == "reports":
+        return _tls_reports(settings, args.day)
     elif args.command == "migrate":
         applied = trio.run(_migrate, settings)
         print(f"applied migrations: {applied}" if applied else "schema is up to date")

@@ -33,6 +33,7 @@ from engine.delivery.router import DeliveryRouter
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
 from engine.nodes import Role
+from engine.reports.tls_sender import TlsReporter
 from engine.retention import RetentionSweeper
 from engine.runtime import Runtime
 from engine.sandbox.outcomes import SandboxOutcomes
@@ -212,6 +213,7 @@ async def serve(
                 TransferTimer(rt),
                 SandboxOutcomes(rt),
                 RetentionSweeper(rt),
+                TlsReporter(rt),
                 # Last: over a long queue it starts a queue per domain at once, whose claims
                 # would hold up the others' first writes (and the start) behind them.
                 DeliveryRouter(rt),

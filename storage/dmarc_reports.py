@@ -1,4 +1,5 @@
-"""The rows of DMARC aggregate reports received for a workspace's domains.
+"""The rows of DMARC aggregate reports received for a workspace's domains, and what the
+service itself delivered of a domain's mail per day, to set beside them.
 
 Every read is scoped by workspace and domain; a report is kept once, recent ones only
 (storage/received_reports.py).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from storage.codec import new_id, timestamp
 from storage.received_reports import make_room
@@ -95,3 +96,27 @@ def since(tx: Tx, workspace_id: str, domain_id: str, first_day: date) -> list[Re
         )
         for row in rows
     ]
+
+
+# Mail is delivered at the latest 72 hours after it was queued: its emails are looked for
+# from this long before the first day on (through the emails' workspace index).
+_QUEUED_BEFORE = timedelta(days=4)
+
+
+def delivered_by_day(tx: Tx, workspace_id: str, domain_id: str, first_day: date) -> dict[date, int]:
+    """Recipients of the domain's mail the service delivered, per UTC day, from `first_day` on
+    (one statement; no index added to the event table's hot insert path)."""
+    start = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
+    rows = tx.all(
+        "SELECT SUBSTR(v.created_at, 1, 10) AS day, COUNT(*) AS n"
+        " FROM emails m JOIN email_events v ON v.email_id = m.id"
+        " WHERE m.workspace_id = :ws AND m.created_at >= :queued AND m.domain_id = :domain"
+        " AND v.created_at >= :start AND v.event_type = 'delivered' GROUP BY 1",
+        {
+            "ws": workspace_id,
+            "domain": domain_id,
+            "queued": timestamp(start - _QUEUED_BEFORE),
+            "start": timestamp(start),
+        },
+    )
+    return {date.fromisoformat(str(row["day"])): int(row["n"]) for row in rows}

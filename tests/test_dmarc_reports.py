@@ -3,7 +3,8 @@
 Real report files in the forms the big receivers send them (tests/dmarc_reports/: Google's
 zip, Microsoft's gzip, Yahoo's gzip and plain XML), dated yesterday (one Yahoo report three
 weeks back), read back through `GET /v1/domains/{id}/dmarc`: counts and pass rates per
-organisation and source, and the sources that are not the service. A zip bomb and a gzip
+organisation and source, and the sources that are not the service, per day beside what the
+service delivered of the domain's mail. A zip bomb and a gzip
 bomb are refused with the memory of the process flat; mail that is no report for the
 address's domain is refused, and the DNS guidance names the address.
 """
@@ -28,8 +29,9 @@ import trio
 from engine.forwarding import report_files
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Service
+from tests.harness.smtp_sink import SmtpSink
 from tests.test_bounce_domain import BOUNCE_DOMAIN, with_bounce_domain
-from tests.test_sending import SENDING_DOMAIN
+from tests.test_sending import SENDING_DOMAIN, message, route_mail, wait_for_email
 
 FIXTURES = Path(__file__).parent / "dmarc_reports"
 POSTROOM_IP = "192.0.2.10"  # the service's sending address, through POSTROOM_SMTP_HOST's A
@@ -182,6 +184,38 @@ async def test_reports_from_google_microsoft_and_yahoo_are_summed_per_source(
     assert (quarter["reports"], quarter["messages"]) == (4, 197)
     default = (await account.client.get(path)).json()
     assert (default["range"], default["messages"]) == ("7d", 181)
+
+
+async def test_other_sources_are_joined_with_what_the_service_delivered_each_day(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account, domain = await ready(service, dns_server)
+    route_mail(dns_server, "customer.example")
+    sent = []
+    for n in range(3):  # the service delivers three of the domain's messages today
+        email = await account.client.post("/v1/emails/", json=message(f"u{n}@customer.example"))
+        sent.append(email.json()["id"])
+    for email_id in sent:
+        await wait_for_email(account, email_id, lambda e: e["status"] == "delivered")
+    today, day_before = datetime.now(UTC), yesterday()
+    assert (await send(service, google(today)))[0] == 250
+    assert (await send(service, yahoo(day_before)))[0] == 250
+
+    path = f"/v1/domains/{domain['id']}/dmarc"
+    week = (await account.client.get(path, params={"range": "7d"})).json()
+    rows = [
+        (d["day"], d["source_ip"], d["postroom"], d["messages"], d["service_delivered"])
+        for d in week["by_day"]
+    ]
+    assert rows == [
+        (day_before.date().isoformat(), POSTROOM_IP, True, 15, 0),
+        (day_before.date().isoformat(), "198.51.100.23", False, 1, 0),
+        (today.date().isoformat(), POSTROOM_IP, True, 120, 3),
+        (today.date().isoformat(), "203.0.113.7", False, 3, 3),
+    ]
+    others = {o["source_ip"]: o["while_service_idle"] for o in week["other_sources"]}
+    # Yahoo saw 198.51.100.23 send as the domain on a day the service sent none of its mail.
+    assert others == {"203.0.113.7": 0, "198.51.100.23": 1}
 
 
 async def test_the_dmarc_summary_is_scoped_and_its_query_checked(

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from engine.domains import dmarc, spf
+from engine.domains import dmarc, spf, tls_rpt
 from postroom import config
 from postroom.service import serve
 from tests.harness import service as harness
@@ -244,6 +244,63 @@ async def test_dmarc_p_none_with_rua_is_parsed_and_passes_aligned(
     assert verdict["status"] == "pass"
     assert "aligned through DKIM and SPF" in verdict["reason"]
     assert "mailto:dmarc@example.com" in record(checked, "dmarc")["detail"]
+
+
+async def test_the_tls_reporting_record_is_guidance_checked_like_dmarc(
+    account: Account, dns_server: DnsServer
+) -> None:
+    domain = await create_domain(account)
+    guided = record(domain, "tls_rpt")
+    assert (guided["type"], guided["host"], guided["required"], guided["status"]) == (
+        "TXT",
+        "_smtp._tls.example.com",
+        False,
+        "pending",
+    )
+    # To the inbound MX's tls-rpt@ (engine/forwarding/tls_reports.py), as DMARC's go to dmarc@.
+    assert guided["value"] == "v=TLSRPTv1; rua=mailto:tls-rpt@example.com"
+    publish(dns_server, record(domain, "dkim"), record(domain, "spf"))
+    checked = await verify(account, domain)
+    assert checked["status"] == "verified"  # not required
+    assert record(checked, "tls_rpt")["status"] == "missing"
+    assert (
+        "no TLS reporting record at _smtp._tls.example.com"
+        in (record(checked, "tls_rpt")["detail"])
+    )
+
+    publish(dns_server, guided)
+    found = record(await verify(account, domain), "tls_rpt")
+    assert (found["status"], found["suggested_value"]) == ("verified", None)
+    assert found["detail"] == "reports go to mailto:tls-rpt@example.com"
+
+    # Reports that go elsewhere only: ours added to what is there.
+    dns_server.set(
+        "_smtp._tls.example.com", "TXT", ["v=TLSRPTv1; rua=mailto:tls@elsewhere.example"]
+    )
+    found = record(await verify(account, domain), "tls_rpt")
+    assert found["status"] == "verified"
+    assert found["suggested_value"] == (
+        "v=TLSRPTv1; rua=mailto:tls@elsewhere.example,mailto:tls-rpt@example.com"
+    )
+    for broken, why in [
+        (["v=TLSRPTv1; rua=mailto:a@b.example", "v=TLSRPTv1; rua=mailto:c@d.example"], "2 TLS"),
+        (["v=TLSRPTv1; ruf=mailto:a@b.example"], "names no rua"),
+    ]:
+        dns_server.set("_smtp._tls.example.com", "TXT", broken)
+        found = record(await verify(account, domain), "tls_rpt")
+        assert found["status"] == "invalid" and why in found["detail"], found
+
+
+def test_tls_reporting_records_are_read_as_rfc_8460_says() -> None:
+    assert tls_rpt.parse("v=TLSRPTv1;rua=mailto:a@b.example, https://r.example/x; x=1") == [
+        "mailto:a@b.example",
+        "https://r.example/x",
+    ]
+    assert tls_rpt.ours(["v=spf1 -all", "v=TLSRPTv1; rua=mailto:a@b.example"]) is not None
+    assert tls_rpt.ours(["v=TLSRPTv1x; rua=mailto:a@b.example"]) is None
+    for bad in ["v=TLSRPTv2; rua=mailto:a@b.example", "v=TLSRPTv1; rua=ftp://x.example"]:
+        with pytest.raises(tls_rpt.InvalidRecord):
+            tls_rpt.parse(bad)
 
 
 async def test_dmarc_of_a_parent_applies_its_subdomain_policy_and_a_broken_one_says_why(

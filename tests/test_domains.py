@@ -102,7 +102,13 @@ async def test_create_returns_the_domain_with_the_records_to_publish(service: Se
             "suggested_value",
         }
         assert entry["status"] == "pending"
-    assert sorted(r["purpose"] for r in domain["dns_records"]) == ["dkim", "dmarc", "mx", "spf"]
+    assert sorted(r["purpose"] for r in domain["dns_records"]) == [
+        "dkim",
+        "dmarc",
+        "mx",
+        "spf",
+        "tls_rpt",
+    ]
 
     dkim = record(domain, "dkim")
     assert (dkim["type"], dkim["required"]) == ("TXT", True)
@@ -306,6 +312,7 @@ async def test_spf_dmarc_and_mx_report_verified_but_do_not_verify_the_domain(
         "spf": "verified",
         "dmarc": "verified",
         "mx": "verified",
+        "tls_rpt": "missing",
     }
     assert checked["status"] == "pending"
 
@@ -328,6 +335,7 @@ async def test_spf_and_mx_pointing_elsewhere_are_missing_and_do_not_block_verifi
         "spf": "missing",
         "dmarc": "missing",
         "mx": "missing",
+        "tls_rpt": "missing",
     }
 
 

@@ -1,6 +1,9 @@
 """`/v1/domains/{id}/dmarc`: what the DMARC aggregate reports received for a domain say
 (engine/forwarding/dmarc_reports.py), by reporting organisation and source address, and the
-sources that are not the service sending as the domain.
+sources that are not the service sending as the domain, set beside the service's own delivery
+log: per source address and day, the messages the reports counted and the recipients the
+service delivered of the domain's mail that day (`service_delivered`). Mail a source sent on
+a day the service delivered none of the domain's (`while_service_idle`) is not Postroom's.
 
 Rates are fractions of messages (0 to 1, four decimals), null when no message was counted.
 """
@@ -19,7 +22,7 @@ from api.auth import principal, runtime
 from api.models import In
 from api.validation import query_args
 from engine.forwarding import dmarc_reports
-from engine.forwarding.dmarc_reports import Source
+from engine.forwarding.dmarc_reports import Source, SourceDay
 
 blueprint = Blueprint("dmarc_reports", __name__, url_prefix="/v1/domains")
 
@@ -41,9 +44,21 @@ class SourceOut(Rates):
     postroom: bool  # the address is one the service's mail leaves from
 
 
+class SourceDayOut(BaseModel):
+    day: date
+    source_ip: str
+    postroom: bool  # the address is one the service's mail leaves from
+    messages: int  # what the reports counted from the address that day
+    # Recipients of the domain's mail the service delivered that day (from any of its
+    # sending addresses: delivery does not record which one the system chose).
+    service_delivered: int
+
+
 class OtherSourceOut(Rates):
     source_ip: str
     org_names: list[str]  # the organisations that saw mail from it
+    # Its messages on days the service delivered none of the domain's mail: not Postroom's.
+    while_service_idle: int
 
 
 class DmarcSummary(Rates):
@@ -53,6 +68,7 @@ class DmarcSummary(Rates):
     reports: int
     sources: list[SourceOut]  # most messages first
     other_sources: list[OtherSourceOut]  # not the service sending as the domain
+    by_day: list[SourceDayOut]  # per day and source address, beside the delivery log
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -69,13 +85,22 @@ def _rates(sources: Sequence[Source]) -> dict[str, Any]:
     }
 
 
-def _others(sources: Sequence[Source]) -> list[OtherSourceOut]:
+def _others(sources: Sequence[Source], days: Sequence[SourceDay]) -> list[OtherSourceOut]:
     by_ip: dict[str, list[Source]] = {}
     for source in sources:
         if not source.postroom:
             by_ip.setdefault(source.source_ip, []).append(source)
+    idle: dict[str, int] = {}
+    for d in days:
+        if d.service_delivered == 0:
+            idle[d.source_ip] = idle.get(d.source_ip, 0) + d.messages
     others = [
-        OtherSourceOut(source_ip=ip, org_names=sorted({s.org_name for s in seen}), **_rates(seen))
+        OtherSourceOut(
+            source_ip=ip,
+            org_names=sorted({s.org_name for s in seen}),
+            while_service_idle=idle.get(ip, 0),
+            **_rates(seen),
+        )
         for ip, seen in by_ip.items()
     ]
     return sorted(others, key=lambda o: (-o.messages, o.source_ip))
@@ -97,7 +122,17 @@ async def dmarc(domain_id: str, query: DmarcQuery) -> dict[str, Any]:
             )
             for s in found.sources
         ],
-        other_sources=_others(found.sources),
+        other_sources=_others(found.sources, found.days),
+        by_day=[
+            SourceDayOut(
+                day=d.day,
+                source_ip=d.source_ip,
+                postroom=d.postroom,
+                messages=d.messages,
+                service_delivered=d.service_delivered,
+            )
+            for d in found.days
+        ],
         **_rates(found.sources),
     )
     return summary.model_dump(mode="json")

@@ -3,10 +3,10 @@
 A domain is verified when its DKIM TXT record resolves and publishes the domain's key: that
 is the only `required` record. A domain that signs with Ed25519 too (RFC 8463) publishes a
 second DKIM record, not required: verification rests on the RSA one, which every receiver
-can check. SPF, DMARC, MX and a tracking host's record (engine/domains/tracking_host.py) are
-guidance whose status is reported: SPF evaluated for the service's sending addresses
-(engine/domains/spf.py), DMARC parsed (engine/domains/dmarc.py), each with why and what to
-publish (engine/domains/findings.py). A
+can check. SPF, DMARC, TLS reporting, MX and a tracking host's record
+(engine/domains/tracking_host.py) are guidance whose status is reported: SPF evaluated for the service's sending addresses
+(engine/domains/spf.py), DMARC parsed (engine/domains/dmarc.py), the TLS reporting record read
+(engine/domains/tls_rpt.py), each with why and what to publish (engine/domains/findings.py). A
 domain whose DKIM record is still absent stays `pending`; one whose record publishes another
 key is `failed`. Only one workspace at a time may have a given name verified.
 """
@@ -24,7 +24,7 @@ import trio
 from engine import dns, plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.domains import bounce_domain, dkim_keys, dmarc, spf, tracking_host
+from engine.domains import bounce_domain, dkim_keys, dmarc, spf, tls_rpt, tracking_host
 from engine.domains.findings import Finding
 from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.forwarding import dmarc_reports
@@ -95,6 +95,15 @@ def _records(domain: Domain, smtp_host: str, spf_value: str, public_url: str) ->
             "dmarc",
             False,
             status.get("dmarc", PENDING),
+        ),
+        DnsRecord(
+            "TXT",
+            # TLS reports about the domain's MX to the MX that reads them, as DMARC's go.
+            tls_rpt.host(domain.name),
+            tls_rpt.record(domain.name, domain.bounce_domain),
+            tls_rpt.PURPOSE,
+            False,
+            status.get(tls_rpt.PURPOSE, PENDING),
         ),
         DnsRecord("MX", domain.name, f"10 {smtp_host}", "mx", False, status.get("mx", PENDING)),
         *(
@@ -363,6 +372,8 @@ async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], d
             nursery.start_soon(check, purpose, lookup)
         nursery.start_soon(evaluate, "spf", spf.check)
         nursery.start_soon(evaluate, "dmarc", dmarc.check)
+        reports = functools.partial(tls_rpt.check, bounce_domain=domain.bounce_domain)
+        nursery.start_soon(evaluate, tls_rpt.PURPOSE, reports)
     return results, findings
 
 

@@ -162,11 +162,39 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceDay:
+    """What the reports counted from one address on one day, beside what the service
+    delivered of the domain's mail that day (from all its sending addresses: delivery does
+    not record which one the system chose)."""
+
+    day: date
+    source_ip: str
+    messages: int
+    postroom: bool
+    service_delivered: int
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
     range: str
     first_day: date
     reports: int
     sources: list[Source]  # most messages first
+    days: list[SourceDay]  # by day, then most messages first
+
+
+def by_day(
+    records: Sequence[Record], ours: Collection[str], delivered: dict[date, int]
+) -> list[SourceDay]:
+    """The rows per day and source address, joined with the service's deliveries that day."""
+    counted: dict[tuple[date, str], int] = {}
+    for r in records:
+        counted[r.day, r.source_ip] = counted.get((r.day, r.source_ip), 0) + r.message_count
+    days = [
+        SourceDay(day, ip, messages, ip in ours, delivered.get(day, 0))
+        for (day, ip), messages in counted.items()
+    ]
+    return sorted(days, key=lambda d: (d.day, -d.messages, d.source_ip))
 
 
 def summarise(records: Sequence[Record], ours: Collection[str]) -> list[Source]:
@@ -209,6 +237,10 @@ async def summary(rt: Runtime, who: Principal, domain_id: str, range_name: str) 
         days=report_files.RANGES[range_name]
     )
     records = await rt.db.read(dmarc_reports.since, who.workspace_id, domain_id, first_day)
+    delivered = await rt.db.read(
+        dmarc_reports.delivered_by_day, who.workspace_id, domain_id, first_day
+    )
     reports = len({(r.org_name, r.report_id) for r in records})
-    sources = summarise(records, await _our_addresses(rt))
-    return Summary(range_name, first_day, reports, sources)
+    ours = await _our_addresses(rt)
+    sources = summarise(records, ours)
+    return Summary(range_name, first_day, reports, sources, by_day(records, ours, delivered))
