@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, ViewportSize, expect
 
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
@@ -29,7 +29,7 @@ from tests.test_sending import SENDING_DOMAIN, ready_account, route_mail, wait_f
 
 CUSTOMERS = "customers.example"
 SLOW = "slow.example"  # the sink defers the first attempt: the broadcast still waits
-PHONE = {"width": 390, "height": 844}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture
