@@ -2,11 +2,13 @@
 browser (Chromium, tests/harness/browser.py): the domain page's badge per provider with its
 items, a broadcast the guard paused and the domain whose marketing mail it stopped (after a
 real delivery to the sink and an ARF complaint through the MX), each with its Resume button
-under the API's rules; at 390 px wide, with no sideways scroll."""
+under the API's rules; at 390 px wide, with no sideways scroll and no serious axe-core
+finding."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -80,10 +82,22 @@ async def _broadcast(account: Account, address: str, subject: str) -> list[dict[
     return [(await account.client.get(f"/v1/emails/{e['id']}")).json() for e in found]
 
 
-def _fits(page: Page) -> None:
-    """No sideways scroll at the phone's width."""
+# axe-core, as the axe-playwright-python package ships it (a dev dependency).
+AXE = (resources.files("axe_playwright_python") / "axe.min.js").read_text()
+
+
+def _checked(page: Page) -> None:
+    """No sideways scroll at the phone's width, and no serious or critical axe finding."""
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"{page.url} is {width}px wide at {PHONE['width']}px"
+    page.evaluate(AXE)
+    found = page.evaluate("axe.run(document).then(r => r.violations)")
+    serious = [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}"
+        for v in found
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert serious == [], f"{page.url}: {serious}"
 
 
 async def test_badges_per_provider_and_resuming_what_the_guard_stopped(
@@ -125,18 +139,18 @@ async def test_badges_per_provider_and_resuming_what_the_guard_stopped(
             "To do:"
         )
         expect(page.get_by_role("region", name="Marketing stopped")).to_be_visible()
-        _fits(page)
+        _checked(page)
 
         page.get_by_role("link", name="Broadcasts", exact=True).click()
         row = page.get_by_role("row").filter(has_text="Summer news")
         expect(row).to_contain_text("paused")
         expect(row).to_contain_text("complaint rate passed the limit")
-        _fits(page)
+        _checked(page)
         # The domain is still stopped: the API's refusal, said on the page.
         page.once("dialog", lambda dialog: dialog.accept())
         row.get_by_role("button", name="Resume Summer news").click()
         expect(page.get_by_role("alert")).to_contain_text("is stopped since")
-        _fits(page)
+        _checked(page)
 
         page.goto(f"/domains/{domain['id']}")
         page.once("dialog", lambda dialog: dialog.accept())
