@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import trio
 
+from engine.domains import provider_rules
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Account, Service
@@ -223,3 +224,12 @@ async def test_another_workspaces_domain_is_not_found(
     assert "0.3%" in operation["description"]
     assert operation["tags"] == ["Deliverability"]
     assert {"200", "401", "404"} <= set(operation["responses"])
+
+
+def test_every_requirement_cites_known_providers_and_every_provider_has_its_rules() -> None:
+    keys = {p.key for p in provider_rules.PROVIDERS}
+    assert all(r.cites and set(r.cites) <= keys for r in provider_rules.REQUIREMENTS)
+    for provider in keys:
+        assert {"spf", "dkim", "dmarc"} <= {
+            r.key for r in provider_rules.REQUIREMENTS if provider in r.cites
+        }

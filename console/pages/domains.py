@@ -123,7 +123,7 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         records=registry.dns_records(
             domain, runtime.smtp_host, spf.recommended(runtime), runtime.public_url
         ),
-        report=await provider_rules.report(runtime, principal, domain.id),
+        report=await provider_rules.report_on(runtime, domain),
         senders=[s for s in all_senders if s.domain_id == domain.id],
         credentials=credentials,
         bimi=bimi_status,

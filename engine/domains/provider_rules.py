@@ -154,13 +154,16 @@ def _publish(record: DnsRecord) -> str:
     return f"publish the {record.type} record at {record.host}: {record.suggested_value or record.value}"
 
 
-def _rule(facts: Facts, key: str, action: str | None) -> Judged:
-    """The bulk-sender rule `key`'s verdict, with `action` when it does not pass."""
+def _rule(facts: Facts, key: str, action: str, unknown: str | None = None) -> Judged:
+    """The bulk-sender rule `key`'s verdict, with `action` when it fails; when it is not
+    known yet (pending: a warning), `unknown`, by default to look again later."""
     verdict = facts.verdicts[key]
     status = _FROM_VERDICT.get(verdict.status, WARN)
-    if status == WARN and not action:
-        action = "check again later: DNS could not answer, or the records were not checked"
-    return Judged(status, verdict.reason, None if status == PASS else action)
+    if status == PASS:
+        return Judged(PASS, verdict.reason, None)
+    if status == WARN:
+        action = unknown or "check again later: DNS could not answer, or nothing was checked yet"
+    return Judged(status, verdict.reason, action)
 
 
 def _spf(facts: Facts) -> Judged:
@@ -195,7 +198,7 @@ def _bounce_domain(facts: Facts) -> Judged:
         else f"set a bounce domain (PATCH /v1/domains/{facts.domain.id} with bounce_domain, "
         f"e.g. bounces.{facts.domain.name}) and publish its MX and SPF records"
     )
-    return _rule(facts, "bounce_domain", action)
+    return _rule(facts, "bounce_domain", action, action)  # pending: not published yet
 
 
 def _unsubscribe(facts: Facts) -> Judged:
@@ -228,7 +231,7 @@ def _tls(facts: Facts) -> Judged:
         WARN,
         evidence,
         "the other deliveries went to servers that offered no STARTTLS or failed its handshake "
-        "(their delivered events carry `tls`: null); Gmail refuses mail not sent over TLS",
+        "(their delivered events carry `tls`: null); Gmail requires TLS of all mail sent to it",
     )
 
 
@@ -473,7 +476,11 @@ async def gather(rt: Runtime, domain: Domain) -> Facts:
 
 async def report(rt: Runtime, who: Principal, domain_id: str) -> Report:
     """The workspace's domain judged now against each provider's rules (NotFound: not its)."""
-    domain = await registry.get(rt, who, domain_id)
+    return await report_on(rt, await registry.get(rt, who, domain_id))
+
+
+async def report_on(rt: Runtime, domain: Domain) -> Report:
+    """`domain` (read in its workspace) judged now against each provider's rules."""
     facts = await gather(rt, domain)
     providers = evaluate(facts)
     return Report(
