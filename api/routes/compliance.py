@@ -23,6 +23,7 @@ class ItemOut(Out):
     requirement: str  # spf, dkim, dmarc, bounce_domain, unsubscribe_https, tls, ptr, complaint_rate
     title: str
     rule: str  # the provider's own rule this answers
+    required: bool  # false: the provider recommends it, and not meeting it is a warn
     status: Status
     evidence: str  # what was found
     action: str | None  # what to do; null when nothing is

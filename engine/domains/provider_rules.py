@@ -108,11 +108,27 @@ class Judged:
 
 
 @dataclass(frozen=True, slots=True)
+class Cite:
+    """A provider's rule a requirement answers."""
+
+    rule: str
+    required: bool  # False: the provider recommends it, and failing it is only a warning
+
+
+def must(rule: str) -> Cite:
+    return Cite(rule, True)
+
+
+def should(rule: str) -> Cite:
+    return Cite(rule, False)
+
+
+@dataclass(frozen=True, slots=True)
 class Requirement:
     key: str
     title: str
     judge: Callable[[Facts], Judged]
-    cites: Mapping[str, str]  # provider key -> the rule of that provider it answers
+    cites: Mapping[str, Cite]  # provider key -> the rule of that provider it answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +136,7 @@ class Item:
     requirement: str
     title: str
     rule: str  # the provider's rule it answers
+    required: bool  # False: the provider recommends it (a failure is a warning)
     status: str
     evidence: str
     action: str | None
@@ -301,9 +318,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "SPF authorises the service's sending addresses",
         _spf,
         {
-            "gmail": "Set up SPF and DKIM email authentication for your domain",
-            "yahoo": "Authenticate your email: implement SPF and DKIM",
-            "microsoft": "SPF must pass for the sending domain",
+            "gmail": must("Set up SPF and DKIM email authentication for your domain"),
+            "yahoo": must("Authenticate your email: implement SPF and DKIM"),
+            "microsoft": must("SPF must pass for the sending domain"),
         },
     ),
     Requirement(
@@ -311,9 +328,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "DKIM signs as the domain itself (aligned d=)",
         _dkim,
         {
-            "gmail": "Set up SPF and DKIM email authentication for your domain",
-            "yahoo": "Authenticate your email: implement SPF and DKIM",
-            "microsoft": "DKIM must pass to validate email integrity and authenticity",
+            "gmail": must("Set up SPF and DKIM email authentication for your domain"),
+            "yahoo": must("Authenticate your email: implement SPF and DKIM"),
+            "microsoft": must("DKIM must pass to validate email integrity and authenticity"),
         },
     ),
     Requirement(
@@ -321,10 +338,14 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A DMARC policy is published, mail passes it aligned, and reports come back",
         _dmarc,
         {
-            "gmail": "Set up DMARC email authentication (p=none at least); the From domain "
-            "aligns with the SPF or the DKIM domain",
-            "yahoo": "Publish a valid DMARC policy (p=none at least) and pass DMARC alignment",
-            "microsoft": "DMARC at least p=none, aligned with SPF or DKIM (ideally both)",
+            "gmail": must(
+                "Set up DMARC email authentication (p=none at least); the From domain "
+                "aligns with the SPF or the DKIM domain"
+            ),
+            "yahoo": must(
+                "Publish a valid DMARC policy (p=none at least) and pass DMARC alignment"
+            ),
+            "microsoft": must("DMARC at least p=none, aligned with SPF or DKIM (ideally both)"),
         },
     ),
     Requirement(
@@ -332,9 +353,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A bounce domain brings bounces and complaints back, SPF aligned",
         _bounce_domain,
         {
-            "gmail": "The From domain aligns with the SPF domain or the DKIM domain",
-            "yahoo": "Your sending domain aligns with SPF or DKIM",
-            "microsoft": "Align with SPF or DKIM (ideally both); maintain list hygiene",
+            "gmail": should("The From domain aligns with the SPF domain or the DKIM domain"),
+            "yahoo": should("Your sending domain aligns with SPF or DKIM"),
+            "microsoft": should("Align with SPF or DKIM (ideally both); maintain list hygiene"),
         },
     ),
     Requirement(
@@ -342,24 +363,26 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "One-click unsubscribe over https on bulk mail (RFC 8058)",
         _unsubscribe,
         {
-            "gmail": "Marketing and subscribed messages support one-click unsubscribe",
-            "yahoo": "Easy unsubscribe: a one-click List-Unsubscribe-Post header (RFC 8058)",
-            "microsoft": "Functional unsubscribe link (recommended)",
+            "gmail": must("Marketing and subscribed messages support one-click unsubscribe"),
+            "yahoo": must("Easy unsubscribe: a one-click List-Unsubscribe-Post header (RFC 8058)"),
+            "microsoft": should("Functional unsubscribe link"),
         },
     ),
     Requirement(
         "tls",
         "Mail is delivered over TLS",
         _tls,
-        {"gmail": "Use a TLS connection for transmitting email"},
+        {"gmail": must("Use a TLS connection for transmitting email")},
     ),
     Requirement(
         "ptr",
         "Each sending address has forward-confirmed reverse DNS (the operator's)",
         _ptr,
         {
-            "gmail": "Sending domains or IPs have valid forward and reverse DNS (PTR) records",
-            "yahoo": "Have valid forward and reverse DNS records for your sending IPs",
+            "gmail": must(
+                "Sending domains or IPs have valid forward and reverse DNS (PTR) records"
+            ),
+            "yahoo": must("Have valid forward and reverse DNS records for your sending IPs"),
         },
     ),
     Requirement(
@@ -367,8 +390,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         f"Complaints under {PAUSE_RATE:.1%} of delivered mail, never {STOP_RATE:.1%}",
         _complaint_rate,
         {
-            "gmail": f"Keep spam rates below {PAUSE_RATE:.1%} and never reach {STOP_RATE:.1%}",
-            "yahoo": f"Keep your spam complaint rate below {STOP_RATE:.1%}",
+            "gmail": must(
+                f"Keep spam rates below {PAUSE_RATE:.1%} and never reach {STOP_RATE:.1%}"
+            ),
+            "yahoo": must(f"Keep your spam complaint rate below {STOP_RATE:.1%}"),
         },
     ),
 )
@@ -378,16 +403,29 @@ def _worst(statuses: list[str]) -> str:
     return max(statuses, key=_WORST.index, default=PASS)
 
 
+def _item(requirement: Requirement, cite: Cite, judged: Judged) -> Item:
+    # A recommendation not met is a warning, whatever the requirement's own judge says.
+    status = WARN if judged.status == FAIL and not cite.required else judged.status
+    return Item(
+        requirement.key,
+        requirement.title,
+        cite.rule,
+        cite.required,
+        status,
+        judged.evidence,
+        judged.action,
+    )
+
+
 def evaluate(facts: Facts) -> list[ProviderReport]:
     """Each provider's requirements judged from `facts`, each requirement judged once."""
     judged = {r.key: r.judge(facts) for r in REQUIREMENTS}
     reports = []
     for provider in PROVIDERS:
         items = [
-            Item(r.key, r.title, r.cites[provider.key], j.status, j.evidence, j.action)
+            _item(r, r.cites[provider.key], judged[r.key])
             for r in REQUIREMENTS
             if provider.key in r.cites
-            for j in (judged[r.key],)
         ]
         status = _worst([i.status for i in items])
         reports.append(
