@@ -208,6 +208,13 @@ async def test_a_domain_without_spf_or_dmarc_fails_with_what_to_publish(
     assert gmail["tls"]["status"] == "warn"
     assert gmail["complaint_rate"]["status"] == "pass"
 
+    # DNS that cannot answer (SERVFAIL) is not a missing record: look again later.
+    dns_server.fail(f"_dmarc.{SENDING_DOMAIN}")
+    unknown = items(await report(account, domain["id"]), "yahoo")["dmarc"]
+    assert unknown["status"] == "warn", unknown
+    assert "DNS could not answer" in unknown["evidence"]
+    assert unknown["action"].startswith("check again later")
+
 
 async def test_another_workspaces_domain_is_not_found(
     service: Service, dns_server: DnsServer
