@@ -183,8 +183,15 @@ def _rule(facts: Facts, key: str, action: str, unknown: str | None = None) -> Ju
     return Judged(status, verdict.reason, action)
 
 
+_NO_ADDRESSES = (
+    "the operator sets POSTROOM_SENDING_ADDRESSES (or publishes an address for its host)"
+)
+
+
 def _spf(facts: Facts) -> Judged:
-    return _rule(facts, "spf", _publish(facts.records["spf"]))
+    # Not known while the service's own addresses are unknown: the operator's to say.
+    unknown = _NO_ADDRESSES if facts.ptrs is None else None
+    return _rule(facts, "spf", _publish(facts.records["spf"]), unknown)
 
 
 def _dkim(facts: Facts) -> Judged:
@@ -262,7 +269,7 @@ def _ptr(facts: Facts) -> Judged:
             WARN,
             "the addresses the service sends from are unknown: POSTROOM_SENDING_ADDRESSES is "
             "not set and the service's host name gave no address in time",
-            "the operator sets POSTROOM_SENDING_ADDRESSES",
+            _NO_ADDRESSES,
         )
     found, status = [], PASS
     for ptr in facts.ptrs:
