@@ -1,5 +1,6 @@
 """Contacts and broadcasts: lists, their contacts, CSV upload (with upload progress), bulk send
-with a preview of one rendered message, and each broadcast's progress while it sends.
+with a preview of one rendered message, each broadcast's progress while it sends, and resuming
+one the complaint-rate guard paused.
 
 The send form carries an Idempotency-Key made when the page was drawn, so a form sent twice
 (a double click, a reload) queues the broadcast once: the API's rule (engine/sending/
@@ -17,7 +18,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.contacts import AddContact, BulkSendBody, CreateList
 from console.web import form, go, page, parse, problems_of, rt, who
-from engine.contacts import bulk_send, csv_import, preview
+from engine.contacts import bulk_send, complaint_guard, csv_import, preview
 from engine.contacts import lists as contacts
 from engine.domains import registry, senders
 from engine.errors import EngineError, InvalidRequest
@@ -32,6 +33,7 @@ DONE = {
     "removed": "Contact removed.",
     "deleted": "List deleted.",
 }
+RESUMED = "Broadcast resumed: its held mail goes now."
 
 
 async def _index(status: int = 200, **extra: Any) -> Response:
@@ -222,8 +224,7 @@ async def broadcasts() -> Response:
     )
 
 
-@blueprint.get("/broadcasts/<id:broadcast_id>")
-async def broadcast(broadcast_id: str) -> Response:
+async def _broadcast(broadcast_id: str, status: int = 200, **extra: Any) -> Response:
     found = await bulk_send.broadcast(rt(), who(), broadcast_id)
     lists = {c.id: c for c in await contacts.list_lists(rt(), who())}
     template = (
@@ -231,6 +232,28 @@ async def broadcast(broadcast_id: str) -> Response:
         if request.headers.get("HX-Request") == "true"
         else "broadcast.html"
     )
+    extra.setdefault("notice", RESUMED if request.args.get("done") == "resumed" else None)
     return await page(
-        template, title=found.name, broadcast=found, contact_list=lists.get(found.contact_list_id)
+        template,
+        status=status,
+        title=found.name,
+        broadcast=found,
+        contact_list=lists.get(found.contact_list_id),
+        **extra,
     )
+
+
+@blueprint.get("/broadcasts/<id:broadcast_id>")
+async def broadcast(broadcast_id: str) -> Response:
+    return await _broadcast(broadcast_id)
+
+
+@blueprint.post("/broadcasts/<id:broadcast_id>/resume")
+async def resume_broadcast(broadcast_id: str) -> Response:
+    """Resume a paused broadcast, under the API's rules and refusals (409 `not_paused`,
+    `marketing_stopped`)."""
+    try:
+        await complaint_guard.resume(rt(), who(), broadcast_id)
+    except EngineError as exc:
+        return await _broadcast(broadcast_id, status_of(exc), problems=problems_of(exc))
+    return go("console.contacts.broadcast", broadcast_id=broadcast_id, done="resumed")

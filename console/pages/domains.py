@@ -1,6 +1,8 @@
 """Domains: add one, the DNS records to publish (with copy buttons and each record's status),
-verify now (or, in the sandbox, mark verified without DNS), senders, tracking switches, the
-bounce domain, the SMTP credential (its password shown once), BIMI, and transfer offers.
+verify now (or, in the sandbox, mark verified without DNS), the live bulk-sender report per
+provider, resuming marketing mail the complaint-rate guard stopped, senders, tracking
+switches, the bounce domain, the SMTP credential (its password shown once), BIMI, and
+transfer offers.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from api.routes.senders import CreateSender
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine import plans
 from engine.accounts import smtp_credentials
-from engine.domains import bimi, bounce_domain, compliance, registry, senders, spf
+from engine.contacts import complaint_guard
+from engine.domains import bimi, bounce_domain, provider_rules, registry, senders, spf
 from engine.errors import EngineError
 from engine.sandbox import mode as sandbox
 from engine.transfers import actions as transfers
@@ -42,6 +45,7 @@ DONE = {
     "accepted": "Transfer accepted.",
     "declined": "Transfer declined.",
     "deleted": "Domain deleted.",
+    "marketing_resumed": "Marketing mail resumed: what was held goes now.",
 }
 SANDBOX_SENDER = "hello"
 
@@ -119,7 +123,7 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         records=registry.dns_records(
             domain, runtime.smtp_host, spf.recommended(runtime), runtime.public_url
         ),
-        compliance=compliance.evaluate(domain, compliance.inputs(runtime, domain)),
+        report=await provider_rules.report_on(runtime, domain),
         senders=[s for s in all_senders if s.domain_id == domain.id],
         credentials=credentials,
         bimi=bimi_status,
@@ -167,6 +171,12 @@ async def set_bounce_domain(domain_id: str) -> Response:
     name = (await form()).get("bounce_domain", "").strip() or None
     action = bounce_domain.set_bounce_domain(rt(), who(), domain_id, name)
     return await _act(domain_id, action, "bounce_domain")
+
+
+@blueprint.post("/domains/<id:domain_id>/marketing/resume")
+async def resume_marketing(domain_id: str) -> Response:
+    action = complaint_guard.resume_marketing(rt(), who(), domain_id)
+    return await _act(domain_id, action, "marketing_resumed")
 
 
 @blueprint.post("/domains/<id:domain_id>/senders")

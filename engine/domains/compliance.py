@@ -6,7 +6,8 @@ sender rules are a table (`RULES`), each judged from what the last DNS check sto
 inputs other parts of the service own (`Inputs`): SPF authorises the service, DKIM signs, a
 DMARC policy (p=none at least) is published and the mail passes it aligned with the From
 domain, unsubscribe links are https, and a bounce domain brings bounces and complaints back.
-Pure: no DNS here, so every read of a domain can show it.
+Pure: no DNS here, so every read of a domain can show it. The live report per mailbox
+provider (engine/domains/provider_rules.py) judges these same rules on a fresh lookup.
 """
 
 from __future__ import annotations

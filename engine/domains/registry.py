@@ -309,7 +309,7 @@ async def delete(rt: Runtime, who: Principal, domain_id: str) -> None:
     await rt.db.write(_delete, who, domain_id, rt.clock.now())
 
 
-async def _check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], dict[str, Any]]:
+async def check_records(rt: Runtime, domain: Domain) -> tuple[dict[str, str], dict[str, Any]]:
     """Look every record up at once: a status per purpose (a DNS failure keeps `pending`), and
     what was found beside it for the records that say more (findings.py)."""
     results: dict[str, str] = {}
@@ -456,7 +456,7 @@ async def check(rt: Runtime, actor: str, domain: Domain, *, log_every_check: boo
 
     A person's check is always logged; the background checker logs only a change of status.
     """
-    statuses, findings = await _check_records(rt, domain)
+    statuses, findings = await check_records(rt, domain)
     return await rt.db.write(
         functools.partial(record_verification, findings=findings),
         actor,
