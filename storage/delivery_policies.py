@@ -243,10 +243,20 @@ def ramps_of(tx: Tx, workspace_ids: Iterable[str]) -> dict[tuple[str, str], Ramp
 # -- budgets -----------------------------------------------------------------------------
 
 
-def lock_budgets(tx: Tx, windows: dict[str, datetime]) -> dict[str, tuple[datetime, int]]:
-    """The budget rows of these keys (window start, used), locked until the unit ends; a
-    key without a row gets one for its current window (`windows`), so that nodes spending
-    a new budget at once queue on its row instead of each writing its own count."""
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A budget row: the window it counts, messages used in it, and for a paced rate the
+    theoretical arrival time of its next message (GCRA; None: not paced yet)."""
+
+    window_start: datetime
+    used: int
+    tat: datetime | None = None
+
+
+def lock_budgets(tx: Tx, windows: dict[str, datetime]) -> dict[str, Budget]:
+    """The budget rows of these keys, locked until the unit ends; a key without a row gets
+    one for its current window (`windows`), so that nodes spending a new budget at once
+    queue on its row instead of each writing its own count."""
     if not windows:
         return {}
     ordered = sorted(windows)
@@ -258,21 +268,34 @@ def lock_budgets(tx: Tx, windows: dict[str, datetime]) -> dict[str, tuple[dateti
     names, params = in_list("k", ordered)
     lock = " ORDER BY budget_key FOR UPDATE" if tx.dialect == "postgresql" else ""
     rows = tx.all(
-        f"SELECT budget_key, window_start, used FROM delivery_budgets"
+        f"SELECT budget_key, window_start, used, tat FROM delivery_budgets"
         f" WHERE budget_key IN ({names}){lock}",
         params,
     )
     return {
-        row["budget_key"]: (parse_timestamp(row["window_start"]), int(row["used"])) for row in rows
+        row["budget_key"]: Budget(
+            parse_timestamp(row["window_start"]),
+            int(row["used"]),
+            None if row["tat"] is None else parse_timestamp(row["tat"]),
+        )
+        for row in rows
     }
 
 
-def save_budgets(tx: Tx, spent: dict[str, tuple[datetime, int]]) -> None:
-    """Write each key's window start and messages used (in key order)."""
+def save_budgets(tx: Tx, spent: dict[str, Budget]) -> None:
+    """Write each key's budget row (in key order)."""
     tx.execute_many(
-        "INSERT INTO delivery_budgets (budget_key, window_start, used) VALUES (:k, :w, :u)"
-        " ON CONFLICT (budget_key) DO UPDATE SET window_start = :w, used = :u",
-        ({"k": key, "w": timestamp(w), "u": used} for key, (w, used) in sorted(spent.items())),
+        "INSERT INTO delivery_budgets (budget_key, window_start, used, tat) VALUES (:k, :w, :u, :t)"
+        " ON CONFLICT (budget_key) DO UPDATE SET window_start = :w, used = :u, tat = :t",
+        (
+            {
+                "k": key,
+                "w": timestamp(b.window_start),
+                "u": b.used,
+                "t": None if b.tat is None else timestamp(b.tat),
+            }
+            for key, b in sorted(spent.items())
+        ),
     )
 
 

@@ -64,13 +64,15 @@ class Forecast:
 
 
 def _limit_finish(limit: Limit, used: int, waiting: int, now: datetime) -> datetime:
-    """When the last of `waiting` messages fits `limit`, `used` spent in this window."""
+    """When the last of `waiting` messages fits `limit`, `used` spent in this window (and,
+    for a paced rate, at its pace after a burst)."""
+    paced = now + limit.interval * max(0, waiting - limit.burst) if limit.paced else now
     left = max(0, limit.amount - used)
     if waiting <= left:
-        return now
+        return paced
     window = policies.UNITS[limit.unit]
     start = policies.window_start(limit.unit, now)
-    return start + window * (1 + (waiting - left - 1) // limit.amount)
+    return max(paced, start + window * (1 + (waiting - left - 1) // limit.amount))
 
 
 def _ramp_finish(ramp: Ramp, used_today: int, waiting: int, now: datetime) -> datetime:

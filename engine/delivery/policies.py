@@ -85,9 +85,19 @@ def window_start(unit: str, now: datetime) -> datetime:
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+# Rates per minute and per hour are paced as well as counted: GCRA (the generic cell rate
+# algorithm, as KumoMTA's throttles and ATM cells), one message every unit/amount with a burst
+# of at most BURST, so 30 per minute sends about 10 in its first 20 s, not 30 at once, and
+# never 60 within two seconds across a minute boundary. Daily budgets (caps, warm-up ramps)
+# are volumes, not paces: counted per UTC day only.
+PACED = ("minute", "hour")
+BURST = 3
+
+
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """At most `amount` messages per `unit` window, counted under `key` by every node."""
+    """At most `amount` messages per `unit` window, counted under `key` by every node, and
+    for a paced unit no faster than one per `interval` after a burst of `burst`."""
 
     key: str
     unit: str
@@ -100,6 +110,30 @@ class Limit:
     @property
     def budget_key(self) -> str:
         return f"{self.key}/{self.unit}"
+
+    @property
+    def paced(self) -> bool:
+        return self.unit in PACED
+
+    @property
+    def interval(self) -> timedelta:
+        """The emission interval: the time one message takes of the rate."""
+        return UNITS[self.unit] / self.amount
+
+    @property
+    def burst(self) -> int:
+        return max(1, min(self.amount, BURST))
+
+    def earliest(self, tat: datetime | None, now: datetime) -> datetime:
+        """When the next message may go, given the budget's theoretical arrival time `tat`
+        (None: nothing sent yet): `now` if it conforms."""
+        if tat is None:
+            return now
+        return max(now, tat - (self.burst - 1) * self.interval)
+
+    def after_one(self, tat: datetime | None, now: datetime) -> datetime:
+        """The theoretical arrival time once one more message goes at `now`."""
+        return max(now, tat or now) + self.interval
 
     def windows_until_room(self, waiting: int) -> int:
         """How many windows after this one until `waiting` (>= 0) messages already waiting

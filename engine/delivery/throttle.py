@@ -235,42 +235,53 @@ def _own_shares(
 def _spend(
     tx: Tx, claimed: Sequence[Recipient], applying: Sequence[Effective], now: datetime
 ) -> tuple[list[Recipient], list[tuple[Recipient, datetime, Limit]]]:
-    """Spend budgets on the recipients in claim order; those that do not fit wait."""
+    """Spend budgets on the recipients in claim order; those that do not fit wait: until
+    the window where the count has room, or, for a paced rate, until their turn at its pace
+    (engine/delivery/policies.py, GCRA)."""
     every = {limit.budget_key: limit for e in applying for limit in e.limits}
     if not every:
         return list(claimed), []
     starts = {unit: policies.window_start(unit, now) for unit in policies.UNITS}
     rows = stored.lock_budgets(tx, {k: starts[lim.unit] for k, lim in every.items()})
     used: dict[str, int] = {}
+    tats: dict[str, datetime | None] = {}
     for budget_key, limit in every.items():
-        start, count = rows.get(budget_key, (starts[limit.unit], 0))
-        used[budget_key] = count if start == starts[limit.unit] else 0
-    before = dict(used)
+        row = rows.get(budget_key, stored.Budget(starts[limit.unit], 0))
+        used[budget_key] = row.used if row.window_start == starts[limit.unit] else 0
+        tats[budget_key] = row.tat
+    before = (dict(used), dict(tats))
     over: dict[str, int] = defaultdict(int)  # recipients already waiting on each budget
     kept: list[Recipient] = []
     waits: list[tuple[Recipient, datetime, Limit]] = []
     for recipient, found in zip(claimed, applying, strict=True):
-        full = [lim for lim in found.limits if used[lim.budget_key] >= lim.amount]
-        if not full:
+        returns = []
+        for lim in found.limits:
+            key = lim.budget_key
+            if used[key] >= lim.amount:
+                # The window in which the count has room, one further per budget-full
+                # already waiting from this round: a long backlog is spread, not retried
+                # at once.
+                ahead = lim.windows_until_room(over[key])
+                returns.append((starts[lim.unit] + policies.UNITS[lim.unit] * ahead, lim))
+            elif lim.paced and (turn := lim.earliest(tats[key], now)) > now:
+                # Its turn at the pace, one interval further per recipient already waiting.
+                returns.append((turn + lim.interval * over[key], lim))
+        if not returns:
             for lim in found.limits:
                 used[lim.budget_key] += 1
+                if lim.paced:
+                    tats[lim.budget_key] = lim.after_one(tats[lim.budget_key], now)
             kept.append(recipient)
             continue
-        # The window in which the budget returns, one further per budget-full already
-        # waiting from this round, so a long backlog is spread rather than retried at once.
-        returns = [
-            (
-                starts[lim.unit]
-                + policies.UNITS[lim.unit] * lim.windows_until_room(over[lim.budget_key]),
-                lim,
-            )
-            for lim in full
-        ]
         when, why = max(returns, key=lambda pair: pair[0])
-        for lim in full:
+        for _, lim in returns:
             over[lim.budget_key] += 1
         waits.append((recipient, when, why))
-    changed = {k: (starts[every[k].unit], n) for k, n in used.items() if n != before[k]}
+    changed = {
+        k: stored.Budget(starts[every[k].unit], n, tats[k])
+        for k, n in used.items()
+        if n != before[0][k] or tats[k] != before[1][k]
+    }
     stored.save_budgets(tx, changed)
     stored.prune_budgets(tx, starts["day"] - policies.UNITS["day"])
     return kept, waits
