@@ -26,6 +26,7 @@ LONGEST_FIRST = (
     "tests/test_container.py::test_compose_file_runs_two_postroom_nodes_on_postgresql",
     "tests/test_container.py::test_image_sends_keeps_its_data_across_a_restart",
     "tests/test_schemathesis.py::test_no_operation_of_the_openapi_document_answers",
+    "tests/test_console_compliance.py::",
     "tests/test_cluster.py::test_a_clean_stop_under_load_sends_nothing_twice",
     "tests/test_database_outage.py::test_two_outages_in_a_row",
     "tests/test_upgrade.py::test_mail_queued_by_an_earlier_release",
