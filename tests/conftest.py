@@ -8,6 +8,13 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScheduling
 
+# The MCP SDK, which a service under test loads on a worker thread (mcp_door/http.py), imported
+# here on the main thread: it imports anyio, a pytest plugin's package that pytest rewrites
+# with `ast.parse` on first import, and CPython 3.11's AST constructor is not thread-safe (two
+# parses at once fail with "SystemError: AST constructor recursion depth mismatch": a fuzz test
+# on a fresh checkout met it).
+import mcp_door.server  # noqa: F401
+
 pytest_plugins = ["tests.harness.fixtures", "tests.harness.service", "tests.harness.browser"]
 
 # The tests that take longest, longest first (from `--durations` of a full run; a test id
