@@ -26,6 +26,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -122,17 +124,33 @@ def tree_cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def delivery_cpu(engine: str, runs: int, count: int) -> dict[str, Any]:
-    """CPU milliseconds of the service per delivered email, and the delivery rate."""
+Peers = Callable[[trio.Nursery], AbstractAsyncContextManager[tuple[DnsServer, SmtpSink]]]
+
+
+async def delivery_cpu(
+    engine: str,
+    runs: int,
+    count: int,
+    peers: Peers = loopback_mail,
+    after: Callable[[httpx.AsyncClient], Awaitable[None]] | None = None,
+    **settings: str,
+) -> dict[str, Any]:
+    """CPU milliseconds of the service per delivered email, and the delivery rate; the mail
+    goes to the sink `peers` starts (the plain loopback one by default), `settings` are more
+    POSTROOM_* values for the service, and `after(api)` checks what was delivered."""
     per_email, rates = [], []
-    async with trio.open_nursery() as nursery, loopback_mail(nursery) as (dns_server, sink):
+    async with trio.open_nursery() as nursery, peers(nursery) as (dns_server, sink):
         # The sink listens on loopback, which the private-network rule refuses by default.
         async with (
             postroom_process(
                 engine,
-                dns_servers=dns_server.nameserver,
-                delivery_port=str(sink.port),
-                allow_private_targets="on",
+                None,
+                **{
+                    "dns_servers": dns_server.nameserver,
+                    "delivery_port": str(sink.port),
+                    "allow_private_targets": "on",
+                    **settings,
+                },
             ) as service,
             httpx.AsyncClient(
                 base_url=service.url,
@@ -172,6 +190,8 @@ async def delivery_cpu(engine: str, runs: int, count: int) -> dict[str, Any]:
                     f" {cpu:.2f} CPU s ({per_email[-1]:.2f} ms per email)",
                     flush=True,
                 )
+            if after is not None:
+                await after(api)
         nursery.cancel_scope.cancel()
     return {
         "engine": engine,
