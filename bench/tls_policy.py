@@ -81,8 +81,8 @@ def _peers(mode: str, ca: TlsAuthority, policy_server: HttpsReceiver) -> Any:
 
 def _applied(mode: str) -> Any:
     async def check(api: httpx.AsyncClient) -> None:
-        page = (await api.get("/v1/emails/", params={"limit": 1})).json()
-        email = (await api.get(f"/v1/emails/{page['items'][0]['id']}")).json()
+        [first] = (await api.get("/v1/emails/", params={"limit": 1})).json()
+        email = (await api.get(f"/v1/emails/{first['id']}")).json()
         [delivered] = [e for e in email["events"] if e["event_type"] == "delivered"]
         policy = delivered["metadata"]["policy"]
         if policy != mode:
