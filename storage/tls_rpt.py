@@ -31,6 +31,7 @@ class Sessions:
     mx_host: str | None  # of a delivery
     response: str | None  # of a deferral: why the TLS policy passed over each host
     count: int
+    verified: bool = False  # of a delivery: its certificate was verified
 
 
 def _field(tx: Tx, name: str) -> str:
@@ -38,6 +39,15 @@ def _field(tx: Tx, name: str) -> str:
     if tx.dialect == "postgresql":
         return f"(CAST(v.metadata AS jsonb) ->> '{name}')"
     return f"json_extract(v.metadata, '$.{name}')"
+
+
+def _verified(tx: Tx) -> str:
+    """Whether an event's TLS certificate was verified (metadata `tls.verified`), as 1 or 0."""
+    if tx.dialect == "postgresql":
+        return (
+            "(CASE WHEN CAST(v.metadata AS jsonb) #>> '{tls,verified}' = 'true' THEN 1 ELSE 0 END)"
+        )
+    return "COALESCE(json_extract(v.metadata, '$.tls.verified'), 0)"
 
 
 def day_sessions(tx: Tx, day: date) -> list[Sessions]:
@@ -51,6 +61,7 @@ def day_sessions(tx: Tx, day: date) -> list[Sessions]:
         f"SELECT r.domain AS domain, v.event_type AS kind, {policy} AS policy,"
         f" CASE WHEN v.event_type = 'delivered' THEN {mx_host} END AS mx_host,"
         f" CASE WHEN v.event_type = 'deferred' THEN {response} END AS response,"
+        f" CASE WHEN v.event_type = 'delivered' THEN {_verified(tx)} ELSE 0 END AS verified,"
         " COUNT(*) AS n"
         " FROM workspaces w"
         " JOIN emails m ON m.workspace_id = w.id AND m.created_at >= :from AND m.created_at < :end"
@@ -59,7 +70,7 @@ def day_sessions(tx: Tx, day: date) -> list[Sessions]:
         " WHERE v.created_at >= :start AND v.created_at < :end"
         f" AND (v.event_type = 'delivered' OR (v.event_type = 'deferred'"
         f" AND {reason} = 'tls_policy'))"
-        " GROUP BY r.domain, v.event_type, 3, 4, 5",
+        " GROUP BY r.domain, v.event_type, 3, 4, 5, 6",
         {
             "from": timestamp(start - SPAN),
             "start": timestamp(start),
@@ -72,6 +83,7 @@ def day_sessions(tx: Tx, day: date) -> list[Sessions]:
             delivered=row["kind"] == "delivered",
             policy=str(row["policy"] or "none"),
             mx_host=row["mx_host"],
+            verified=bool(row["verified"]),
             response=row["response"],
             count=int(row["n"]),
         )

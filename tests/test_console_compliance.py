@@ -100,6 +100,9 @@ def _checked(page: Page) -> None:
     assert serious == [], f"{page.url}: {serious}"
 
 
+# The pages read what the API answers; the API's tests run on both engines
+# (tests/test_compliance_report.py), so one browser run is enough.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_badges_per_provider_and_resuming_what_the_guard_stopped(
     guarded_console: Service,
     dns_server: DnsServer,

@@ -338,3 +338,25 @@ def test_policies_are_reported_by_their_rfc_type_and_unknown_ones_left_out() -> 
     assert summaries == {"no-policy-found": 5, "tlsa": 2}
     only_unknown = [Sessions("x.example", True, "quantum", None, None, 1)]
     assert tls_rpt.build("x.example", day, only_unknown, None, "s.example", "a@b.example") is None
+
+
+def test_a_delivery_a_testing_policy_let_through_unverified_is_reported_as_a_failure() -> None:
+    # MTA-STS `testing` delivers when the certificate check fails; RFC 8460 wants it reported.
+    sessions = [
+        Sessions("t.example", True, "mta-sts", "mx.t.example", None, 3, verified=True),
+        Sessions("t.example", True, "mta-sts", "mx.t.example", None, 2, verified=False),
+    ]
+    report = tls_rpt.build("t.example", YESTERDAY, sessions, None, "s.example", "a@b.example")
+    assert report is not None
+    [policy] = report.document["policies"]
+    assert policy["summary"] == {
+        "total-successful-session-count": 3,
+        "total-failure-session-count": 2,
+    }
+    assert policy["failure-details"] == [
+        {
+            "result-type": "validation-failure",
+            "receiving-mx-hostname": "mx.t.example",
+            "failed-session-count": 2,
+        }
+    ]

@@ -215,8 +215,10 @@ def _subject(value: str, utf8: bool) -> str:
     """The Subject's value: plain ASCII words as they are (the package folds them at their
     spaces), as `_text` otherwise. Text with "=?" is all encoded words, or a reader would
     take it for one; a longer ASCII word is kept verbatim (the package would move it to a
-    continuation line, which reads back with a leading space)."""
-    if "=?" in value:
+    continuation line, which reads back with a leading space), unless no line could hold it
+    beside "Subject: ": the API takes 998 characters, and encoded words carry such a word
+    across lines."""
+    if "=?" in value or max(map(len, value.split()), default=0) > MAX_LINE - len("Subject: "):
         return encoded_text("Subject", value)
     if value.isascii() and len(max(value.split(" "), key=len)) <= _PLAIN_WORD:
         return value

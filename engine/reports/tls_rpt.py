@@ -4,7 +4,9 @@ to a `mailto:` rua (5.3). Pure: no I/O (engine/reports/tls_sender.py sends it).
 
 Its figures are what delivery recorded: a delivered recipient is a successful session, a
 deferral by the TLS policy (`reason: tls_policy`) a failed one for each MX host the policy
-passed over. Other deferrals (a 4xx, a refused connection) are no TLS failure and are not
+passed over, and so is a delivery under an MTA-STS policy whose certificate was not verified:
+a `testing` policy delivers anyway, and RFC 8460 (and RFC 8461 5) wants that failure
+reported (`validation-failure`: the event does not keep why). Other deferrals (a 4xx, a refused connection) are no TLS failure and are not
 counted. Policies as the events name them: `mta-sts` is an `sts` policy, `opportunistic` and
 `none` are `no-policy-found`, `dane` is a `tlsa` policy (without its `policy-string`: the
 events do not keep the TLSA records); a policy this module does not know is left out of the
@@ -139,10 +141,16 @@ def build(
         if kind is None:
             continue
         counts, details = policies.setdefault(kind, ([0, 0], {}))
-        if each.delivered:
+        if each.delivered and (each.verified or kind != "sts"):
             counts[0] += each.count
             continue
-        for failure in failures(each.response or ""):
+        # A delivery here is one a testing policy let through unverified: a failure.
+        found = (
+            [Failure("validation-failure", each.mx_host, None)]
+            if each.delivered
+            else failures(each.response or "")
+        )
+        for failure in found:
             counts[1] += each.count
             key = (failure.result_type, failure.mx_host, failure.mx_address)
             details[key] = details.get(key, 0) + each.count
