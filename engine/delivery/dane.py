@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.verification import (
     Criticality,
@@ -125,7 +126,10 @@ def _matches(record: Tlsa, certificate: x509.Certificate) -> bool:
     if record.selector == 0:
         selected = certificate.public_bytes(Encoding.DER)
     else:
-        key = certificate.public_key()
+        try:
+            key = certificate.public_key()
+        except UnsupportedAlgorithm:  # a stranger's key type cryptography cannot read
+            return False  # matches no record by its key (the round goes on, never raises)
         selected = key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
     digest = _DIGESTS.get(record.mtype)
     return (selected if digest is None else digest(selected).digest()) == record.data
