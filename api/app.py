@@ -45,8 +45,8 @@ from api.routes import (
 )
 from api.send_edge import send_edge
 from api.url_rules import SharedBuilderRule
-from engine.runtime import Runtime
-from engine.supervisor import Supervisor
+from engine.platform.runtime import Runtime
+from engine.platform.supervisor import Supervisor
 
 # Attachments may total 24 MiB, which base64 makes ~32 MiB; anything larger is refused early.
 MAX_BODY_BYTES = 40 * 1024 * 1024

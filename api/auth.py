@@ -18,8 +18,8 @@ from api import test_keys
 from engine.accounts import users
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
-from engine.errors import Forbidden, Unauthorized
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Forbidden, Unauthorized
+from engine.platform.runtime import Principal, Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -16,7 +16,7 @@ from typing import Any
 from quart import Quart, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from engine.errors import (
+from engine.platform.errors import (
     Conflict,
     EngineError,
     Forbidden,

@@ -28,7 +28,7 @@ from api.errors import answer_of
 from api.routes.emails import SendBody, Sent, accept
 from api.validation import parse_body
 from engine.accounts.auth import authenticate_key
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 
 ASGIApp = Any  # (scope, receive, send) -> Awaitable[None], as api/validation.py's
 

@@ -17,7 +17,7 @@ takes no API keys, the relay takes SMTP credentials, and every MCP tool stays wi
 
 from __future__ import annotations
 
-from engine.errors import Forbidden
+from engine.platform.errors import Forbidden
 
 # Endpoints (blueprint.function) a test key may call with an unsafe method.
 SANDBOX_CHANGES = frozenset(

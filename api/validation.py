@@ -22,7 +22,7 @@ from quart_schema import document_querystring, document_request
 from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
 from api.errors import http_error_code
-from engine.errors import Unprocessable, unknown_name
+from engine.platform.errors import Unprocessable, unknown_name
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 Handler = Callable[..., Awaitable[Any]]

@@ -1,6 +1,6 @@
 """CPU per webhook POST of the outbound HTTP clients: `python bench/http_clients.py`.
 
-The choice of the client behind webhooks and forwards (engine/outbound_http.py) rests on this
+The choice of the client behind webhooks and forwards (engine/platform/outbound_http.py) rests on this
 figure. The receiver (tests/harness/https_receiver.py, TLS with a trustme certificate) runs in
 a child process, so the CPU time measured here is the client's alone: `--posts` signed-sized
 POSTs from `--tasks` concurrent tasks to one origin over at most 16 keep-alive connections,
@@ -9,7 +9,7 @@ for each client:
 - httpx:  httpx 0.28 with HTTP/1.1 keep-alive tuned (16 connections kept, 5 s expiry) and a
           capacity limiter of 16 in front of its pool, so no request waits inside httpcore's
           pool (its wait rescans every connection for every waiting request);
-- http1:  engine/http1_client.py, a pooled keep-alive client on h11.
+- http1:  engine/platform/http1_client.py, a pooled keep-alive client on h11.
 
 It prints POSTs/s and CPU milliseconds per POST, the median of `--runs` runs each.
 """
@@ -31,7 +31,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.http1_client import Client
+from engine.platform.http1_client import Client
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.tls import make_authority
 

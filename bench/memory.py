@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.delivery import DOMAIN
 from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
 from engine.domains import registry as domains
-from engine.runtime import Principal
+from engine.platform.runtime import Principal
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
 from postroom import config

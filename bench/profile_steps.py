@@ -24,7 +24,7 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tracking links", ("engine/sending/tracking.py",)),
     ("SMTP client", ("engine/smtp/", "trio/_ssl.py", "ssl.py")),
     ("database", ("storage/", "sqlite3", "psycopg")),
-    ("DNS", ("dns/", "engine/dns.py")),
+    ("DNS", ("dns/", "engine/platform/dns.py")),
     ("delivery logic", ("engine/delivery/",)),
     ("API and HTTP", ("api/", "quart", "hypercorn", "h11", "pydantic", "engine/sending/")),
     ("trio scheduling and I/O", ("trio/",)),

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import wrk
 from bench.accept import _py_spy, _stop_spies
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
-from engine.nodes import Role
+from engine.platform.nodes import Role
 from postroom import workers
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink

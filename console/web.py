@@ -29,8 +29,8 @@ from engine.accounts import users, workspaces
 from engine.accounts.auth import authenticate_session
 from engine.accounts.users import SESSION_COOKIE
 from engine.accounts.workspaces import WorkspaceView
-from engine.errors import EngineError, NotFound, Unauthorized
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import EngineError, NotFound, Unauthorized
+from engine.platform.runtime import Principal, Runtime
 
 blueprint = Blueprint(
     "console",

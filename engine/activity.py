@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from storage import activity
 from storage.codec import new_id
 from storage.tx import Tx

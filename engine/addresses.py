@@ -7,7 +7,7 @@ import re
 import idna
 from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
 
-from engine.errors import Unprocessable
+from engine.platform.errors import Unprocessable
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 

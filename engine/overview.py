@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from storage import incidents, overview
 from storage.codec import timestamp
 from storage.incidents import Incident

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import PlanFeature, PlanLimit
+from engine.platform.errors import PlanFeature, PlanLimit
 
 UNLIMITED = -1
 PLAN_NAMES = ("free", "starter", "pro", "business")

@@ -19,7 +19,7 @@ import trio.lowlevel
 
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from storage import privacy

@@ -6,7 +6,7 @@ postmaster@ and abuse@ (counted with the inbound copies) for `RETENTION_DAYS`
 (`GET|PUT /v1/privacy/retention`), never more than its plan's period, which is also the
 longest (a downgrade shortens it at once). The email row keeps its metadata and events, so
 the log and statistics stay whole. One node at a time sweeps (the leadership `retention`,
-engine/nodes.py), every `INTERVAL`, in batches of `BATCH` rows, one unit of work each, so
+engine/platform/nodes.py), every `INTERVAL`, in batches of `BATCH` rows, one unit of work each, so
 several nodes never race and a large backlog never holds the writer for long; all state is
 in the database (storage/retention.py), so a restart simply resumes.
 """
@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 import trio
 import trio.lowlevel
 
-from engine import nodes
 from engine.activity import Change, record
-from engine.errors import Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform import nodes
+from engine.platform.errors import Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import postmaster_mail, retention
 from storage.retention import WorkspaceRetention
 from storage.tx import Tx

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.runtime import Principal
+from engine.platform.runtime import Principal
 
 # Where the HTTP door leaves the authenticated caller in each request's ASGI scope.
 CALLER = "postroom.mcp.caller"

@@ -29,8 +29,8 @@ from api.errors import status_of
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
 from engine.agents import clients
-from engine.errors import EngineError, Forbidden, RateLimited, StorageFull, Unauthorized
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import EngineError, Forbidden, RateLimited, StorageFull, Unauthorized
+from engine.platform.runtime import Principal, Runtime
 from engine.sending.tracking import sign, verify
 from mcp_door.caller import CALLER, Caller
 

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from engine.domains import registry, spf
-from engine.errors import NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import email_log
 from engine.templates import library as templates
 from mcp_door import shapes

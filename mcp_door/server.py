@@ -23,8 +23,8 @@ from api.validation import validation_error
 from engine.agents import clients
 from engine.agents import policy as agent_policy
 from engine.agents.policy import READ, SEND
-from engine.errors import EngineError, NotFound, StorageFull, Unprocessable
-from engine.runtime import Runtime
+from engine.platform.errors import EngineError, NotFound, StorageFull, Unprocessable
+from engine.platform.runtime import Runtime
 from mcp_door import resources
 from mcp_door.caller import CALLER, Caller
 from mcp_door.instructions import INSTRUCTIONS

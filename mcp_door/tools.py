@@ -28,8 +28,8 @@ from engine.contacts import lists as contact_lists
 from engine.contacts.bulk_send import BulkSendRequest
 from engine.delivery import verification
 from engine.domains import registry, senders, spf
-from engine.errors import Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import email_log, intake, scheduling
 from engine.sending.intake import Mailbox, SendRequest
 from engine.suppressions import entries as suppression_entries

@@ -27,11 +27,11 @@ import trio
 
 from engine import plans
 from engine.accounts import users as accounts
-from engine.errors import EngineError
 from engine.mail import link_security
-from engine.nodes import Role
+from engine.platform.errors import EngineError
+from engine.platform.nodes import Role
+from engine.platform.supervisor import DatabaseGone
 from engine.reports import tls_sender
-from engine.supervisor import DatabaseGone
 from postroom import config, health, logs, workers
 from postroom.startup import open_runtime, return_large_blocks, settle_heap, trim_heap
 from storage import migrations, nodes

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.delivery.policies import Caps
+from engine.platform.settings import Caps
 
 PREFIX = "POSTROOM_"
 

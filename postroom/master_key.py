@@ -14,7 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from postroom.config import Settings
 from storage import accounts, sealing
 from storage.database import Database

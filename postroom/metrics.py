@@ -12,7 +12,7 @@ around the app.
 
 The workers of one `postroom serve --workers N` share the API port, so a scrape reaches one
 of them at random, and delivery workers have no port at all. Each worker therefore publishes
-its process figures with its heartbeat (engine/nodes.py, every 3 s), and a scrape adds up
+its process figures with its heartbeat (engine/platform/nodes.py, every 3 s), and a scrape adds up
 its own figures, as of now, and the other live workers' of the same instance, as of their
 last beat (`merged`): counters and histograms add up, and so do the gauges (connections
 open, recipients in flight), except the few that say whether or how much at most
@@ -39,8 +39,8 @@ from prometheus_client.registry import Collector
 
 from engine.delivery import providers
 from engine.delivery.latency import LatencySnapshot
-from engine.runtime import Runtime
-from engine.supervisor import Supervisor
+from engine.platform.runtime import Runtime
+from engine.platform.supervisor import Supervisor
 from storage import backlog, nodes
 from storage.database import Database
 from storage.tx import Tx

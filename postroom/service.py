@@ -27,19 +27,20 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from api.app import create_app
-from engine import nodes
 from engine.contacts.bulk_send import fail_interrupted
+from engine.contacts.recovery import BroadcastRecovery
 from engine.delivery.router import DeliveryRouter
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
-from engine.nodes import Role
+from engine.platform import nodes
+from engine.platform.nodes import Role
+from engine.platform.runtime import Runtime
+from engine.platform.supervisor import Actor, Supervisor
+from engine.platform.wakeups import WakeupRelay
 from engine.reports.tls_sender import TlsReporter
 from engine.retention import RetentionSweeper
-from engine.runtime import Runtime
 from engine.sandbox.outcomes import SandboxOutcomes
-from engine.supervisor import Actor, Supervisor
 from engine.transfers.timer import TransferTimer
-from engine.wakeups import WakeupRelay
 from engine.webhooks.dispatcher import WebhookDispatcher
 from mcp_door.http import HttpDoor
 from postroom.config import Settings
@@ -211,6 +212,7 @@ async def serve(
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
+                BroadcastRecovery(rt),
                 SandboxOutcomes(rt),
                 RetentionSweeper(rt),
                 TlsReporter(rt),

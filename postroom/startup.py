@@ -11,13 +11,13 @@ import ctypes.util
 import gc
 import secrets
 
-from engine import nodes
-from engine.accounts.key_cache import KeyCache
-from engine.clock import Clock
-from engine.contacts.complaint_limits import Limits
-from engine.dns import make_resolver
-from engine.runtime import Runtime
-from engine.wakeups import WakeupHub
+from engine.platform import nodes
+from engine.platform.clock import Clock
+from engine.platform.dns import make_resolver
+from engine.platform.key_cache import KeyCache
+from engine.platform.runtime import Runtime
+from engine.platform.settings import ComplaintLimits
+from engine.platform.wakeups import WakeupHub
 from postroom import master_key
 from postroom.config import Settings
 from storage import accounts, migrations
@@ -54,7 +54,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         delivery_caps=settings.delivery_caps,
         sending_addresses=settings.sending_addresses,
         spf_include=settings.spf_include,
-        complaint_limits=Limits(min_deliveries=settings.complaint_min_deliveries),
+        complaint_limits=ComplaintLimits(min_deliveries=settings.complaint_min_deliveries),
     )
     db.on_commit(rt.wakeups.deliver, rt.node)
     return rt

@@ -11,7 +11,7 @@ both engines (docs/decisions.md). `--delivery-workers 0` makes every worker do b
 The parent does no serving. It applies the migrations and installs the master key once (so
 workers never race to), fixes the ports (a port given as 0 is chosen here and reserved with a
 bound, non-listening socket), then starts N `postroom serve --workers 1` children, each in its role.
-Each child is a node of its own (engine/nodes.py): leases, connection slots and limits live
+Each child is a node of its own (engine/platform/nodes.py): leases, connection slots and limits live
 in the database, so the workers share the work exactly as several hosts would. Together they
 are one instance (an id given to each), whose figures a scrape of `/metrics` adds up
 (postroom/metrics.py).
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import trio
 
-from engine.nodes import Role, new_node_id
+from engine.platform.nodes import Role, new_node_id
 from postroom.config import Settings
 from postroom.startup import open_runtime
 from storage.database import open_database

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import trio
 
-from engine import dns
-from engine.runtime import Runtime
+from engine.platform import dns
+from engine.platform.runtime import Runtime
 
 TIMEOUT = 2.0
 

@@ -10,7 +10,7 @@ wraps the stream in TLS when the machine asks for it. Rules:
   half full, as Postfix's smtpd_timeout does under stress).
 - Message data never piles up in memory: past `SPOOL_AT` it goes to the session's spool
   (relay/spool.py); reading it takes `READING` from the process's budget of message bytes
-  (engine/message_memory.py), and the whole message is read back only when the budget has
+  (engine/platform/message_memory.py), and the whole message is read back only when the budget has
   room for working on it: a session waits, and after `MEMORY_WAIT` is told 452 4.3.1. A
   message whose structure breaks a bound (engine/mail/structure.py) is refused with 554
   5.6.0 before any handler parses it. A header with 8-bit octets must be UTF-8, and outside
@@ -32,9 +32,9 @@ from typing import Protocol
 
 import trio
 
-from engine.errors import StorageFull
 from engine.mail import international, structure
-from engine.message_memory import MessageMemory
+from engine.platform.errors import StorageFull
+from engine.platform.message_memory import MessageMemory
 from engine.smtp.replies import (
     S421_SHUTTING_DOWN,
     S421_TIMEOUT,
@@ -141,7 +141,7 @@ async def drive(
 ) -> None:
     """Run one SMTP conversation to its end; closes nothing (the caller owns the stream).
     `stressed` says whether the listener is under stress now (shorter idle time); `memory`
-    is the process's budget of message bytes (engine/message_memory.py)."""
+    is the process's budget of message bytes (engine/platform/message_memory.py)."""
     incoming = _Incoming(memory or MessageMemory())
     try:
         await _converse(stream, server, handler, tls, timeouts, shutdown, tally, stressed, incoming)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import ssl
 
-from engine.errors import EngineError, PayloadTooLarge
 from engine.forwarding import inbound
 from engine.mail import trace
-from engine.runtime import Runtime
+from engine.platform.errors import EngineError, PayloadTooLarge
+from engine.platform.runtime import Runtime
 from engine.smtp.replies import (
     S250_RECIPIENT_OK,
     S250_SENDER_OK,

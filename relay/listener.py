@@ -22,7 +22,7 @@ from functools import partial
 import trio
 
 from engine.accounts.login_limits import client_group
-from engine.message_memory import MessageMemory
+from engine.platform.message_memory import MessageMemory
 from engine.smtp.replies import SmtpReply
 from engine.smtp.server import ServerPolicy, SmtpServer
 from relay.connection import SessionHandler, ShutdownSignal, Timeouts, drive

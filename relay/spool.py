@@ -3,7 +3,7 @@
 The server machine hands its data over (`SmtpServer.take_message_data`) whenever it holds
 `SPOOL_AT` octets, so a session holds at most that much of a message in memory however large
 it is, and a stranger's 40 MiB messages wait on disk, not in memory, until the session may
-take them whole (engine/message_memory.py). Postfix writes every message to its queue file as
+take them whole (engine/platform/message_memory.py). Postfix writes every message to its queue file as
 it arrives; here only the ones past `SPOOL_AT` (most mail is smaller) go to a temporary file,
 unlinked at once, so nothing is left behind by a crash. Each write and the final read is one
 thread hop; the file is read back into one bytes object, the message's only whole copy.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ssl
 
 from engine.mail import trace
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from engine.sending import submission
 from engine.smtp.replies import (
     S235_AUTH_OK,

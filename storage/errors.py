@@ -6,7 +6,7 @@ always `StorageFull`. Everything else passes through unchanged.
 
 `is_outage` tells a database that is unavailable (down, unreachable, full) from a unit of work
 that was wrong: an outage says nothing about the row being worked, so actors never count it
-against an item (engine/faults.py) and the supervisor waits it out. `DatabaseUnreachable` is
+against an item (engine/platform/faults.py) and the supervisor waits it out. `DatabaseUnreachable` is
 the one storage raises itself, at once, while it knows the database is gone
 (storage/reachability.py).
 """

@@ -109,7 +109,7 @@ def unclaim(tx: Tx, workspace_id: str, key: str, node: str) -> None:
 class Unsettled:
     """Claims of this node whose request ended while the database was gone: by (workspace,
     key), the response to store, or None to give the claim back. Filled by the requests,
-    emptied by the node's heartbeat (engine/nodes.py); both on the Trio thread."""
+    emptied by the node's heartbeat (engine/platform/nodes.py); both on the Trio thread."""
 
     claims: dict[tuple[str, str], StoredResponse | None] = field(default_factory=dict)
 

@@ -43,7 +43,7 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class FaultPolicy:
-    """The engine's rule for rows that make an actor raise (engine/faults.py): when a faulted
+    """The engine's rule for rows that make an actor raise (engine/platform/faults.py): when a faulted
     row is tried again, and after how many faults it is quarantined."""
 
     retry_at: datetime

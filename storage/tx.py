@@ -72,7 +72,7 @@ class Tx:
 
     def notify(self, topic: str) -> None:
         """Announce, once this unit of work is committed, that it made work of `topic`
-        (`mail:<domain>`, `webhooks`, …) for the actors of every node (engine/wakeups.py)."""
+        (`mail:<domain>`, `webhooks`, …) for the actors of every node (engine/platform/wakeups.py)."""
         self.notes.add(topic)
 
     @contextmanager

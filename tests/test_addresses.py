@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.addresses import _plain, normalize_email
-from engine.errors import Unprocessable
+from engine.platform.errors import Unprocessable
 from tests.harness.fuzz import bounded
 
 

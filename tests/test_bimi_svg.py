@@ -16,7 +16,7 @@ import trio
 from hypothesis import strategies as st
 
 from engine.domains import svg_policy
-from engine.errors import InvalidRequest
+from engine.platform.errors import InvalidRequest
 from tests.harness.fuzz import run_examples
 from tests.harness.service import Account, Service
 from tests.test_bimi import LOGO as MINIMAL_LOGO

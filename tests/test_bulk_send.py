@@ -13,6 +13,7 @@ import trio
 from trio.testing import MockClock
 
 from engine.contacts.bulk_send import fail_interrupted
+from engine.platform.wakeups import RESCAN
 from storage import broadcasts as broadcasts_storage
 from storage.broadcasts import Broadcast
 from tests.harness.dns_server import DnsServer
@@ -301,3 +302,32 @@ async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(
     service.clock.jump(11 * 60)
     assert await fail_interrupted(rt) == 1  # no progress for 10 minutes: given up
     assert {b["status"] for b in await broadcasts(account)} == {"failed"}
+
+
+async def test_the_recovery_actor_fails_what_a_reaped_node_left_sending(
+    service: Service, clock: MockClock
+) -> None:
+    """Reaping a dead node announces a rescan; the broadcast recovery actor (one node at a
+    time) hears it and fails that node's broadcast, and with no announcement at all it gives
+    up on a broadcast that made no progress for 10 minutes."""
+    account = await service.account("business")
+    rt = service.running.runtime
+    gone = left_sending(account, "a-node-that-was-reaped", rt.clock.now())
+    live = left_sending(account, rt.node, rt.clock.now())
+    for broadcast in (gone, live):
+        await rt.db.write(broadcasts_storage.insert, broadcast)
+
+    rt.wakeups.announce([RESCAN])  # what the reaper announces
+    await until_failed(account, gone.id, within=5)
+    assert {b["id"]: b["status"] for b in await broadcasts(account)}[live.id] == "sending"
+
+    service.clock.jump(11 * 60)  # the actor's own look, at least every 10 minutes
+    await until_failed(account, live.id, within=15 * 60)
+
+
+async def until_failed(account: Account, broadcast_id: str, within: float) -> None:
+    with trio.fail_after(within):
+        while True:
+            if {b["id"]: b["status"] for b in await broadcasts(account)}[broadcast_id] == "failed":
+                return
+            await trio.sleep(0.05)

@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 from engine.delivery.domain_queue import CONNECTIONS
-from engine.nodes import DEAD_AFTER
+from engine.platform.nodes import DEAD_AFTER
 from tests.harness.cluster import (
     Cluster,
     Node,

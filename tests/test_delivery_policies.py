@@ -17,7 +17,8 @@ import trio
 from trio.testing import MockClock
 
 from engine.delivery import throttle
-from engine.delivery.policies import BURST, Caps
+from engine.delivery.policies import BURST
+from engine.platform.settings import Caps
 from postroom import config
 from postroom.service import RunningService, serve
 from storage.tx import Tx

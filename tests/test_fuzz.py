@@ -2,7 +2,7 @@
 forwards, and every field of a send request that becomes part of a header line.
 
 Every answer is 2xx or a 4xx with the error body, never a 5xx, and each door applies the same
-rule: a URL is saved exactly when `engine.outbound_http.url_problem` accepts it, and a send
+rule: a URL is saved exactly when `engine.platform.outbound_http.url_problem` accepts it, and a send
 body is accepted by send and by batch exactly when validate finds it valid. What was accepted
 then goes out: every saved webhook's test delivery ends as a recorded attempt, every accepted
 email is delivered without a header line its fields did not name, and no actor faults. SVG
@@ -26,7 +26,7 @@ import trio
 from hypothesis import strategies as st
 
 from engine.mail.compose import STRUCTURAL_HEADERS
-from engine.outbound_http import url_problem
+from engine.platform.outbound_http import url_problem
 from tests.harness.dns_server import DnsServer
 from tests.harness.fuzz import assert_alive_without_faults, assert_answered_cleanly, run_examples
 from tests.harness.https_receiver import HttpsReceiver

@@ -1,4 +1,4 @@
-"""engine/http1_client.py against the harness's HTTPS receiver on loopback.
+"""engine/platform/http1_client.py against the harness's HTTPS receiver on loopback.
 
 Keep-alive within the per-origin bound, TLS verification, the caller's connect rule, a peer
 that closes an idle connection, and answers that are not 2xx or never come.
@@ -12,7 +12,7 @@ from functools import partial
 import pytest
 import trio
 
-from engine.http1_client import Client, HttpError
+from engine.platform.http1_client import Client, HttpError
 from tests.harness.https_receiver import HttpReply, HttpsReceiver
 from tests.harness.peer import HOST
 from tests.harness.tls import TlsAuthority

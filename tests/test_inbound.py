@@ -12,9 +12,9 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
-from engine import faults
 from engine.forwarding import inbound
 from engine.mail import trace
+from engine.platform import faults
 from storage import inbound as storage_inbound
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from engine.message_memory import MessageMemory
+from engine.platform.message_memory import MessageMemory
 
 
 async def test_a_large_message_is_not_starved_by_small_ones_behind_it(

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.accounts import users as accounts
 from engine.delivery import policies, providers
-from engine.nodes import NodeKeeper
+from engine.platform.nodes import NodeKeeper
 from postroom import config, metrics
 from postroom.service import RunningService, serve
 from storage import nodes as stored_nodes

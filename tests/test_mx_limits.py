@@ -17,7 +17,7 @@ import trio
 from trio.testing import MockClock
 
 from engine.mail.structure import MAX_HEADER_FIELDS, MAX_MIME_DEPTH, MAX_MIME_PARTS
-from engine.message_memory import LIMIT, MessageMemory
+from engine.platform.message_memory import LIMIT, MessageMemory
 from relay.connection import MEMORY_WAIT, READING
 from relay.spool import SPOOL_AT
 from tests.harness.dns_server import DnsServer

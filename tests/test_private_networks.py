@@ -13,7 +13,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from engine.private_networks import is_public
+from engine.platform.private_networks import is_public
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer

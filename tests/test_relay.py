@@ -17,7 +17,7 @@ import trio.testing
 from cryptography import x509
 from trio.testing import MockClock
 
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from engine.sending.raw_mail import RawMail, queue_raw
 from engine.smtp.server import ServerPolicy, SmtpServer
 from relay import submission

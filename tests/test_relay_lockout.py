@@ -18,7 +18,7 @@ import trio
 from trio.testing import MockClock
 
 from engine.accounts.login_limits import RELAY_ADDRESS, RELAY_USERNAME, client_group
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from engine.smtp.server import MAX_JUNK, ServerPolicy
 from relay.connection import Timeouts
 from relay.inbound import InboundSession

@@ -14,7 +14,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from storage import accounts as account_rows
 from storage.accounts import Workspace
 from storage.codec import new_id

@@ -1,4 +1,4 @@
-"""A node's trust in its leases (engine/tenure.py), in virtual time: what a delivery
+"""A node's trust in its leases (engine/platform/tenure.py), in virtual time: what a delivery
 connection is told before each SMTP transaction, around a stall."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from engine.nodes import DEAD_AFTER, TRUST
-from engine.tenure import Tenure
+from engine.platform.nodes import DEAD_AFTER, TRUST
+from engine.platform.tenure import Tenure
 
 
 async def _beat_when_wanted(tenure: Tenure, alive: bool) -> None:

@@ -27,7 +27,7 @@ import pytest
 import trio
 import trio.testing
 
-from engine.clock import Clock
+from engine.platform.clock import Clock
 from engine.reports import tls_rpt, tls_sender
 from postroom import cli, startup
 from storage.tls_rpt import Sessions

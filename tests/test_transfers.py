@@ -20,7 +20,7 @@ import trio
 from trio.testing import MockClock
 
 from engine.domains.checker import GIVE_UP_AFTER, INTERVAL
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from postroom.service import serve
 from storage import broadcasts
 from storage.codec import new_id

@@ -13,7 +13,7 @@ from quart_schema import document_response
 
 from api.auth import principal, public, runtime
 from engine.domains import bimi
-from engine.errors import InvalidRequest
+from engine.platform.errors import InvalidRequest
 
 blueprint = Blueprint("bimi", __name__, url_prefix="/v1")
 

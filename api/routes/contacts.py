@@ -17,7 +17,7 @@ from api.validation import json_body, query_args
 from engine.contacts import bulk_send, csv_import
 from engine.contacts import lists as contacts
 from engine.contacts.lists import ListChanges
-from engine.errors import InvalidRequest
+from engine.platform.errors import InvalidRequest
 from storage.contacts import Contact, ContactList
 
 blueprint = Blueprint("contacts", __name__, url_prefix="/v1/contacts")

@@ -16,7 +16,7 @@ from api.validation import json_body, query_args
 from engine.contacts import bulk_send
 from engine.delivery import controls, forecast, policies
 from engine.delivery.controls import PolicyChange
-from engine.errors import Unprocessable
+from engine.platform.errors import Unprocessable
 from storage.delivery_policies import LIMIT_FIELDS, Ramp, Rule
 
 blueprint = Blueprint("delivery", __name__, url_prefix="/v1")

@@ -16,8 +16,8 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import EmailText, In, Out, PageQuery, Tag
 from api.validation import json_body, problem_message, query_args
-from engine.errors import EngineError, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import EngineError, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import batch, email_log, idempotency, scheduling, statuses
 from engine.sending import intake as sending
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult

@@ -17,7 +17,7 @@ from quart import Blueprint, Response, current_app, request
 
 from api.auth import public, runtime
 from api.errors import error_response
-from engine.errors import Unauthorized
+from engine.platform.errors import Unauthorized
 
 blueprint = Blueprint("health", __name__)
 

@@ -10,8 +10,8 @@ from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import Out
-from engine import nodes
 from engine.accounts import users as accounts
+from engine.platform import nodes
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/admin/nodes")
 

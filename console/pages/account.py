@@ -15,7 +15,7 @@ from console.web import form, go, page, parse, problems_of, rt, who
 from engine import plans
 from engine.accounts import users, workspaces
 from engine.agents import policy
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 
 blueprint = Blueprint("account", __name__)
 

@@ -12,7 +12,7 @@ from api.routes.sessions import Login, client_address
 from console.web import form, go, page, parse, public, rt, who
 from engine import plans
 from engine.accounts import users
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 
 blueprint = Blueprint("auth", __name__)
 

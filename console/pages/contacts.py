@@ -21,7 +21,7 @@ from console.web import form, go, page, parse, problems_of, rt, who
 from engine.contacts import bulk_send, complaint_guard, csv_import, preview
 from engine.contacts import lists as contacts
 from engine.domains import registry, senders
-from engine.errors import EngineError, InvalidRequest
+from engine.platform.errors import EngineError, InvalidRequest
 from engine.sending import idempotency
 
 blueprint = Blueprint("contacts", __name__)

@@ -22,7 +22,7 @@ from engine import plans
 from engine.accounts import smtp_credentials
 from engine.contacts import complaint_guard
 from engine.domains import bimi, bounce_domain, provider_rules, registry, senders, spf
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from engine.sandbox import mode as sandbox
 from engine.transfers import actions as transfers
 from engine.transfers.actions import AcceptRequest

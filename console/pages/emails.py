@@ -12,7 +12,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.emails import STATUSES, SavedSearch, SearchQuery
 from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
-from engine.errors import EngineError, Unprocessable
+from engine.platform.errors import EngineError, Unprocessable
 from engine.sandbox import mailbox
 from engine.sending import email_log, scheduling
 

@@ -11,8 +11,8 @@ from api.errors import status_of
 from console.web import form, go, page, problems_of, rt, who
 from engine import plans
 from engine.domains import registry
-from engine.errors import EngineError
 from engine.forwarding import rules as forwards
+from engine.platform.errors import EngineError
 
 blueprint = Blueprint("forwards", __name__)
 

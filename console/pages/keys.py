@@ -12,7 +12,7 @@ from api.routes.api_keys import CreateApiKey
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine.accounts import api_keys
 from engine.accounts.api_keys import CreatedKey
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from engine.sandbox import keys as test_keys
 from engine.sandbox import mode as sandbox
 

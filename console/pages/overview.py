@@ -11,7 +11,7 @@ from quart import Blueprint, Response, current_app, request
 from console.web import page, rt, who
 from engine import overview
 from engine.delivery import forecast
-from engine.supervisor import Supervisor
+from engine.platform.supervisor import Supervisor
 
 blueprint = Blueprint("overview", __name__)
 

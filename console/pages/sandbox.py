@@ -9,7 +9,7 @@ from quart import Blueprint, Response, request
 
 from api.errors import status_of
 from console.web import FRAMED_CSP, form, go, page, problems_of, rt, who
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from engine.sandbox import mailbox, mode, posts, scripts
 
 blueprint = Blueprint("sandbox", __name__)

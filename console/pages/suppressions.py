@@ -10,7 +10,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.suppressions import AddSuppression
 from console.web import form, go, page, parse, problems_of, rt, who
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from engine.suppressions import entries as suppressions
 from engine.suppressions import windows
 

@@ -11,7 +11,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.templates import CreateTemplate, UpdateTemplate
 from console.web import form, go, page, parse, problems_of, rt, who
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from engine.sending.intake import Mailbox, SendRequest
 from engine.templates import library as templates
 

@@ -10,7 +10,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.webhooks import DELIVERY_STATUSES, CreateWebhook
 from console.web import go, page, parse, problems_of, rt, who
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 from engine.webhooks import endpoints as webhooks
 from engine.webhooks.outbox import EVENT_TYPES
 from storage.webhooks import ReplayFilter

@@ -8,8 +8,8 @@ from datetime import datetime
 from engine import plans
 from engine.accounts.passwords import new_api_key
 from engine.activity import Change, record
-from engine.errors import NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import api_keys
 from storage.api_keys import ApiKey
 from storage.codec import new_id
@@ -104,7 +104,7 @@ def _deactivate(tx: Tx, who: Principal, key_id: str, now: datetime) -> ApiKey:
     if key is None or not api_keys.deactivate(tx, who.workspace_id, key_id, now):
         raise NotFound("API key not found")
     record(tx, who.workspace_id, who.user_email, Change("api_key.deleted", key.name, key.id), now)
-    tx.notify(f"key:{key.id}")  # every node's cache forgets it (engine/wakeups.py)
+    tx.notify(f"key:{key.id}")  # every node's cache forgets it (engine/platform/wakeups.py)
     return key
 
 

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 import jwt
 
 from engine.accounts.passwords import API_KEY_PREFIX, TEST_KEY_PREFIX, same, token_hash
-from engine.errors import Forbidden, NotFound, Unauthorized
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Forbidden, NotFound, Unauthorized
+from engine.platform.runtime import Principal, Runtime
 from storage import accounts, api_keys, sandbox
 from storage.accounts import Session, Workspace
 from storage.tx import Tx

@@ -23,8 +23,8 @@ import ipaddress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from engine import rate_limits
-from engine.rate_limits import Limit
+from engine.platform import rate_limits
+from engine.platform.rate_limits import Limit
 from storage import rate_limits as counters
 from storage.tx import Tx
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from engine import plans
 from engine.accounts.passwords import same, token_hash
 from engine.activity import Change, record
-from engine.errors import Conflict, InvalidRequest, NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, InvalidRequest, NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import domains, smtp_credentials
 from storage.codec import new_id
 from storage.smtp_credentials import RelayLogin, SmtpCredential

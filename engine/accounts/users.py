@@ -19,8 +19,8 @@ from engine.accounts import login_limits
 from engine.accounts.api_keys import PERMISSIONS, insert_key
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sandbox import mode as sandbox_mode
 from storage import accounts
 from storage.accounts import Session, User, Workspace

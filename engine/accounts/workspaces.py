@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine import plans
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from storage import (
     accounts,
     api_keys,

@@ -18,8 +18,8 @@ from typing import Any
 
 from engine.accounts.passwords import token_hash
 from engine.agents.policy import McpPolicy, check_cap
-from engine.errors import Conflict, Gone, NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, Gone, NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import agents
 from storage.tx import Tx
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.activity import Change, record
-from engine.errors import Forbidden, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Forbidden, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import agents
 from storage.tx import Tx
 

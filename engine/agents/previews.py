@@ -21,8 +21,8 @@ from engine.agents.confirmations import Issued
 from engine.agents.policy import SEND, McpPolicy, check_cap, require
 from engine.contacts import bulk_send
 from engine.contacts.bulk_send import BulkSendRequest, BulkSendResult
-from engine.errors import Conflict, NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import email_log, intake, statuses
 from engine.sending.intake import AttachmentIn, Issue, Mailbox, SendRequest, SendResult
 from engine.templates.variables import contact_values, render_subject

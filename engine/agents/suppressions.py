@@ -8,8 +8,8 @@ the API or the console. An entry someone added by hand (`manual`) an agent may l
 from __future__ import annotations
 
 from engine.addresses import normalize_email
-from engine.errors import Forbidden, NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Forbidden, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.suppressions import entries
 from storage import suppressions
 

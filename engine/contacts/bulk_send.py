@@ -33,10 +33,10 @@ from engine.activity import Change, record
 from engine.contacts import complaint_guard
 from engine.contacts.complaint_limits import stopped_problem
 from engine.contacts.lists import CappedErrors
-from engine.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable
 from engine.mail import list_headers
 from engine.mail.compose import header_text_problem
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
 from engine.templates.variables import contact_values, render, render_subject

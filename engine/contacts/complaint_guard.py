@@ -28,15 +28,10 @@ from datetime import datetime
 from typing import Any
 
 from engine.activity import Change, record
-from engine.contacts.complaint_limits import (
-    PAUSE_RATE,
-    PAUSE_RATE_BOUNDS,
-    WINDOW,
-    Limits,
-    stopped_problem,
-)
-from engine.errors import Conflict, NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.contacts.complaint_limits import WINDOW, stopped_problem
+from engine.platform.errors import Conflict, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
+from engine.platform.settings import PAUSE_RATE, PAUSE_RATE_BOUNDS, ComplaintLimits
 from engine.sending import statuses
 from engine.sending.queue_actions import moves
 from engine.sending.statuses import Trigger
@@ -89,7 +84,7 @@ def _evidence(counts: Counts) -> dict[str, Any]:
     }
 
 
-def check(tx: Tx, email: Email, now: datetime, limits: Limits) -> None:
+def check(tx: Tx, email: Email, now: datetime, limits: ComplaintLimits) -> None:
     """After a complaint about `email`: pause its domain's broadcasts, and stop its marketing
     mail, as the domain's complaint rate passes the limits."""
     counts = complaint_rates.since(tx, email.workspace_id, email.domain_id, now - WINDOW)
@@ -189,7 +184,7 @@ class Settings:
     window_days: int
 
 
-def _settings(limits: Limits, own: float | None) -> Settings:
+def _settings(limits: ComplaintLimits, own: float | None) -> Settings:
     return Settings(
         pause_rate=PAUSE_RATE if own is None else own,
         default_pause_rate=PAUSE_RATE,

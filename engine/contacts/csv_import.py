@@ -31,8 +31,8 @@ import trio
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.contacts.lists import CappedErrors, check_metadata, locked_list, room_left
-from engine.errors import EngineError, InvalidRequest, NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import EngineError, InvalidRequest, NotFound
+from engine.platform.runtime import Principal, Runtime
 from engine.templates.variables import header_safe
 from storage import contacts
 from storage.codec import new_id

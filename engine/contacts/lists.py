@@ -15,8 +15,8 @@ from typing import Any
 from engine import plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.errors import Conflict, NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.templates.variables import header_safe
 from storage import contacts
 from storage.codec import new_id

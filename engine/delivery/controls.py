@@ -16,8 +16,8 @@ from typing import Any
 
 from engine.activity import Change, record
 from engine.delivery import policies
-from engine.errors import Conflict, NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import delivery_policies as stored
 from storage import domains
 from storage.codec import new_id

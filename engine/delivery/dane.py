@@ -38,9 +38,9 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
-from engine import dns as lookups
 from engine.delivery.mx import MxTarget
-from engine.runtime import Runtime
+from engine.platform import dns as lookups
+from engine.platform.runtime import Runtime
 
 DANE_TA = 2
 DANE_EE = 3

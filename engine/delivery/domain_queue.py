@@ -28,7 +28,7 @@ and gives them back with the outcomes of the last one; a node finding every slot
 elsewhere claims nothing and waits for a release.
 
 A round carries at most one submitted message larger than `LARGE`, read and built only once
-the process's memory budget has room for it (engine/message_memory.py); the recipients of
+the process's memory budget has room for it (engine/platform/message_memory.py); the recipients of
 other large ones go back for the next rounds (issue 28: large forwarded mail must not be
 held many times over at once).
 
@@ -55,9 +55,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from engine import dns as lookups
-from engine import faults, outbound_http
-from engine.delivery import dane, incidents, mta_sts, mx, policies, retry, throttle, tls_outcomes
+from engine.delivery import dane, incidents, mta_sts, mx, policies, retry, throttle
 from engine.delivery.classify import (
     Decision,
     DnsFailure,
@@ -75,8 +73,10 @@ from engine.delivery.classify import (
 from engine.delivery.full_mailboxes import FullMailboxes
 from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, ToBuild, WireMessage, build_all
-from engine.nodes import LEASE
-from engine.runtime import Runtime
+from engine.platform import dns as lookups
+from engine.platform import faults, outbound_http, tls_counts
+from engine.platform.nodes import LEASE
+from engine.platform.runtime import Runtime
 from engine.sandbox import capture as sandbox_capture
 from engine.sending import statuses
 from engine.sending import unsubscribe_footers as footers
@@ -327,7 +327,7 @@ class _Prepared:
     outcome: _Round
     work: list[_Transfer]
     token: object  # holds one of the router's rounds in flight
-    epoch: int  # the node's tenure epoch it was claimed in (engine/tenure.py)
+    epoch: int  # the node's tenure epoch it was claimed in (engine/platform/tenure.py)
 
 
 def _release(tx: Tx, domain: str, slots: list[int], node: str) -> None:
@@ -706,7 +706,7 @@ class DomainQueue:
             self._counts[kind] += count
 
     async def _drop(self, prepared: _Prepared) -> None:
-        """Give up a round claimed in an epoch that ended (engine/tenure.py): the node was
+        """Give up a round claimed in an epoch that ended (engine/platform/tenure.py): the node was
         declared dead, what it held was freed and may be being delivered elsewhere, so
         nothing more of the round is sent or written. The slots went with the leases."""
         log.warning(
@@ -781,7 +781,7 @@ class DomainQueue:
     ) -> T | None:
         """Run a round's step; if it raises, count a fault on each of its recipients (the
         items it held) whose outcome is not `written` yet, and try them again later; three
-        faults quarantine a recipient (engine/faults.py). The round's slots are given back,
+        faults quarantine a recipient (engine/platform/faults.py). The round's slots are given back,
         and when it was being sent, the connections and the slots the sender held with them."""
         try:
             return await work
@@ -970,7 +970,7 @@ class DomainQueue:
                         waited = outcome.now - recipient.queued_at
                         self._latency.observe(waited.total_seconds())
                         peer = session.peer
-                        tls = tls_outcomes.outcome(peer.tls_version, peer.tls_verified)
+                        tls = tls_counts.outcome(peer.tls_version, peer.tls_verified)
                         self._rt.tls_deliveries.note(peer.policy, tls)
                 self._commit_soon(outcome, epoch, writes)
                 mine = outcome.settled  # the write just asked for takes them all
@@ -986,7 +986,7 @@ class DomainQueue:
         """Whether a connection may start another SMTP transaction (send MAIL FROM): the
         queue is not draining, the database is not known gone (then the queue drains as on a
         failed write: what it sends could not be recorded) and the node still holds the
-        round's leases (engine/tenure.py; asked again after waiting for a heartbeat)."""
+        round's leases (engine/platform/tenure.py; asked again after waiting for a heartbeat)."""
         if not self._can_record():
             return False
         return await self._rt.tenure.hold(epoch) and self._can_record()

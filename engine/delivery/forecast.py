@@ -24,7 +24,7 @@ import trio
 
 from engine.delivery import policies, throttle
 from engine.delivery.policies import Limit
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from storage import delivery_policies as stored
 from storage.delivery_policies import Backlog, Ramp, Rule
 from storage.tx import Tx

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from engine.delivery.classify import IncidentKind
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from storage import incidents
 from storage.incidents import Incident
 

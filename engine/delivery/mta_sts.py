@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 import dns.asyncresolver
 import trio
 
-from engine import dns as lookups
-from engine import outbound_http
-from engine.http1_client import MAX_ANSWER, Client, Connect, HttpError
-from engine.private_networks import public_only
-from engine.runtime import Runtime
+from engine.platform import dns as lookups
+from engine.platform import outbound_http
+from engine.platform.http1_client import MAX_ANSWER, Client, Connect, HttpError
+from engine.platform.private_networks import public_only
+from engine.platform.runtime import Runtime
 from storage import mta_sts as stored
 
 MAX_POLICY = MAX_ANSWER  # RFC 8461 3.3: senders may refuse policies over 64 KiB

@@ -7,7 +7,7 @@ the system's), so tests and operators control it in one place.
 
 A tenant picks the recipient domain, hence its MX hosts: unless private targets are allowed
 (POSTROOM_ALLOW_PRIVATE_TARGETS), addresses the private-network rule refuses
-(engine/private_networks.py) are left out, and a domain whose hosts have no other address is
+(engine/platform/private_networks.py) are left out, and a domain whose hosts have no other address is
 `PrivateTargets`: nothing in the operator's own network is ever connected to for a tenant.
 """
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import dns.asyncresolver
 
-from engine import dns as lookups
-from engine.private_networks import public_only
+from engine.platform import dns as lookups
+from engine.platform.private_networks import public_only
 
 
 class NoMailService(Exception):

@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from engine.platform.settings import Caps
 from storage.delivery_policies import Ramp, Rule
 
 DEFAULT_CONNECTIONS = 4  # per destination across every node, when no rule says otherwise
@@ -55,17 +56,6 @@ BUILTIN: tuple[Rule, ...] = (
     _builtin("Apple iCloud", "*.icloud.com", 4, 50),
     _builtin("GMX and web.de", "*.gmx.net", 4, 50),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Caps:
-    """Operator-wide caps (POSTROOM_DELIVERY_MAX_*); None: no cap."""
-
-    max_connections: int = 20
-    messages_per_connection: int | None = None
-    per_minute: int | None = None
-    per_hour: int | None = None
-    per_day: int | None = None
 
 
 # Budget windows: each aligned to its unit (UTC days).

@@ -2,7 +2,7 @@
 
 On start it wakes a queue for every domain with recipients still to try, so nothing accepted
 before a crash is left behind. Afterwards it wakes (or starts) a domain's queue whenever a
-`mail:<domain>` wake-up arrives from this node or another (engine/wakeups.py), and looks at
+`mail:<domain>` wake-up arrives from this node or another (engine/platform/wakeups.py), and looks at
 every domain again on a rescan (a dead node's work was freed). A queue that ran out of work
 has returned and is started afresh. At most `ROUNDS_IN_FLIGHT` queues deliver at once.
 
@@ -36,8 +36,8 @@ from engine.delivery.domain_queue import (
     write_kept,
 )
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
-from engine.runtime import Runtime
-from engine.wakeups import RESCAN
+from engine.platform.runtime import Runtime
+from engine.platform.wakeups import RESCAN
 from storage import emails, nodes
 from storage.errors import is_outage
 

@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from engine import dns as lookups
 from engine.delivery import policies
-from engine.delivery.policies import Caps, Effective, Limit
-from engine.runtime import Runtime
+from engine.delivery.policies import Effective, Limit
+from engine.platform import dns as lookups
+from engine.platform.runtime import Runtime
+from engine.platform.settings import Caps
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.webhooks import outbox
@@ -132,7 +133,7 @@ def claim(
         return Claimed([], [], None, True, key, limit, None)
     if nodes.declared_dead(tx, node):
         # Its leases were freed: nothing is claimed until its heartbeat has taken it back
-        # (engine/tenure.py); the queue looks again as it does when every slot is taken.
+        # (engine/platform/tenure.py); the queue looks again as it does when every slot is taken.
         return Claimed([], [], None, True, key, limit, None)
     claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
     if not claimed:

@@ -17,12 +17,12 @@ from datetime import datetime, timedelta
 
 import trio
 
-from engine import dns, rate_limits
 from engine.addresses import normalize_email
 from engine.delivery import mx
-from engine.errors import Unprocessable
-from engine.rate_limits import Limit
-from engine.runtime import Principal, Runtime
+from engine.platform import dns, rate_limits
+from engine.platform.errors import Unprocessable
+from engine.platform.rate_limits import Limit
+from engine.platform.runtime import Principal, Runtime
 from engine.smtp.errors import SmtpError
 from engine.smtp.session import connect
 from storage.tx import Tx

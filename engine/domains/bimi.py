@@ -15,8 +15,8 @@ from datetime import datetime
 from engine import plans
 from engine.activity import Change, record
 from engine.domains import dmarc, svg_policy
-from engine.errors import InvalidRequest, NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import InvalidRequest, NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import domains
 from storage.domains import Domain
 from storage.tx import Tx

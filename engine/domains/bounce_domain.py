@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from engine import dns
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
-from engine.errors import NotFound, Unprocessable
+from engine.platform import dns
+from engine.platform.errors import NotFound, Unprocessable
 from storage import domains
 from storage.domains import Domain
 from storage.tx import Tx
 
 if TYPE_CHECKING:
-    from engine.runtime import Principal, Runtime
+    from engine.platform.runtime import Principal, Runtime
 
 PURPOSE = "bounce"  # the `purpose` of its records in a domain's DNS records
 VERIFIED, PENDING = "verified", "pending"

@@ -3,7 +3,7 @@
 An owner publishes the DNS records and the domain becomes verified by itself, as with the
 hosted services, without having to call verify again. Pending domains younger than
 `GIVE_UP_AFTER` are checked every `INTERVAL`, by one node at a time (the leadership
-`domain_checker`, engine/nodes.py); all state is in the database, so a restart simply
+`domain_checker`, engine/platform/nodes.py); all state is in the database, so a restart simply
 resumes. Automatic checks log only a change of status, under the actor `postroom`.
 """
 
@@ -15,11 +15,11 @@ from datetime import timedelta
 
 import trio
 
-from engine import faults, nodes
 from engine.domains import bounce_domain
 from engine.domains import registry as domain_rules
-from engine.errors import EngineError
-from engine.runtime import Runtime
+from engine.platform import faults, nodes
+from engine.platform.errors import EngineError
+from engine.platform.runtime import Runtime
 from storage import domains
 
 INTERVAL = timedelta(minutes=5)

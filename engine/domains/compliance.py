@@ -19,7 +19,7 @@ from typing import Any
 from engine.domains import bounce_domain
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED
 from engine.mail.link_security import unsubscribe_is_https
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from storage.domains import Domain
 
 PASS, FAIL = "pass", "fail"  # and PENDING: not checked yet

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from engine import dns
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED, Finding
-from engine.runtime import Runtime
+from engine.platform import dns
+from engine.platform.runtime import Runtime
 
 _VERSION = re.compile(r"^\s*v\s*=\s*DMARC1\b", re.IGNORECASE)
 POLICIES = ("none", "quarantine", "reject")

@@ -27,11 +27,12 @@ from typing import Any
 import trio
 from dns import reversename
 
-from engine import dns
-from engine.contacts.complaint_limits import PAUSE_RATE, STOP_RATE, WINDOW
+from engine.contacts.complaint_limits import WINDOW
 from engine.domains import compliance, dmarc, registry, spf
 from engine.domains.registry import DnsRecord
-from engine.runtime import Principal, Runtime
+from engine.platform import dns
+from engine.platform.runtime import Principal, Runtime
+from engine.platform.settings import PAUSE_RATE, STOP_RATE
 from storage import complaint_rates
 from storage import compliance as recent
 from storage.complaint_rates import Counts

@@ -21,15 +21,16 @@ from typing import Any
 
 import trio
 
-from engine import dns, plans
+from engine import plans
 from engine.activity import Change, record
 from engine.addresses import normalize_domain
 from engine.domains import bounce_domain, dkim_keys, dmarc, spf, tls_rpt, tracking_host
 from engine.domains.findings import Finding
-from engine.errors import Conflict, Forbidden, NotFound, Unprocessable
 from engine.forwarding import dmarc_reports
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
-from engine.runtime import Principal, Runtime
+from engine.platform import dns
+from engine.platform.errors import Conflict, Forbidden, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import domains, sandbox
 from storage.codec import new_id
 from storage.domains import Domain

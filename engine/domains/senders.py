@@ -6,9 +6,9 @@ from datetime import datetime
 
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.errors import Conflict, NotFound, Unprocessable
 from engine.mail.compose import header_text_problem
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import domains
 from storage.codec import new_id
 from storage.domains import Sender

@@ -26,9 +26,9 @@ import spf
 import trio
 from dns.exception import DNSException
 
-from engine import dns
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED, Finding
-from engine.runtime import Runtime
+from engine.platform import dns
+from engine.platform.runtime import Runtime
 
 # Documentation addresses (RFC 5737, RFC 3849): a record that passes them lets anyone send.
 PROBES = ("192.0.2.1", "2001:db8::1")

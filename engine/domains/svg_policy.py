@@ -20,7 +20,7 @@ from typing import Any
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser, ParseError
 
-from engine.errors import InvalidRequest
+from engine.platform.errors import InvalidRequest
 
 SVG_NS = "http://www.w3.org/2000/svg"
 # Attributes in these namespaces are listed by their usual prefix ("xlink:href", "xml:lang").

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 
-from engine import dns
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED, Finding
 from engine.forwarding import tls_reports
-from engine.runtime import Runtime
+from engine.platform import dns
+from engine.platform.runtime import Runtime
 
 PURPOSE = "tls_rpt"
 _VERSION = re.compile(r"^\s*v\s*=\s*TLSRPTv1\s*(;|$)")

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import dns.asyncresolver
 
-from engine import dns as lookups
 from engine.addresses import normalize_domain
-from engine.errors import Unprocessable
+from engine.platform import dns as lookups
+from engine.platform.errors import Unprocessable
 from storage.domains import Domain
 
 PURPOSE = "tracking"

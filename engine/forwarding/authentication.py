@@ -26,8 +26,8 @@ import dns.asyncresolver
 import dns.exception
 import trio
 
-from engine import dns as lookups
 from engine.mail import arc, trace
+from engine.platform import dns as lookups
 
 _TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,250}[A-Za-z0-9])?")
 MAX_KEYS = 10  # signatures' keys fetched for one message: bounds the work a sender causes

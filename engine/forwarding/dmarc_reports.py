@@ -29,9 +29,9 @@ import defusedxml.ElementTree
 from defusedxml import DefusedXmlException
 
 from engine.domains.spf import sending_addresses
-from engine.errors import InvalidRequest, NotFound
 from engine.forwarding import report_files
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import InvalidRequest, NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import dmarc_reports, domains
 from storage.dmarc_reports import Record
 from storage.tx import Tx

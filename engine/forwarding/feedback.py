@@ -20,10 +20,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine.contacts import complaint_guard
-from engine.contacts.complaint_limits import Limits
 from engine.delivery.classify import Replied, Verdict, classify
 from engine.delivery.full_mailboxes import FullMailboxes
 from engine.mail.reports import RecipientStatus, Report
+from engine.platform.settings import ComplaintLimits
 from engine.sending import statuses as email_statuses
 from engine.sending.statuses import Trigger
 from engine.smtp.replies import SmtpReply
@@ -139,7 +139,7 @@ def _complaint(changes: _Changes, statuses: dict[str, str], report: Report, tx: 
         changes.suppress(address, "complaint")
 
 
-def record(tx: Tx, email: Email, report: Report, now: datetime, limits: Limits) -> None:
+def record(tx: Tx, email: Email, report: Report, now: datetime, limits: ComplaintLimits) -> None:
     """Apply a DSN or complaint about one email, in the caller's transaction."""
     statuses = {r.address: r.status for r in emails.recipients_of(tx, email.id)}
     changes = _Changes(email, now)

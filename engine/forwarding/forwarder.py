@@ -3,7 +3,7 @@
 Work lives in the database (`forward_jobs`, written with the message before the inbound
 server answered 250) and is claimed with leases, so a restart resumes it and two nodes never
 run one job. A job reads its message's content only once the process's memory budget has
-room for it (engine/message_memory.py). An email destination becomes an email of the forward's workspace through
+room for it (engine/platform/message_memory.py). An email destination becomes an email of the forward's workspace through
 `raw_mail.store_raw` (source "forward"), in the same unit of work as the job's outcome and
 its log entry, so a copy is queued exactly once; delivery then signs it with the forward
 domain's key and sends it from that email's bounce address. A destination address on the
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import trio
 
-from engine import faults, outbound_http
-from engine.errors import EngineError
-from engine.http1_client import Client
-from engine.leased_worker import LeasedWorker
 from engine.mail import forwarding
-from engine.nodes import LEASE
-from engine.runtime import Runtime
+from engine.platform import faults, outbound_http
+from engine.platform.errors import EngineError
+from engine.platform.http1_client import Client
+from engine.platform.leased_worker import LeasedWorker
+from engine.platform.nodes import LEASE
+from engine.platform.runtime import Runtime
 from engine.sandbox import posts
 from engine.sending import raw_mail
 from engine.sending.raw_mail import RawMail

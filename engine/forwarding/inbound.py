@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.contacts.complaint_limits import Limits
 from engine.forwarding import (
     authentication,
     dmarc_reports,
@@ -31,7 +30,8 @@ from engine.forwarding import (
 )
 from engine.mail import forwarding, reports, trace
 from engine.mail.addresses import email_id_from_bounce_address
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
+from engine.platform.settings import ComplaintLimits
 from storage import emails, forwards, inbound
 from storage.tx import Tx
 
@@ -84,7 +84,7 @@ def _store(
     dmarc: dmarc_reports.Arrival | None,
     tls_rpt: tls_reports.Arrival | None,
     now: datetime,
-    limits: Limits,
+    limits: ComplaintLimits,
 ) -> bool:
     """Commit the message's work; whether forwarding jobs were stored."""
     unsubscribe_mail.record(tx, unsubscribes, now)

@@ -24,12 +24,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine.contacts.complaint_limits import Limits
-from engine.errors import NotFound
 from engine.forwarding import feedback
 from engine.mail import reports
 from engine.mail.addresses import email_id_from_bounce_address
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound
+from engine.platform.runtime import Principal, Runtime
+from engine.platform.settings import ComplaintLimits
 from storage import domains, emails, postmaster_mail
 from storage.codec import new_id
 from storage.domains import Domain
@@ -129,7 +129,7 @@ def store(
     arrival: Arrival,
     forwarded: Collection[str],
     now: datetime,
-    limits: Limits,
+    limits: ComplaintLimits,
 ) -> None:
     """Record a complaint against the email it names, or keep the message, for the owner of
     each role address not forwarded; in the caller's transaction."""

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import IO
 
-from engine.errors import InvalidRequest, PayloadTooLarge
 from engine.forwarding import postmaster
-from engine.runtime import Runtime
+from engine.platform.errors import InvalidRequest, PayloadTooLarge
+from engine.platform.runtime import Runtime
 from storage import domains
 from storage.domains import Domain
 from storage.tx import Tx

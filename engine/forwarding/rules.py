@@ -14,17 +14,18 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from engine import dns, outbound_http, plans
+from engine import plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.errors import (
+from engine.platform import dns, outbound_http
+from engine.platform.errors import (
     Conflict,
     Forbidden,
     InvalidRequest,
     NotFound,
     Unprocessable,
 )
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from storage import domains, forwards
 from storage.codec import new_id
 from storage.domains import Domain

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from engine.errors import InvalidRequest, NotFound
 from engine.forwarding import report_files
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import InvalidRequest, NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import domains, tls_reports
 from storage.tls_reports import PolicyResult
 from storage.tx import Tx

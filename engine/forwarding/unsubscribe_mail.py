@@ -20,9 +20,9 @@ from datetime import datetime
 from email.parser import BytesHeaderParser
 from email.policy import default
 
-from engine.errors import InvalidRequest
 from engine.mail.addresses import email_id_from_unsubscribe_address
-from engine.runtime import Runtime
+from engine.platform.errors import InvalidRequest
+from engine.platform.runtime import Runtime
 from engine.sending import tracking
 from storage import emails
 from storage.tx import Tx

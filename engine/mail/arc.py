@@ -24,7 +24,7 @@ from engine.mail.dkim import load_private_key
 
 # Larger messages are neither verified on arrival nor sealed: dkimpy canonicalises a body
 # line by line (~20 ms and several copies per MB), which for the 40 MiB the MX takes would
-# spend seconds and break the budget of message memory (engine/message_memory.py).
+# spend seconds and break the budget of message memory (engine/platform/message_memory.py).
 MAX_SIZE = 2 * 1024 * 1024
 
 

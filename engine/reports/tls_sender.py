@@ -24,14 +24,14 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
-from engine import dns, faults, nodes, outbound_http
 from engine.addresses import normalize_email
 from engine.domains import tls_rpt as record
-from engine.errors import EngineError, Unprocessable
 from engine.mail.addresses import message_id
+from engine.platform import dns, faults, nodes, outbound_http
+from engine.platform.errors import EngineError, Unprocessable
+from engine.platform.runtime import Runtime
 from engine.reports import tls_rpt
 from engine.reports.tls_rpt import Report
-from engine.runtime import Runtime
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
 from engine.transfers import notices

@@ -23,7 +23,7 @@ import trio
 from engine.delivery.classify import Replied, Verdict
 from engine.delivery.messages import WireMessage
 from engine.domains import dkim_keys
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from engine.sandbox.scripts import answer, script_for
 from storage import sandbox
 from storage.codec import new_id

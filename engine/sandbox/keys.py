@@ -14,7 +14,7 @@ from datetime import datetime
 
 from engine.accounts.api_keys import PERMISSIONS, CreatedKey, insert_key
 from engine.accounts.passwords import TEST_KEY_PREFIX
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from engine.sandbox.mode import require_sandbox
 from storage.tx import Tx
 

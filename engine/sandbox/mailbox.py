@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.parser import BytesParser
 
-from engine.errors import NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import sandbox
 from storage.sandbox import Captured
 

@@ -18,8 +18,8 @@ from datetime import datetime
 from engine.accounts import users
 from engine.activity import Change, record
 from engine.domains import registry
-from engine.errors import Conflict, Forbidden
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, Forbidden
+from engine.platform.runtime import Principal, Runtime
 from storage import domains, sandbox
 from storage.domains import Domain
 from storage.tx import Tx

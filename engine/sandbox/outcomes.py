@@ -1,7 +1,7 @@
 """The sandbox's later outcomes: a complaint an hour on, an open and a click a minute or two on.
 
 Stored with the capture as work rows (storage/sandbox.py) and claimed through the shared
-leased-work loop (engine/leased_worker.py), so they survive a restart and run on one node.
+leased-work loop (engine/platform/leased_worker.py), so they survive a restart and run on one node.
 Each goes through the engine's own path, with its events and signed webhooks: a complaint
 through the feedback-loop recording (engine/forwarding/feedback.py: `complained`, and a
 `complaint` suppression) in the same unit that marks it done, so it happens once; an open or
@@ -17,13 +17,13 @@ from datetime import datetime, timedelta
 
 import trio
 
-from engine import faults
-from engine.contacts.complaint_limits import Limits
 from engine.forwarding import feedback
-from engine.leased_worker import LeasedWorker
 from engine.mail.reports import Report
-from engine.nodes import LEASE
-from engine.runtime import Runtime
+from engine.platform import faults
+from engine.platform.leased_worker import LeasedWorker
+from engine.platform.nodes import LEASE
+from engine.platform.runtime import Runtime
+from engine.platform.settings import ComplaintLimits
 from engine.sandbox.scripts import CLICK, COMPLAINT, OPEN
 from engine.sending import tracking
 from storage import emails, sandbox
@@ -45,7 +45,7 @@ class OutcomeStatistics:
     done: int
 
 
-def _complain(tx: Tx, item: Scheduled, now: datetime, limits: Limits) -> None:
+def _complain(tx: Tx, item: Scheduled, now: datetime, limits: ComplaintLimits) -> None:
     email = emails.by_ids(tx, [item.email_id]).get(item.email_id)
     if email is not None:
         report = Report("complaint", feedback_type="abuse", complainants=(item.recipient,))

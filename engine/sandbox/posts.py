@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine.errors import NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound
+from engine.platform.runtime import Principal, Runtime
 from storage import sandbox
 from storage.codec import new_id
 from storage.sandbox import CapturedPost

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine import plans
-from engine.errors import EngineError, InvalidRequest
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import EngineError, InvalidRequest
+from engine.platform.runtime import Principal, Runtime
 from engine.sending.intake import SendRequest, SendResult, send_many
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.errors import Conflict, NotFound, Unprocessable, unknown_name
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict, NotFound, Unprocessable, unknown_name
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult, send
 from storage import emails

@@ -18,9 +18,9 @@ from typing import Any
 
 import trio
 
-from engine.errors import Conflict
-from engine.nodes import LEASE
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Conflict
+from engine.platform.nodes import LEASE
+from engine.platform.runtime import Principal, Runtime
 from storage import idempotency
 from storage.errors import is_outage
 from storage.idempotency import StoredResponse

@@ -30,7 +30,10 @@ from engine import plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.contacts.complaint_limits import stopped_problem
-from engine.errors import (
+from engine.mail.addresses import message_id as new_message_id
+from engine.mail.compose import header_text_problem, validate_custom_headers
+from engine.mail.unsubscribe_footer import VARIABLE
+from engine.platform.errors import (
     EngineError,
     InvalidRequest,
     MarketingStopped,
@@ -39,10 +42,7 @@ from engine.errors import (
     PlanLimit,
     Unprocessable,
 )
-from engine.mail.addresses import message_id as new_message_id
-from engine.mail.compose import header_text_problem, validate_custom_headers
-from engine.mail.unsubscribe_footer import VARIABLE
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.statuses import Trigger
 from engine.suppressions import scopes

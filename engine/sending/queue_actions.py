@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Literal
 
 from engine.activity import Change, record
-from engine.errors import Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import email_log, statuses
 from engine.sending.statuses import Trigger
 from engine.webhooks import outbox

@@ -21,8 +21,8 @@ from email.header import decode_header, make_header
 from email.utils import getaddresses
 from typing import Any
 
-from engine.errors import NotFound
-from engine.runtime import Runtime
+from engine.platform.errors import NotFound
+from engine.platform.runtime import Runtime
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
 from storage import domains

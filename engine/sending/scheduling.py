@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.errors import NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.sending import intake as sending
 from engine.sending import statuses
 from engine.sending.intake import SendResult

@@ -39,9 +39,9 @@ import outcome
 from engine import plans
 from engine.accounts import login_limits
 from engine.accounts import smtp_credentials as credentials
-from engine.errors import Conflict
 from engine.mail import address_list, trace
-from engine.runtime import Runtime
+from engine.platform.errors import Conflict
+from engine.platform.runtime import Runtime
 from engine.sending import idempotency, intake
 from engine.sending.intake import NewEmail, attempt_suppressed, suppression_overrides
 from engine.sending.raw_mail import HeaderSummary, RawMail, raw_email, sending_domain, summarize

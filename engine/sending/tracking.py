@@ -40,9 +40,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from engine.errors import InvalidRequest, NotFound
 from engine.mail.addresses import unsubscribe_address
-from engine.runtime import Runtime
+from engine.platform.errors import InvalidRequest, NotFound
+from engine.platform.runtime import Runtime
 from engine.webhooks import outbox
 from storage import emails, suppressions
 from storage.codec import new_id

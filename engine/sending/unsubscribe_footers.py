@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.activity import Change, record
-from engine.errors import Unprocessable
 from engine.mail.unsubscribe_footer import DEFAULT, Footer, wording_problem
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import unsubscribe_footers
 from storage.tx import Tx
 from storage.unsubscribe_footers import StoredFooter

@@ -77,7 +77,7 @@ class Peer:
     tls_version: str | None  # None: the conversation is in plaintext
     tls_cipher: str | None
     tls_verified: bool  # the certificate was checked (CAs and MX name, or DANE's TLSA)
-    # The TLS policy the session was opened under (engine/delivery/tls_outcomes.py).
+    # The TLS policy the session was opened under (engine/platform/tls_counts.py).
     policy: str = "opportunistic"
 
     def metadata(self) -> dict[str, object]:

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.errors import NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from storage import suppressions
 from storage.suppressions import Suppression
 from storage.tx import Tx

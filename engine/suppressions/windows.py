@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from engine.suppressions.override import WINDOW, OverrideState, Verdict, decide
 from storage import suppressions
 

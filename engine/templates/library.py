@@ -15,8 +15,8 @@ from typing import Any
 
 from engine import plans
 from engine.activity import Change, record
-from engine.errors import NotFound
-from engine.runtime import Principal, Runtime
+from engine.platform.errors import NotFound
+from engine.platform.runtime import Principal, Runtime
 from engine.sending.intake import SendRequest
 from engine.templates.variables import extract, render, render_subject
 from storage import templates

@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import faults, plans
+from engine import plans
 from engine.accounts.passwords import token_hash
 from engine.accounts.users import require_admin
 from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.domains import dkim_keys, registry
-from engine.errors import (
+from engine.platform import faults
+from engine.platform.errors import (
     Conflict,
     EngineError,
     Forbidden,
@@ -32,7 +33,7 @@ from engine.errors import (
     PlanLimit,
     RateLimited,
 )
-from engine.runtime import Principal, Runtime
+from engine.platform.runtime import Principal, Runtime
 from engine.transfers import notices as transfer_mail
 from engine.transfers import rules
 from engine.transfers.notices import Notice, SystemSender

@@ -25,7 +25,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime, formataddr, make_msgid
 
 from engine.domains import dkim_keys
-from engine.runtime import Runtime
+from engine.platform.runtime import Runtime
 from engine.sending import intake
 from engine.sending.intake import Mailbox, NewEmail
 from storage import sandbox, transfers

@@ -4,8 +4,8 @@ ones when their 24-hour safety window ends.
 It keeps no state of its own: deadlines are columns of the transfers, so on start (and after
 every round) it asks the database for the earliest one and sleeps until then with the engine
 clock. Initiating or accepting a transfer on any node wakes it (`transfers`,
-engine/wakeups.py), and it looks again at least every `POLL`. It runs on one node at a time
-(the leadership `transfer_timer`, engine/nodes.py), which moves when that node dies; a
+engine/platform/wakeups.py), and it looks again at least every `POLL`. It runs on one node at a time
+(the leadership `transfer_timer`, engine/platform/nodes.py), which moves when that node dies; a
 transition is a conditional update anyway, so two nodes applying one deadline move the domain
 once.
 """
@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 
 import trio
 
-from engine import nodes
-from engine.runtime import Runtime
+from engine.platform import nodes
+from engine.platform.runtime import Runtime
 from engine.transfers import actions as transfers
 
 POLL = timedelta(minutes=1)

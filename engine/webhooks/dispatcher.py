@@ -1,20 +1,20 @@
 """The webhook dispatcher: POSTs signed deliveries and retries failures on the spec's schedule.
 
 Deliveries are claimed from the database with a lease (they survive restarts) through the
-shared leased-work loop (engine/leased_worker.py), and each is POSTed by a task of its own,
-through one pooled keep-alive HTTP/1.1 client (engine/http1_client.py) holding at most
+shared leased-work loop (engine/platform/leased_worker.py), and each is POSTed by a task of its own,
+through one pooled keep-alive HTTP/1.1 client (engine/platform/http1_client.py) holding at most
 `PER_ENDPOINT` connections per endpoint origin, so one slow receiver cannot hold back the
 others. The body is sent exactly as stored, with `X-Webhook-Signature`: the hex HMAC-SHA256
 of that body keyed with the webhook's secret, and the webhook's basic-auth credentials only
 to the origin of the URL they were given with.
 A sandboxed workspace's deliveries are captured instead (engine/sandbox/posts.py), never
 sent. A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
-cannot be sent to — is a failed attempt, retried on the schedule of engine/outbound_http.py;
+cannot be sent to — is a failed attempt, retried on the schedule of engine/platform/outbound_http.py;
 the 8th failure makes the delivery `dead` (replayable). Each outcome is one unit of work
 through group commit.
 
 New deliveries wake it on every node (the unit that records an event and its deliveries
-announces `webhooks`, engine/wakeups.py); it also looks every `POLL`, a safety net.
+announces `webhooks`, engine/platform/wakeups.py); it also looks every `POLL`, a safety net.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import trio
 
-from engine import faults, outbound_http
-from engine.leased_worker import LeasedWorker
-from engine.nodes import LEASE
-from engine.runtime import Runtime
+from engine.platform import faults, outbound_http
+from engine.platform.leased_worker import LeasedWorker
+from engine.platform.nodes import LEASE
+from engine.platform.runtime import Runtime
 from engine.sandbox import posts
 from engine.webhooks import profiles
 from storage import webhooks

@@ -16,10 +16,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Literal
 
-from engine import outbound_http
 from engine.activity import Change, record
-from engine.errors import Conflict, NotFound, Unprocessable
-from engine.runtime import Principal, Runtime
+from engine.platform import outbound_http
+from engine.platform.errors import Conflict, NotFound, Unprocessable
+from engine.platform.runtime import Principal, Runtime
 from engine.webhooks import outbox, profiles
 from storage import webhooks
 from storage.codec import new_id

@@ -148,7 +148,7 @@ class Cluster:
         for node_id, email_id, address in rows:
             assert isinstance(node_id, str) and isinstance(email_id, str)
             assert isinstance(address, str)
-            pid = int(node_id.split("/")[1])  # ids read host/pid/random (engine/nodes.py)
+            pid = int(node_id.split("/")[1])  # ids read host/pid/random (engine/platform/nodes.py)
             held.setdefault(pid, set()).add((email_id, address))
         return held
 

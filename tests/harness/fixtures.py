@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from engine.accounts.passwords import PasswordHashing
+from engine.platform.password_hashing import PasswordHashing
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.smtp_sink import SmtpSink

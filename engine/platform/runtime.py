@@ -13,16 +13,15 @@ from pathlib import Path
 
 import dns.asyncresolver
 
-from engine.accounts.key_cache import KeyCache
-from engine.accounts.passwords import PasswordHashing
-from engine.clock import Clock
-from engine.contacts.complaint_limits import Limits
-from engine.delivery.policies import Caps
-from engine.delivery.tls_outcomes import TlsDeliveries
-from engine.faults import FaultLog
-from engine.message_memory import MessageMemory
-from engine.tenure import Tenure
-from engine.wakeups import WakeupHub
+from engine.platform.clock import Clock
+from engine.platform.faults import FaultLog
+from engine.platform.key_cache import KeyCache
+from engine.platform.message_memory import MessageMemory
+from engine.platform.password_hashing import PasswordHashing
+from engine.platform.settings import Caps, ComplaintLimits
+from engine.platform.tenure import Tenure
+from engine.platform.tls_counts import TlsDeliveries
+from engine.platform.wakeups import WakeupHub
 from storage.database import Database
 from storage.idempotency import Unsettled
 
@@ -41,11 +40,11 @@ class Runtime:
     delivery_port: int
     allow_private_targets: bool
     system_from: str
-    # This process's node id (engine/nodes.py): what its leases are held under.
+    # This process's node id (engine/platform/nodes.py): what its leases are held under.
     node: str
     # POSTROOM_DOMAIN_TRANSFERS: off leaves the transfer endpoints out of the API (404).
     domain_transfers: bool = True
-    # Items that made an actor raise, and actor restarts (engine/faults.py), for /metrics.
+    # Items that made an actor raise, and actor restarts (engine/platform/faults.py), for /metrics.
     faults: FaultLog = field(default_factory=FaultLog)
     # Argon2 work, on threads of its own so logins never hold up storage's threads.
     passwords: PasswordHashing = field(default_factory=PasswordHashing)
@@ -57,7 +56,7 @@ class Runtime:
     unsettled_claims: Unsettled = field(default_factory=Unsettled)
     # The bytes of message data this process holds in memory at once, all work together.
     message_memory: MessageMemory = field(default_factory=MessageMemory)
-    # How long this node may trust its leases (engine/tenure.py): asked before each SMTP
+    # How long this node may trust its leases (engine/platform/tenure.py): asked before each SMTP
     # transaction, moved by the node's heartbeat.
     tenure: Tenure = field(default_factory=Tenure)
     # POSTROOM_SENDING_ADDRESSES (empty: the addresses of smtp_host) and POSTROOM_SPF_INCLUDE:
@@ -65,7 +64,7 @@ class Runtime:
     sending_addresses: tuple[str, ...] = ()
     spf_include: str | None = None
     # POSTROOM_COMPLAINT_MIN_DELIVERIES: the complaint-rate guard's limits.
-    complaint_limits: Limits = field(default_factory=Limits)
+    complaint_limits: ComplaintLimits = field(default_factory=ComplaintLimits)
     # POSTROOM_EXTRA_CA_FILE: a CA trusted besides the system's by verified outbound TLS.
     extra_ca_file: Path | None = None
     # POSTROOM_MTA_STS_PORT (tests only): the port MTA-STS policies are fetched from.

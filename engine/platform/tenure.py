@@ -2,7 +2,7 @@
 transaction.
 
 Other nodes free everything a node holds once its heartbeat is `DEAD_AFTER` old
-(engine/nodes.py), whether it crashed or only stalled (a stopped process, a GC pause, a frozen
+(engine/platform/nodes.py), whether it crashed or only stalled (a stopped process, a GC pause, a frozen
 VM, a partition). A stalled node that woke up and sent what it had claimed and built before
 would deliver mail another node has delivered meanwhile. So a node trusts its leases only for
 `TRUST` after the start of its last successful heartbeat, which renewed them all: that ends
@@ -11,7 +11,7 @@ waits for a fresh beat. A beat that finds the node declared dead ends the node's
 everything claimed in an earlier epoch was freed and may be delivered elsewhere, so it is
 dropped, never sent and never recorded.
 
-Only the node keeper (engine/nodes.py) moves a tenure; without one (a runtime no keeper
+Only the node keeper (engine/platform/nodes.py) moves a tenure; without one (a runtime no keeper
 watches) the leases are trusted always.
 """
 

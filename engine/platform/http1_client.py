@@ -5,7 +5,7 @@ Chosen by measurement over httpx 0.28 (bench/http_clients.py: 16 keep-alive TLS 
 to one receiver, 64 concurrent POSTs): 0.65 ms of CPU per POST against 3.5 ms through httpx
 with keep-alive tuned and a limiter in front of its pool; httpcore writes headers and body as
 separate TLS records and rescans its pool for every request. The URL is still read by
-httpx's parser, the one that checks it when it is saved (engine/outbound_http.py).
+httpx's parser, the one that checks it when it is saved (engine/platform/outbound_http.py).
 
 The rules it keeps:
 - per origin (scheme, host, port) at most `per_origin` connections, each kept alive for

@@ -4,7 +4,7 @@ Each actor is started with `nursery.start`, so the supervisor reports ready only
 actor is. Afterwards an actor that raises is logged with its traceback, counted for
 `/metrics` and started again after a back-off that doubles from `BACKOFF_FIRST` to
 `BACKOFF_MAX` (and starts over once the actor has run for `STABLE`), while the other actors
-go on: no input can stop the process. Items are isolated one level down (engine/faults.py),
+go on: no input can stop the process. Items are isolated one level down (engine/platform/faults.py),
 so an actor raising at all means something beyond one item went wrong.
 
 An actor that lost the database is started again as soon as storage's probe finds it back
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import trio
 
-from engine.faults import FaultLog, FaultStatistics
+from engine.platform.faults import FaultLog, FaultStatistics
 from storage.database import Database
 from storage.errors import StorageFull, is_outage
 

@@ -6,11 +6,11 @@ a well-formed DNS name (labels of 1-63 letters, digits and inner hyphens, at mos
 A-labels valid IDNA 2008) or an IP literal, a port of 1-65535, no user or password.
 
 Unless POSTROOM_ALLOW_PRIVATE_TARGETS is on, the host must not name or resolve to an address
-the private-network rule refuses (engine/private_networks.py), checked when saved and again
+the private-network rule refuses (engine/platform/private_networks.py), checked when saved and again
 at every connect (`client`): the client resolves the host itself and connects to the address
 it checked, so a name re-pointed at an internal address later (DNS rebinding) reaches nothing.
 The TLS context trusts the system store plus POSTROOM_EXTRA_CA_FILE and verifies the URL's
-host name, not the address. The client is engine/http1_client.py's pooled keep-alive one.
+host name, not the address. The client is engine/platform/http1_client.py's pooled keep-alive one.
 
 `post` is the one way a POST goes out. Whatever goes wrong with one request — building it
 from a URL stored by an older release, connecting, TLS, the receiver's answer — comes back as
@@ -34,11 +34,11 @@ import httpx
 import idna
 import trio
 
-from engine import dns
-from engine.errors import Unprocessable
-from engine.http1_client import PER_ORIGIN, Client, Connect, HttpError
-from engine.private_networks import is_public
-from engine.runtime import Runtime
+from engine.platform import dns
+from engine.platform.errors import Unprocessable
+from engine.platform.http1_client import PER_ORIGIN, Client, Connect, HttpError
+from engine.platform.private_networks import is_public
+from engine.platform.runtime import Runtime
 
 # The spec's schedule: the first POST, then retries 1 m, 5 m, 30 m, 2 h, 6 h, 24 h and 48 h after
 # each failure. The 8th failure is final, so the spec's last step (72 h, which would follow it)

@@ -2,11 +2,11 @@
 
 Claim due rows with a lease (up to the room left under the actor's in-flight limit) → work
 each in a task of its own, which records its own outcome → when nothing was due, sleep until
-the next row falls due, a wake-up arrives (engine/wakeups.py), or the safety-net poll passes.
+the next row falls due, a wake-up arrives (engine/platform/wakeups.py), or the safety-net poll passes.
 The database holds all the work, so a restart, or another node, claims again whatever was not
 finished.
 
-Each item is worked inside a guard (engine/faults.py): an exception from one item is that
+Each item is worked inside a guard (engine/platform/faults.py): an exception from one item is that
 item's fault — logged, counted, the item tried again later and quarantined after three — and
 never stops the actor or the items beside it. Only a database outage leaves the actor, for
 the supervisor to wait out.
@@ -24,9 +24,9 @@ from typing import Generic, Protocol, TypeVar
 
 import trio
 
-from engine import faults
-from engine.runtime import Runtime
-from engine.wakeups import Wakeups
+from engine.platform import faults
+from engine.platform.runtime import Runtime
+from engine.platform.wakeups import Wakeups
 from storage import nodes
 from storage.leases import Claimed, Fault, LeasedTable
 

@@ -2,7 +2,8 @@
 
 New work is named by a topic: `mail:<recipient domain>`, `webhooks`, `forwards`, `transfers`,
 `key:<id>` (an API key revoked: evict it from the cache), `keys` (plans changed: evict all),
-`rescan` (look at everything again: a node died, or announcements may have been missed).
+`rescan` (look at everything again: a node died, or announcements may have been missed;
+broadcast recovery hears only this one).
 
 Topics reach the hub two ways, both ending in `deliver`: a unit of work that makes work
 announces it with `Tx.notify` (delivered here once committed, and on PostgreSQL sent to
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import trio
 
-from engine.accounts.key_cache import KeyCache
+from engine.platform.key_cache import KeyCache
 from storage.database import Database
 from storage.tx import Tx
 
@@ -72,6 +73,7 @@ class WakeupHub:
         self.webhooks = Wakeups()
         self.forwards = Wakeups()
         self.transfers = Wakeups()
+        self.broadcasts = Wakeups()
         self._key_cache = key_cache
         self._outgoing: set[str] = set()
         self._has_outgoing = trio.Event()
@@ -97,13 +99,19 @@ class WakeupHub:
             elif kind == "keys":
                 self._key_cache.clear()
             elif kind == RESCAN:
-                for wakeups in (self.mail, self.webhooks, self.forwards, self.transfers):
+                for wakeups in (
+                    self.mail,
+                    self.webhooks,
+                    self.forwards,
+                    self.transfers,
+                    self.broadcasts,
+                ):
                     wakeups.rescan()
         self.mail.wake(domains)
 
     def close_actors(self) -> None:
         """This node runs no actor (an intake worker): the others hear of its work."""
-        for wakeups in (self.mail, self.webhooks, self.forwards, self.transfers):
+        for wakeups in (self.mail, self.webhooks, self.forwards, self.transfers, self.broadcasts):
             wakeups.close()
 
     def announce(self, topics: Iterable[str]) -> None:

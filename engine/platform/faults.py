@@ -5,7 +5,7 @@ raises where it was not expected to counts a *fault*: the error is logged with i
 and counted for `/metrics`, the item is tried again after `RETRY_AFTER_FAULT`, and the one
 that made its actor raise `QUARANTINE_AFTER` times is quarantined — its final status (`dead`
 or `failed`) with the error in its log — so a restart can never crash-loop on it. An actor that
-raises anyway is restarted by the supervisor (engine/supervisor.py) with back-off.
+raises anyway is restarted by the supervisor (engine/platform/supervisor.py) with back-off.
 
 A database outage is nobody's item's fault (storage/errors.py): it is never counted against
 an item; the actor raises it and the supervisor waits the outage out.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from engine.errors import RateLimited
+from engine.platform.errors import RateLimited
 from storage import rate_limits
 from storage.tx import Tx
 

@@ -16,7 +16,7 @@ for it to miss its beats. A node just started, or back from an outage or a pause
 (a clock jump in tests), waits that long before it judges. One that finds it was declared
 dead re-registers and carries on; what it held was freed and may be worked elsewhere.
 
-Its tenure (engine/tenure.py) makes sure a node that was declared dead sends none of what it
+Its tenure (engine/platform/tenure.py) makes sure a node that was declared dead sends none of what it
 held: each beat tells the tenure for how long the leases may be trusted (`TRUST`, less than
 `DEAD_AFTER`), and a beat that finds the node dead ends the epoch whose claims it drops. A task
 that finds the trust run out asks for a beat at once.
@@ -35,10 +35,9 @@ from typing import Literal
 
 import trio
 
-from engine.contacts import bulk_send
-from engine.runtime import Runtime
-from engine.tenure import MARGIN
-from engine.wakeups import RESCAN
+from engine.platform.runtime import Runtime
+from engine.platform.tenure import MARGIN
+from engine.platform.wakeups import RESCAN
 from storage import idempotency, leaderships, nodes
 from storage.errors import is_outage
 
@@ -148,8 +147,8 @@ class NodeKeeper:
         if reaped:
             self._reaped += len(reaped)
             log.warning("took over the work of %d dead nodes: %s", len(reaped), ", ".join(reaped))
+            # Every actor looks again; broadcast recovery fails what the dead left `sending`.
             rt.wakeups.announce([RESCAN])
-            await bulk_send.fail_interrupted(rt)
         if self._beats % 1000 == 1:
             await rt.db.write(nodes.forget_before, now - FORGET_AFTER)
 

@@ -1,0 +1,78 @@
+"""The layering rules of DESIGN section 1, held against every import of the product.
+
+Dependencies point one way: the front doors (`api`, `relay`, `mcp_door`, `console`) ->
+`engine` -> `storage`; `postroom/` wires them together. Inside the engine, the platform
+(`engine/platform/`: runtime, clock, errors, wake-ups, nodes, DNS, outbound HTTP...) is the
+ground floor: it imports no feature, every feature may import it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("postroom", "engine", "api", "relay", "storage", "console", "mcp_door", "clients")
+
+# (package, what it may not import); a prefix names a package and everything under it.
+FORBIDDEN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("storage", ("engine", "api", "relay", "console", "mcp_door", "postroom", "clients")),
+    ("engine", ("api", "relay", "console", "mcp_door", "postroom", "clients")),
+    ("api", ("relay", "postroom")),
+    ("relay", ("api", "console", "mcp_door", "postroom")),
+    ("console", ("relay", "mcp_door", "postroom")),
+    ("mcp_door", ("relay", "console", "postroom")),
+)
+
+
+def _imports(path: Path) -> list[str]:
+    """The absolute modules `path` imports (relative imports stay inside their package)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+            # `from engine import dns` imports the module engine.dns.
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+def _modules(package: str) -> dict[str, list[str]]:
+    return {
+        str(path.relative_to(ROOT)): _imports(path)
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_dependencies_point_one_way() -> None:
+    wrong = [
+        f"{path} imports {module}"
+        for package, forbidden in FORBIDDEN
+        for path, modules in _modules(package).items()
+        for module in modules
+        if any(_under(module, prefix) for prefix in forbidden)
+    ]
+    assert wrong == []
+
+
+def test_the_platform_imports_no_feature() -> None:
+    platform = _modules("engine/platform")
+    assert platform, "engine/platform/ holds the ground floor"
+    wrong = [
+        f"{path} imports {module}"
+        for path, modules in platform.items()
+        for module in modules
+        if _under(module, "engine") and not _under(module, "engine.platform") and module != "engine"
+    ]
+    assert wrong == []
+
+
+def test_the_rules_see_a_feature_import() -> None:
+    """The walk above reads real imports: a feature module's are found."""
+    modules = _modules("engine/contacts")["engine/contacts/recovery.py"]
+    assert "engine.platform.nodes" in modules and "engine.contacts.bulk_send" in modules
