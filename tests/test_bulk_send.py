@@ -292,7 +292,9 @@ async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(
     for broadcast in (gone, live):
         await rt.db.write(broadcasts_storage.insert, broadcast)
 
-    assert await fail_interrupted(rt) == 1  # its node is not alive: its queuing died with it
+    # Its node is not alive: its queuing died with it (the recovery actor, woken by the
+    # rescan every node hears as it starts listening, may have failed it first).
+    assert await fail_interrupted(rt) in (0, 1)
     by_id = {b["id"]: b for b in await broadcasts(account)}
     assert by_id[gone.id]["status"] == "failed"
     assert by_id[gone.id]["failure_reason"].startswith("interrupted")
@@ -300,7 +302,7 @@ async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(
     assert by_id[live.id]["status"] == "sending"  # a live node may still be at work
 
     service.clock.jump(11 * 60)
-    assert await fail_interrupted(rt) == 1  # no progress for 10 minutes: given up
+    await fail_interrupted(rt)  # no progress for 10 minutes: given up
     assert {b["status"] for b in await broadcasts(account)} == {"failed"}
 
 
