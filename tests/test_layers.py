@@ -18,7 +18,7 @@ PACKAGES = ("postroom", "engine", "api", "relay", "storage", "console", "mcp_doo
 FORBIDDEN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("engine", "api", "relay", "console", "mcp_door", "postroom", "clients")),
     ("engine", ("api", "relay", "console", "mcp_door", "postroom", "clients")),
-    ("api", ("relay", "postroom")),
+    ("api", ("relay", "console", "postroom")),
     ("relay", ("api", "console", "mcp_door", "postroom")),
     ("console", ("relay", "mcp_door", "postroom")),
     ("mcp_door", ("relay", "console", "postroom")),
