@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN section 1, held against every import of the product.
+"""The layering rules of docs/architecture.md section 2, held against every import of the product.
 
 Dependencies point one way: the front doors (`api`, `relay`, `mcp_door`, `console`) ->
 `engine` -> `storage`; `postroom/` wires them together. Inside the engine, the platform

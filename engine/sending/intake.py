@@ -769,7 +769,7 @@ async def send(
 ) -> SendResult:
     """Accept an email: stored durably before this returns; delivery is woken. With
     `logged`, the email writes its own activity entry: the emails an agent sends one by one
-    (the API's and the relay's are too many to log each; DESIGN.md section 3)."""
+    (the API's and the relay's are too many to log each; docs/architecture.md section 7)."""
     now = rt.clock.now()
     plan = plans.plan(who.plan)
     checked = _checked(req, plan, now, source, retry_of_id)

@@ -2,7 +2,8 @@
 
 `variables` is never taken from the client: it is extracted (engine/templates/variables.py) from
 html_body and text_body, as the spec says, each time either changes. A duplicate is named
-`<name> (copy)` (DESIGN.md) and counts against the plan's limit like any new template.
+`<name> (copy)` (docs/architecture.md section 7) and counts against the plan's limit like any
+new template.
 `fill` completes a send request from a template (`template_id` + `variables` on /v1/emails).
 """
 
