@@ -1,5 +1,8 @@
 """Service start-up: opens the root nursery with storage, the engine and the front doors.
 
+The front doors are assembled here and nowhere else: the API's app gets the console and
+the ASGI middleware list (`_front_doors`), beside the SMTP listeners.
+
 Order matters for a clean stop: the front doors stop taking requests (idle keep-alive
 connections are closed at once) and let those in flight finish while delivery, webhooks and
 forwards drain: they claim nothing more and start no SMTP transaction or POST, and those under
