@@ -1,12 +1,15 @@
-"""Builds the Quart-Trio application: routes, authentication, errors, OpenAPI."""
+"""Builds the Quart-Trio application: routes, authentication, errors, OpenAPI.
+
+The ASGI middleware around it (the send door's edge, the body guard, metrics, the MCP door)
+and the console are put on in one place, postroom/service.py.
+"""
 
 from __future__ import annotations
 
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
-import console
-from api import auth, errors, responses, validation
+from api import auth, errors, responses
 from api.converters import IdConverter
 from api.openapi import ErrorDocumentingProvider
 from api.routes import (
@@ -43,7 +46,6 @@ from api.routes import (
     verify,
     webhooks,
 )
-from api.send_edge import send_edge
 from api.url_rules import SharedBuilderRule
 from engine.platform.runtime import Runtime
 from engine.platform.supervisor import Supervisor
@@ -122,10 +124,5 @@ def create_app(
     for blueprint in TRANSFER_BLUEPRINTS if rt.domain_transfers else ():
         app.register_blueprint(blueprint)
     errors.install(app)
-    # The send door's common case is answered before Quart (api/send_edge.py); the body
-    # guard, installed next, wraps both.
-    app.asgi_app = send_edge(app, rt, app.asgi_app)  # type: ignore[method-assign]
-    validation.install(app)
     auth.install(app, rt)
-    console.install(app)  # the web console at `/` (console/)
     return app

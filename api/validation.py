@@ -17,7 +17,7 @@ from typing import Any, TypeVar, get_args
 
 import pydantic
 from pydantic_core import ErrorDetails
-from quart import Quart, request
+from quart import request
 from quart_schema import document_querystring, document_request
 from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
@@ -207,8 +207,3 @@ def body_guard(app: ASGIApp, limit: int) -> ASGIApp:
         await app(scope, receive_noting_the_end, send_closing_if_cut_short)
 
     return guarded
-
-
-def install(app: Quart) -> None:
-    """Guard every request's body (`body_guard`) with the app's MAX_CONTENT_LENGTH."""
-    app.asgi_app = body_guard(app.asgi_app, app.config["MAX_CONTENT_LENGTH"])  # type: ignore[method-assign]

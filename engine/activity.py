@@ -20,7 +20,7 @@ from storage.tx import Tx
 
 CATEGORIES = ("Security", "Domain", "Send", "Team", "Billing")
 
-# Which category each resource's actions fall in (DESIGN.md section 3).
+# Which category each resource's actions fall in (docs/architecture.md section 7).
 _CATEGORY_OF_RESOURCE = {
     "api_key": "Security",
     "smtp_credential": "Security",

@@ -1,4 +1,4 @@
-"""Plan limits and feature gates (DESIGN.md section 3). -1 means unlimited."""
+"""Plan limits and feature gates (docs/architecture.md section 7). -1 means unlimited."""
 
 from __future__ import annotations
 

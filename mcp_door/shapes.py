@@ -2,7 +2,7 @@
 
 Fields are named one by one, never copied wholesale, so nothing an agent should not hold
 leaves the service: no DKIM private key, no webhook signing secret, no attachment bodies.
-Names and shapes follow the API's (DESIGN.md section 3); timestamps are RFC 3339 UTC.
+Names and shapes follow the API's (docs/architecture.md section 7); timestamps are RFC 3339 UTC.
 
 Text the service did not write itself (anything from an email: addresses, names, subject,
 bodies, header fields, tags; what a recipient's server answered; what a tenant typed in a

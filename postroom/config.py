@@ -61,7 +61,7 @@ DEFAULTS: dict[str, str] = {
     "delivery_max_per_hour": "",
     "delivery_max_per_day": "",
     # Recipients delivered in 30 days before a domain's complaint rate pauses or stops its
-    # mail (engine/contacts/complaint_limits.py).
+    # mail (engine/platform/settings.py `ComplaintLimits`).
     "complaint_min_deliveries": "1000",
 }
 

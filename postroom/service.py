@@ -1,5 +1,8 @@
 """Service start-up: opens the root nursery with storage, the engine and the front doors.
 
+The front doors are assembled here and nowhere else: the API's app gets the console and
+the ASGI middleware list (`_front_doors`), beside the SMTP listeners.
+
 Order matters for a clean stop: the front doors stop taking requests (idle keep-alive
 connections are closed at once) and let those in flight finish while delivery, webhooks and
 forwards drain: they claim nothing more and start no SMTP transaction or POST, and those under
@@ -26,7 +29,10 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+import console
 from api.app import create_app
+from api.send_edge import send_edge
+from api.validation import ASGIApp, body_guard
 from engine.contacts.bulk_send import fail_interrupted
 from engine.contacts.recovery import BroadcastRecovery
 from engine.delivery.router import DeliveryRouter
@@ -270,11 +276,22 @@ async def _front_doors(
         metrics.add_source(listener.name, listener)
     metrics.add_source("message_memory", rt.message_memory)  # held, waiting, limit (bytes)
     app = create_app(rt, supervisor, metrics, settings.metrics_token)
-    app.asgi_app = metrics.wrap(app.asgi_app)  # type: ignore[method-assign]
+    console.install(app)  # the web console at `/` (console/)
     mcp = HttpDoor(rt)  # /mcp on the API's port; it outlives the HTTP server's draining
-    app.asgi_app = mcp.mount(app.asgi_app)  # type: ignore[method-assign]
     requests = _Requests()
-    app.asgi_app = requests.wrap(app.asgi_app)  # type: ignore[method-assign]
+    middleware: list[Callable[[ASGIApp], ASGIApp]] = [  # innermost first
+        # The send door's common case is answered before Quart (api/send_edge.py).
+        partial(send_edge, app, rt),
+        # Every body's size and cut-short ending, for the send edge and Quart alike.
+        partial(body_guard, limit=app.config["MAX_CONTENT_LENGTH"]),
+        metrics.wrap,  # accept latency
+        mcp.mount,  # /mcp on the API's port
+        requests.wrap,  # counts requests in flight for the drain
+    ]
+    asgi = app.asgi_app
+    for wrap in middleware:
+        asgi = wrap(asgi)
+    app.asgi_app = asgi  # type: ignore[method-assign]
     async with mcp.running(), trio.open_nursery() as front_doors:
         # Hypercorn serves a socket of ours, so that it can share its port.
         sock = _api_socket(settings, reuse_port)

@@ -135,13 +135,12 @@ def record_outcomes(
     hard_bounces: Sequence[tuple[str, Suppression]],
     now: datetime,
     summary: emails.Summary,
-    outbox: emails.Outbox,
     holder: str | None = None,
     unheld: Unheld | None = None,
-) -> None:
-    """One batched write of delivery outcomes: outcomes, events (their webhook deliveries
-    queued by the engine's `outbox`) and new suppressions; the emails' statuses summarised
-    by the engine's rule `summary`. With `holder`, only the recipients that node still holds
+) -> list[Event]:
+    """One batched write of delivery outcomes: outcomes, events and new suppressions; the
+    emails' statuses summarised by the engine's rule `summary`. The events written, for the
+    engine to queue their webhook deliveries in the same transaction. With `holder`, only the recipients that node still holds
     are written: one whose lease was freed (the node was declared dead) is another node's now,
     and a late outcome must not overwrite what that node found; with `unheld` too, the
     outcomes that rule allows over recipients no node holds are written as well."""
@@ -183,10 +182,11 @@ def record_outcomes(
             for workspace_id, entry in hard_bounces
             if (entry.source_email_id or "", entry.email) in ours
         ]
-    emails.insert_events(tx, events, outbox)
+    recorded = emails.insert_events(tx, events)
     emails.summarise(tx, [u.email_id for u in updates], now, summary)
     for workspace_id, entry in hard_bounces:
         suppressions.add(tx, workspace_id, entry)
+    return recorded
 
 
 def _still_held(

@@ -95,11 +95,6 @@ class Event:
     created_at: datetime
 
 
-# The engine's rule for recorded events: queue their webhook deliveries in the same unit of
-# work (engine/webhooks/outbox.py `queue`).
-Outbox = Callable[[Tx, Sequence[Event]], None]
-
-
 @dataclass(frozen=True, slots=True)
 class Move:
     """A status change the engine's transition table allows (engine/sending/statuses.py):
@@ -191,87 +186,86 @@ def insert(
     emails: Sequence[Email],
     recipients: Sequence[Recipient],
     events: Sequence[Event],
-    outbox: Outbox,
     *,
     announce: bool = True,
 ) -> None:
-    """Store accepted emails with their recipients and first events (their webhook
-    deliveries queued by `outbox`), in multi-row statements; once committed, delivery on
-    every node hears of the recipient domains unless `announce` is off (a bulk send announces
-    once, after its last chunk)."""
+    """Store accepted emails with their recipients and first events (the engine queues their
+    webhook deliveries in the same unit of work), in multi-row statements; once committed,
+    delivery on every node hears of the recipient domains unless `announce` is off (a bulk
+    send announces once, after its last chunk). Run in the caller's `Tx.pipeline`, the rows
+    of every table (and the outbox's) go to PostgreSQL in one round trip."""
     if announce:
         for domain in {r.domain for r in recipients}:
             tx.notify(f"mail:{domain}")
-    with tx.pipeline():  # one round trip for the rows of every table
-        tx.execute_many(
-            "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
-            " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
-            " status, source, message_id, rejection_reason, retry_of_id, send_at,"
-            " created_at, updated_at, unsubscribe, broadcast_id, requiretls) VALUES (:id, :ws,"
-            " :domain_id,"
-            " :from_address,"
-            " :from_name, :to, :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags,"
-            " :status, :source, :message_id, :rejection_reason, :retry_of_id, :send_at,"
-            " :created_at, :created_at, :unsubscribe, :broadcast_id, :requiretls)",
-            (
-                {
-                    "id": e.id,
-                    "ws": e.workspace_id,
-                    "domain_id": e.domain_id,
-                    "from_address": e.from_address,
-                    "from_name": e.from_name,
-                    "to": to_json(e.to),
-                    "cc": to_json(e.cc),
-                    "bcc": to_json(e.bcc),
-                    "reply_to": None if e.reply_to is None else to_json(e.reply_to),
-                    "subject": e.subject,
-                    "html": e.html,
-                    "text": e.text,
-                    "headers": to_json(e.headers),
-                    "tags": to_json(e.tags),
-                    "status": e.status,
-                    "source": e.source,
-                    "message_id": e.message_id,
-                    "rejection_reason": e.rejection_reason,
-                    "retry_of_id": e.retry_of_id,
-                    "send_at": None if e.send_at is None else timestamp(e.send_at),
-                    "created_at": timestamp(e.created_at),
-                    "unsubscribe": e.unsubscribe,
-                    "broadcast_id": e.broadcast_id,
-                    "requiretls": e.requiretls,
-                }
-                for e in emails
-            ),
-        )
-        tx.execute_many(
-            "INSERT INTO email_attachments (email_id, attachments) VALUES (:id, :attachments)",
-            ({"id": e.id, "attachments": to_json(e.attachments)} for e in emails if e.attachments),
-        )
-        tx.execute_many(
-            "INSERT INTO email_recipients (email_id, address, kind, domain, status, attempts,"
-            " next_attempt_at, queued_at, updated_at) VALUES (:email_id, :address, :kind, :domain,"
-            " :status, 0, :next_attempt_at, :queued_at, :queued_at)",
-            (
-                {
-                    "email_id": r.email_id,
-                    "address": r.address,
-                    "kind": r.kind,
-                    "domain": r.domain,
-                    "status": r.status,
-                    "next_attempt_at": None
-                    if r.next_attempt_at is None
-                    else timestamp(r.next_attempt_at),
-                    "queued_at": timestamp(r.queued_at),
-                }
-                for r in recipients
-            ),
-        )
-        insert_events(tx, events, outbox)
+    tx.execute_many(
+        "INSERT INTO emails (id, workspace_id, domain_id, from_address, from_name, to_addresses,"
+        " cc_addresses, bcc_addresses, reply_to, subject, html, text_body, headers, tags,"
+        " status, source, message_id, rejection_reason, retry_of_id, send_at,"
+        " created_at, updated_at, unsubscribe, broadcast_id, requiretls) VALUES (:id, :ws,"
+        " :domain_id,"
+        " :from_address,"
+        " :from_name, :to, :cc, :bcc, :reply_to, :subject, :html, :text, :headers, :tags,"
+        " :status, :source, :message_id, :rejection_reason, :retry_of_id, :send_at,"
+        " :created_at, :created_at, :unsubscribe, :broadcast_id, :requiretls)",
+        (
+            {
+                "id": e.id,
+                "ws": e.workspace_id,
+                "domain_id": e.domain_id,
+                "from_address": e.from_address,
+                "from_name": e.from_name,
+                "to": to_json(e.to),
+                "cc": to_json(e.cc),
+                "bcc": to_json(e.bcc),
+                "reply_to": None if e.reply_to is None else to_json(e.reply_to),
+                "subject": e.subject,
+                "html": e.html,
+                "text": e.text,
+                "headers": to_json(e.headers),
+                "tags": to_json(e.tags),
+                "status": e.status,
+                "source": e.source,
+                "message_id": e.message_id,
+                "rejection_reason": e.rejection_reason,
+                "retry_of_id": e.retry_of_id,
+                "send_at": None if e.send_at is None else timestamp(e.send_at),
+                "created_at": timestamp(e.created_at),
+                "unsubscribe": e.unsubscribe,
+                "broadcast_id": e.broadcast_id,
+                "requiretls": e.requiretls,
+            }
+            for e in emails
+        ),
+    )
+    tx.execute_many(
+        "INSERT INTO email_attachments (email_id, attachments) VALUES (:id, :attachments)",
+        ({"id": e.id, "attachments": to_json(e.attachments)} for e in emails if e.attachments),
+    )
+    tx.execute_many(
+        "INSERT INTO email_recipients (email_id, address, kind, domain, status, attempts,"
+        " next_attempt_at, queued_at, updated_at) VALUES (:email_id, :address, :kind, :domain,"
+        " :status, 0, :next_attempt_at, :queued_at, :queued_at)",
+        (
+            {
+                "email_id": r.email_id,
+                "address": r.address,
+                "kind": r.kind,
+                "domain": r.domain,
+                "status": r.status,
+                "next_attempt_at": None
+                if r.next_attempt_at is None
+                else timestamp(r.next_attempt_at),
+                "queued_at": timestamp(r.queued_at),
+            }
+            for r in recipients
+        ),
+    )
+    insert_events(tx, events)
 
 
-def insert_events(tx: Tx, events: Iterable[Event], outbox: Outbox) -> None:
-    """Record events, and have the engine's `outbox` queue their webhook deliveries in the
-    same transaction."""
+def insert_events(tx: Tx, events: Iterable[Event]) -> list[Event]:
+    """Record events; those recorded, for the engine to queue their webhook deliveries in the
+    same transaction (engine/webhooks/outbox.py)."""
     events = list(events)
     tx.execute_many(
         "INSERT INTO email_events (id, email_id, workspace_id, event_type, recipient, metadata,"
@@ -289,8 +283,7 @@ def insert_events(tx: Tx, events: Iterable[Event], outbox: Outbox) -> None:
             for e in events
         ),
     )
-    if events:
-        outbox(tx, events)
+    return events
 
 
 _WITH_ATTACHMENTS = (
@@ -714,13 +707,12 @@ def record_faults(
     now: datetime,
     policy: FaultPolicy,
     summary: Summary,
-    outbox: Outbox,
     quarantine: Move,
-) -> int:
+) -> list[Event]:
     """Count a fault on each recipient (its round made the delivery actor raise) and try it
     again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined
-    (`quarantine`: `failed`) with the error, and an event of that name (through `outbox`).
-    How many were quarantined."""
+    (`quarantine`: `failed`) with the error, and an event of that name. The events of those
+    quarantined, for the engine's outbox."""
     keys = [{"email_id": r.email_id, "address": r.address} for r in recipients]
     tx.execute_many(
         "UPDATE email_recipients SET faults = faults + 1, last_fault = :error,"
@@ -760,9 +752,9 @@ def record_faults(
                 at,
             )
             events.append(event)
-    insert_events(tx, events, outbox)
+    insert_events(tx, events)
     summarise(tx, [e.email_id for e in events], now, summary)
-    return len(events)
+    return events
 
 
 def by_message_id(tx: Tx, workspace_id: str, message_id: str) -> list[Email]:

@@ -76,16 +76,15 @@ def move(
     event: tuple[str, dict[str, Any]],
     now: datetime,
     summary: emails.Summary,
-    outbox: emails.Outbox,
-) -> Touched:
+) -> tuple[Touched, list[Event]]:
     """Move the matching recipients from each status of `moves` to its target, one UPDATE per
-    target; record `event` (type, metadata) for each, through `outbox`; summarise their
-    emails by `summary`.
+    target; record `event` (type, metadata) for each; summarise their emails by `summary`.
+    What it touched, and the events recorded (for the engine's outbox).
     `new_window`: the 72 hours before giving up start again now (`expiry_from`)."""
     where, params = _matching(workspace_id, query, list(moves), now)
     rows = tx.all(f"SELECT email_id, address, domain FROM email_recipients WHERE {where}", params)
     if not rows:
-        return Touched(0, 0)
+        return Touched(0, 0), []
     by_target: dict[str, list[str]] = {}
     for source, target in moves.items():
         by_target.setdefault(target, []).append(source)
@@ -103,7 +102,7 @@ def move(
             {**only_params, "target": target},
         )
     event_type, metadata = event
-    emails.insert_events(
+    recorded = emails.insert_events(
         tx,
         (
             Event(
@@ -111,7 +110,6 @@ def move(
             )
             for row in rows
         ),
-        outbox,
     )
     email_ids = list(dict.fromkeys(row["email_id"] for row in rows))
     for start in range(0, len(email_ids), SUMMARISE_CHUNK):
@@ -119,4 +117,4 @@ def move(
     if due == "now":
         for domain in {row["domain"] for row in rows}:
             tx.notify(f"mail:{domain}")
-    return Touched(len(email_ids), len(rows))
+    return Touched(len(email_ids), len(rows)), recorded

@@ -187,7 +187,6 @@ async def test_a_round_is_claimed_loaded_and_recorded_with_a_fixed_number_of_sta
                 [],
                 now,
                 email_statuses.SUMMARISE,
-                outbox.queue,
             )
             return after_claim, after_load, counting.statements - after_claim - after_load, data
 
@@ -271,17 +270,17 @@ async def test_kept_outcomes_are_written_over_lost_leases_only_when_they_end_a_f
     ]
 
     def write(tx: Tx) -> None:
-        delivery.record_outcomes(
+        recorded = delivery.record_outcomes(
             tx,
             updates,
             events,
             [],
             now,
             email_statuses.SUMMARISE,
-            outbox.queue,
             holder="this-node",
             unheld=email_statuses.UNHELD,
         )
+        outbox.queue(tx, recorded)
 
     await db.write(write)
 

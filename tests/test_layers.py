@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN section 1, held against every import of the product.
+"""The layering rules of docs/architecture.md section 2, held against every import of the product.
 
 Dependencies point one way: the front doors (`api`, `relay`, `mcp_door`, `console`) ->
 `engine` -> `storage`; `postroom/` wires them together. Inside the engine, the platform
@@ -18,7 +18,7 @@ PACKAGES = ("postroom", "engine", "api", "relay", "storage", "console", "mcp_doo
 FORBIDDEN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("engine", "api", "relay", "console", "mcp_door", "postroom", "clients")),
     ("engine", ("api", "relay", "console", "mcp_door", "postroom", "clients")),
-    ("api", ("relay", "postroom")),
+    ("api", ("relay", "console", "postroom")),
     ("relay", ("api", "console", "mcp_door", "postroom")),
     ("console", ("relay", "mcp_door", "postroom")),
     ("mcp_door", ("relay", "console", "postroom")),

@@ -1,4 +1,5 @@
-"""The email and recipient status tables (engine/sending/statuses.py) against DESIGN.md."""
+"""The email and recipient status tables (engine/sending/statuses.py) against the contract
+(docs/architecture.md section 7)."""
 
 from __future__ import annotations
 

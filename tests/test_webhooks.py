@@ -14,8 +14,11 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from engine.webhooks import outbox
 from postroom.service import RunningService, serve
+from storage.codec import new_id
 from storage.database import open_database
+from storage.emails import Event
 from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
@@ -441,3 +444,43 @@ def _delivery_statuses(tx: Tx, webhook_id: str) -> list[str]:
         "SELECT status FROM webhook_deliveries WHERE webhook_id = :id", {"id": webhook_id}
     )
     return [row["status"] for row in rows]
+
+
+async def test_an_event_and_its_webhook_deliveries_commit_together(
+    service: Service, dns_server: DnsServer, https_receiver: HttpsReceiver
+) -> None:
+    """The engine function that records an event queues its deliveries in the same unit of
+    work (engine/webhooks/outbox.py; storage never calls back into the engine): a unit that
+    fails after both leaves neither, one that commits has both."""
+    account = await ready_account(service, dns_server)
+    await _webhook(account, https_receiver)
+    sent = (await account.client.post("/v1/emails/", json=message("x@unrouted.example"))).json()
+    rt = service.running.runtime
+    mark = "outbox-unit-" + new_id()
+    now = rt.clock.now()
+
+    def record(tx: Tx, fail: bool) -> None:
+        event = Event(
+            new_id(),
+            sent["id"],
+            account.workspace_id,
+            "delivered",
+            "x@unrouted.example",
+            {"mark": mark},
+            now,
+        )
+        outbox.record(tx, [event])
+        if fail:
+            raise RuntimeError("the unit of work fails after the outbox")
+
+    def counts(tx: Tx) -> tuple[int, int]:
+        like = {"mark": f"%{mark}%"}
+        stored = tx.value("SELECT COUNT(*) FROM email_events WHERE metadata LIKE :mark", like)
+        queued = tx.value("SELECT COUNT(*) FROM webhook_deliveries WHERE payload LIKE :mark", like)
+        return int(stored), int(queued)
+
+    with pytest.raises(RuntimeError):
+        await rt.db.write(record, True)
+    assert await rt.db.read(counts) == (0, 0)
+    await rt.db.write(record, False)
+    assert await rt.db.read(counts) == (1, 1)

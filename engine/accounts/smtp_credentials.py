@@ -1,9 +1,10 @@
 """SMTP relay credentials: create one per verified domain within the plan, list, deactivate,
 and match a username and password for the relay (engine/sending/submission.py authenticates).
 
-The username is derived (DESIGN.md: the first 8 characters of the workspace id, `@`, the
-domain name); the password is a random token shown once, stored as its SHA-256 hash (like
-API keys: it is high-entropy, so a slow hash buys nothing) and compared in constant time.
+The username is derived (docs/architecture.md section 7: the first 8 characters of the
+workspace id, `@`, the domain name); the password is a random token shown once, stored as
+its SHA-256 hash (like API keys: it is high-entropy, so a slow hash buys nothing) and
+compared in constant time.
 Deactivation is irreversible; the relay refuses a deactivated credential at once, because
 every AUTH reads the database.
 """

@@ -21,8 +21,7 @@ from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.platform.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from engine.platform.runtime import Principal, Runtime
-from engine.sandbox import mode as sandbox_mode
-from storage import accounts
+from storage import accounts, sandbox
 from storage.accounts import Session, User, Workspace
 from storage.codec import new_id, new_random_id
 from storage.tx import Tx
@@ -57,8 +56,11 @@ def _insert_account(
         raise Conflict(f"an account with {user.email} already exists", code="email_taken")
     accounts.insert_user(tx, user)
     accounts.insert_workspace(tx, workspace)
-    if sandboxed:  # POSTROOM_SANDBOX=on
-        sandbox_mode.start_sandboxed(tx, workspace.id, workspace.name, user.email, user.created_at)
+    if sandboxed:  # POSTROOM_SANDBOX=on: a new workspace starts in the sandbox
+        sandbox.set_sandboxed(tx, workspace.id, True)
+        meta = {"by": "POSTROOM_SANDBOX"}
+        change = Change("sandbox.enabled", workspace.name, workspace.id, meta)
+        record(tx, workspace.id, user.email, change, user.created_at)
     created = insert_key(
         tx,
         workspace.id,

@@ -31,8 +31,8 @@ import trio
 from engine import plans
 from engine.activity import Change, record
 from engine.contacts import complaint_guard
-from engine.contacts.complaint_limits import stopped_problem
 from engine.contacts.lists import CappedErrors
+from engine.domains.marketing import stopped_problem
 from engine.mail import list_headers
 from engine.mail.compose import header_text_problem
 from engine.platform.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable

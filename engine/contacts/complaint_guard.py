@@ -3,10 +3,10 @@ too often has its broadcasts paused, and then its mail that offers unsubscribe s
 itself, until a person resumes them.
 
 The rate is complaints (ARF feedback loops, abuse@ reports: engine/forwarding/feedback.py)
-over recipients delivered, both for the domain's mail created in the last WINDOW: the same
-cohort of mail on both sides, so a complaint about an old email does not count against
+over recipients delivered, both for the domain's mail created in the last COMPLAINT_WINDOW: the
+same cohort of mail on both sides, so a complaint about an old email does not count against
 today's volume. It is one statement (storage/complaint_rates.py), run once per complaint
-report, in its transaction; the limits are engine/contacts/complaint_limits.py.
+report, in its transaction; the limits and window are engine/platform/settings.py.
 
 - Above the pause rate (the workspace's own, within PAUSE_RATE_BOUNDS, else 0.1%), each of the domain's broadcasts with mail still waiting becomes
   `paused` (reason `complaint_rate`): its waiting recipients are held (the queue's own
@@ -28,10 +28,15 @@ from datetime import datetime
 from typing import Any
 
 from engine.activity import Change, record
-from engine.contacts.complaint_limits import WINDOW, stopped_problem
+from engine.domains.marketing import stopped_problem
 from engine.platform.errors import Conflict, NotFound, Unprocessable
 from engine.platform.runtime import Principal, Runtime
-from engine.platform.settings import PAUSE_RATE, PAUSE_RATE_BOUNDS, ComplaintLimits
+from engine.platform.settings import (
+    COMPLAINT_WINDOW,
+    PAUSE_RATE,
+    PAUSE_RATE_BOUNDS,
+    ComplaintLimits,
+)
 from engine.sending import statuses
 from engine.sending.queue_actions import moves
 from engine.sending.statuses import Trigger
@@ -61,18 +66,11 @@ def _move(
 ) -> Touched:
     trigger, due, new_window = _RELEASE if release else _HOLD
     event = ("released" if release else "held", {"action": action, "reason": REASON})
-    return queue_actions.move(
-        tx,
-        workspace_id,
-        query,
-        moves(trigger),
-        due,
-        new_window,
-        event,
-        now,
-        statuses.SUMMARISE,
-        outbox.queue,
+    touched, events = queue_actions.move(
+        tx, workspace_id, query, moves(trigger), due, new_window, event, now, statuses.SUMMARISE
     )
+    outbox.queue(tx, events)
+    return touched
 
 
 def _evidence(counts: Counts) -> dict[str, Any]:
@@ -87,7 +85,7 @@ def _evidence(counts: Counts) -> dict[str, Any]:
 def check(tx: Tx, email: Email, now: datetime, limits: ComplaintLimits) -> None:
     """After a complaint about `email`: pause its domain's broadcasts, and stop its marketing
     mail, as the domain's complaint rate passes the limits."""
-    counts = complaint_rates.since(tx, email.workspace_id, email.domain_id, now - WINDOW)
+    counts = complaint_rates.since(tx, email.workspace_id, email.domain_id, now - COMPLAINT_WINDOW)
     if counts.delivered < limits.min_deliveries:
         return
     if counts.complained > limits.stop_rate * counts.delivered:
@@ -191,7 +189,7 @@ def _settings(limits: ComplaintLimits, own: float | None) -> Settings:
         pause_rate_bounds=PAUSE_RATE_BOUNDS,
         stop_rate=limits.stop_rate,
         min_deliveries=limits.min_deliveries,
-        window_days=WINDOW.days,
+        window_days=COMPLAINT_WINDOW.days,
     )
 
 

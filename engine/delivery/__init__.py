@@ -1,1 +1,2 @@
-"""The delivery engine: a router and one queue actor per recipient domain (DESIGN.md 1)."""
+"""The delivery engine: a router and one queue actor per recipient domain
+(docs/architecture.md section 6)."""

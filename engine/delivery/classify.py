@@ -3,7 +3,7 @@
 The delivery path turns everything that can end an attempt into a small tree of typed
 outcomes (the server's reply, DNS, the connection, TLS, our own private-target rule, a
 message that cannot be built, a late suppression), and `classify` decides each one's fate
-from a table (DESIGN.md section 3, docs/decisions.md):
+from a table (docs/architecture.md section 7, docs/decisions.md):
 
 | outcome | verdict |
 |---|---|

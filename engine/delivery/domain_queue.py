@@ -349,17 +349,17 @@ def _write(
         return []
     # Mailbox-full counts first: an address whose count runs out is bounced instead.
     moved = part.mailboxes.settle(tx, part.updates, part.events, part.bounces, part.now)
-    delivery.record_outcomes(
+    recorded = delivery.record_outcomes(
         tx,
         part.updates,
         part.events,
         part.bounces,
         part.now,
         statuses.SUMMARISE,
-        outbox.queue,
         holder=node,
         unheld=unheld,
     )
+    outbox.queue(tx, recorded)
     stored_incidents.record_round(
         tx, domain, part.hits, part.delivered, part.now, incidents.pause_for
     )
@@ -412,9 +412,11 @@ def _record_faults(
 ) -> int:
     destination_slots.release(tx, domain, slots, node)
     quarantine = statuses.recipients_move(Trigger.GAVE_UP)
-    return emails.record_faults(
-        tx, recipients, error, now, faults.policy(now), statuses.SUMMARISE, outbox.queue, quarantine
+    quarantined = emails.record_faults(
+        tx, recipients, error, now, faults.policy(now), statuses.SUMMARISE, quarantine
     )
+    outbox.queue(tx, quarantined)
+    return len(quarantined)
 
 
 class DomainQueue:

@@ -1,4 +1,4 @@
-"""When to try a recipient again, and when to give up (DESIGN.md section 3).
+"""When to try a recipient again, and when to give up (docs/architecture.md section 7).
 
 4xx replies and connection failures retry after 1m, 5m, 15m, 30m, 1h, 2h, 4h, 8h and then
 every 8h; 72 hours after queueing the recipient has `failed`. Pure functions of the attempt

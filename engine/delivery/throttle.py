@@ -325,5 +325,5 @@ def _record_waits(
             )
         )
     stored.throttle(tx, rows, now)
-    emails.insert_events(tx, events, outbox.queue)
+    outbox.record(tx, events)
     emails.summarise(tx, [r.email_id for r, _, _ in waits], now, statuses.SUMMARISE)

@@ -18,6 +18,9 @@ from engine.platform.runtime import Runtime
 
 _VERSION = re.compile(r"^\s*v\s*=\s*DMARC1\b", re.IGNORECASE)
 POLICIES = ("none", "quarantine", "reject")
+# The local part the DMARC record we advise names in `rua`; the inbound MX reads the
+# aggregate reports sent to it (engine/forwarding/dmarc_reports.py builds on this).
+REPORTS_LOCAL_PART = "dmarc"
 ALIGNMENTS = ("r", "s")
 
 

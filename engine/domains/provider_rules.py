@@ -27,12 +27,11 @@ from typing import Any
 import trio
 from dns import reversename
 
-from engine.contacts.complaint_limits import WINDOW
 from engine.domains import compliance, dmarc, registry, spf
 from engine.domains.registry import DnsRecord
 from engine.platform import dns
 from engine.platform.runtime import Principal, Runtime
-from engine.platform.settings import PAUSE_RATE, STOP_RATE
+from engine.platform.settings import COMPLAINT_WINDOW, PAUSE_RATE, STOP_RATE
 from storage import complaint_rates
 from storage import compliance as recent
 from storage.complaint_rates import Counts
@@ -237,7 +236,7 @@ def _unsubscribe(facts: Facts) -> Judged:
 
 def _tls(facts: Facts) -> Judged:
     share = facts.tls
-    days = WINDOW.days
+    days = COMPLAINT_WINDOW.days
     if not share.delivered:
         return Judged(
             WARN,
@@ -290,7 +289,7 @@ def _ptr(facts: Facts) -> Judged:
 
 
 def _complaint_rate(facts: Facts) -> Judged:
-    counts, days = facts.complaints, WINDOW.days
+    counts, days = facts.complaints, COMPLAINT_WINDOW.days
     if not counts.delivered:
         return Judged(
             PASS, f"no mail from {facts.domain.name} was delivered in the last {days} days", None
@@ -489,7 +488,7 @@ async def gather(rt: Runtime, domain: Domain) -> Facts:
             nursery.start_soon(records)
             nursery.start_soon(reverse)
     tls, complaints = await rt.db.read(
-        _recent, domain.workspace_id, domain.id, rt.clock.now() - WINDOW
+        _recent, domain.workspace_id, domain.id, rt.clock.now() - COMPLAINT_WINDOW
     )
     checked = domain
     if looked_up:

@@ -26,7 +26,6 @@ from engine.activity import Change, record
 from engine.addresses import normalize_domain
 from engine.domains import bounce_domain, dkim_keys, dmarc, spf, tls_rpt, tracking_host
 from engine.domains.findings import Finding
-from engine.forwarding import dmarc_reports
 from engine.mail.header_fields import TAGS_HEADER, custom_header_problems
 from engine.platform import dns
 from engine.platform.errors import Conflict, Forbidden, NotFound, Unprocessable
@@ -91,7 +90,7 @@ def _records(domain: Domain, smtp_host: str, spf_value: str, public_url: str) ->
             f"_dmarc.{domain.name}",
             # Aggregate reports to the MX that reads them (engine/forwarding/dmarc_reports.py):
             # the bounce domain's MX points at the service even when the domain's does not.
-            f"v=DMARC1; p=none; rua=mailto:{dmarc_reports.ADDRESS.local_part}@"
+            f"v=DMARC1; p=none; rua=mailto:{dmarc.REPORTS_LOCAL_PART}@"
             f"{domain.bounce_domain or domain.name};",
             "dmarc",
             False,

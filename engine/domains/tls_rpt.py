@@ -17,11 +17,13 @@ from __future__ import annotations
 import re
 
 from engine.domains.findings import INVALID, MISSING, PENDING, VERIFIED, Finding
-from engine.forwarding import tls_reports
 from engine.platform import dns
 from engine.platform.runtime import Runtime
 
 PURPOSE = "tls_rpt"
+# The local part the guidance's `rua` names; the inbound MX reads the reports sent to it
+# (engine/forwarding/tls_reports.py), which builds on this, not the other way round.
+REPORTS_LOCAL_PART = "tls-rpt"
 _VERSION = re.compile(r"^\s*v\s*=\s*TLSRPTv1\s*(;|$)")
 _URI = re.compile(r"(mailto:[^\s@,;!]+@[A-Za-z0-9.-]+|https://[!-~]+)", re.IGNORECASE)
 
@@ -36,7 +38,7 @@ def host(domain: str) -> str:
 
 def our_uri(domain_name: str, bounce_domain: str | None) -> str:
     """Where the guidance sends a domain's reports: the MX that reads them."""
-    return f"mailto:{tls_reports.ADDRESS.local_part}@{bounce_domain or domain_name}"
+    return f"mailto:{REPORTS_LOCAL_PART}@{bounce_domain or domain_name}"
 
 
 def record(domain_name: str, bounce_domain: str | None) -> str:

@@ -28,6 +28,7 @@ from xml.etree.ElementTree import Element
 import defusedxml.ElementTree
 from defusedxml import DefusedXmlException
 
+from engine.domains import dmarc
 from engine.domains.spf import sending_addresses
 from engine.forwarding import report_files
 from engine.platform.errors import InvalidRequest, NotFound
@@ -36,7 +37,7 @@ from storage import dmarc_reports, domains
 from storage.dmarc_reports import Record
 from storage.tx import Tx
 
-ADDRESS = report_files.ReportAddress("dmarc")
+ADDRESS = report_files.ReportAddress(dmarc.REPORTS_LOCAL_PART)
 MAX_RECORDS = 50_000  # rows of one report
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # messages in one row: more is no real report

@@ -149,14 +149,14 @@ def record(tx: Tx, email: Email, report: Report, now: datetime, limits: Complain
         _complaint(changes, statuses, report, tx)
     if changes.events:
         changes.mailboxes.settle(tx, changes.updates, changes.events, changes.suppressions, now)
-        delivery.record_outcomes(
+        recorded = delivery.record_outcomes(
             tx,
             changes.updates,
             changes.events,
             changes.suppressions,
             now,
             email_statuses.SUMMARISE,
-            outbox.queue,
         )
+        outbox.queue(tx, recorded)
         if report.kind != "dsn":
             complaint_guard.check(tx, email, now, limits)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from engine.domains import tls_rpt
 from engine.forwarding import report_files
 from engine.platform.errors import InvalidRequest, NotFound
 from engine.platform.runtime import Principal, Runtime
@@ -26,7 +27,7 @@ from storage import domains, tls_reports
 from storage.tls_reports import PolicyResult
 from storage.tx import Tx
 
-ADDRESS = report_files.ReportAddress("tls-rpt")
+ADDRESS = report_files.ReportAddress(tls_rpt.REPORTS_LOCAL_PART)
 MAX_POLICIES = 1_000  # of one report
 _TEXT = 255  # characters kept of a text field
 _MAX_COUNT = 2**53  # sessions in one count: more is no real report

@@ -46,13 +46,6 @@ async def state(rt: Runtime, who: Principal) -> SandboxState:
     return await rt.db.read(_state, who.workspace_id)
 
 
-def start_sandboxed(tx: Tx, workspace_id: str, name: str, actor: str, now: datetime) -> None:
-    """Put a new workspace in the sandbox (POSTROOM_SANDBOX=on), inside its creation."""
-    sandbox.set_sandboxed(tx, workspace_id, True)
-    meta = {"by": "POSTROOM_SANDBOX"}
-    record(tx, workspace_id, actor, Change("sandbox.enabled", name, workspace_id, meta), now)
-
-
 def _enable(tx: Tx, who: Principal, now: datetime) -> None:
     if sandbox.set_sandboxed(tx, who.workspace_id, True):
         change = Change("sandbox.enabled", who.workspace_id, who.workspace_id)

@@ -29,7 +29,7 @@ import outcome
 from engine import plans
 from engine.activity import Change, record
 from engine.addresses import normalize_email
-from engine.contacts.complaint_limits import stopped_problem
+from engine.domains.marketing import stopped_problem
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
 from engine.mail.unsubscribe_footer import VARIABLE
@@ -473,14 +473,16 @@ def store(
     hears of them once committed unless `announce` is off."""
     built = [rows(_without_erased(tx, item) if item.rejection else item, now) for item in new]
     records = [email for email, _, _ in built]
-    emails.insert(
-        tx,
-        records,
-        [r for _, recipients, _ in built for r in recipients],
-        [event for _, _, event in built],
-        outbox.queue,
-        announce=announce,
-    )
+    events = [event for _, _, event in built]
+    with tx.pipeline():  # one round trip for the rows of every table, the outbox's too
+        emails.insert(
+            tx,
+            records,
+            [r for _, recipients, _ in built for r in recipients],
+            events,
+            announce=announce,
+        )
+        outbox.queue(tx, events)
     for email in records:
         if email.raw is not None:
             emails.insert_raw(tx, email.id, email.raw)
@@ -767,7 +769,7 @@ async def send(
 ) -> SendResult:
     """Accept an email: stored durably before this returns; delivery is woken. With
     `logged`, the email writes its own activity entry: the emails an agent sends one by one
-    (the API's and the relay's are too many to log each; DESIGN.md section 3)."""
+    (the API's and the relay's are too many to log each; docs/architecture.md section 7)."""
     now = rt.clock.now()
     plan = plans.plan(who.plan)
     checked = _checked(req, plan, now, source, retry_of_id)

@@ -68,18 +68,10 @@ def _act(
     if dry_run:
         return queue_actions.count(tx, who.workspace_id, query, moves(trigger), now)
     event = (event_type, {"action": action, "q": q})
-    touched = queue_actions.move(
-        tx,
-        who.workspace_id,
-        query,
-        moves(trigger),
-        due,
-        new_window,
-        event,
-        now,
-        statuses.SUMMARISE,
-        outbox.queue,
+    touched, events = queue_actions.move(
+        tx, who.workspace_id, query, moves(trigger), due, new_window, event, now, statuses.SUMMARISE
     )
+    outbox.queue(tx, events)
     meta = {"q": q, "action": action, "emails": touched.emails, "recipients": touched.recipients}
     record(tx, who.workspace_id, who.user_email, Change(f"queue.{verb}", q, None, meta), now)
     return touched

@@ -34,9 +34,7 @@ def _cancel(tx: Tx, who: Principal, email_id: str, now: datetime) -> None:
     if not emails.cancel_scheduled(tx, who.workspace_id, email_id, now, cancel, recipients):
         raise NotFound("no scheduled email with this id")
     status = cancel.to
-    emails.insert_events(
-        tx, [Event(new_id(), email_id, who.workspace_id, status, None, {}, now)], outbox.queue
-    )
+    outbox.record(tx, [Event(new_id(), email_id, who.workspace_id, status, None, {}, now)])
 
 
 async def cancel(rt: Runtime, who: Principal, email_id: str) -> None:
@@ -60,9 +58,7 @@ def _send_now(tx: Tx, who: Principal, email_id: str, now: datetime) -> tuple[Ema
         emails.reject(tx, email_id, rejection, now, reject, recipients)
         meta = {"reason": rejection}
         status = reject.to
-        emails.insert_events(
-            tx, [Event(new_id(), email_id, who.workspace_id, status, None, meta, now)], outbox.queue
-        )
+        outbox.record(tx, [Event(new_id(), email_id, who.workspace_id, status, None, meta, now)])
         return email, rejection
     due = statuses.email_move(email.status, Trigger.SEND_NOW)
     emails.make_due(tx, email_id, now, due, statuses.WAITING)

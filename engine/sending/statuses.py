@@ -1,4 +1,4 @@
-"""Email and recipient statuses as data (DESIGN.md "Email status"), like transfers/rules.py.
+"""Email and recipient statuses as data (docs/architecture.md section 7), like transfers/rules.py.
 
 Rules:
 - A recipient moves only along `RECIPIENT_TRANSITIONS`: an outcome of a delivery attempt (or a

@@ -185,7 +185,7 @@ def _record(tx: Tx, link: _Link, meta: dict[str, Any], now: datetime) -> None:
     if recipient not in {r.address for r in emails.recipients_of(tx, email.id)}:
         return  # erased since the link was made: recording it would write the address back
     kind = {OPEN: "opened", CLICK: "clicked", UNSUBSCRIBE: "unsubscribed"}[payload["k"]]
-    emails.insert_events(tx, [_event(email, kind, recipient, meta, now)], outbox.queue)
+    outbox.record(tx, [_event(email, kind, recipient, meta, now)])
     if payload["k"] == UNSUBSCRIBE:
         suppressions.add(
             tx, email.workspace_id, Suppression(recipient, "unsubscribe", now, email.id)

@@ -72,7 +72,39 @@ class _Command(enum.Enum):
 
 
 _S = ClientState
+_C = _Command
 _IDLE = (_S.READY, _S.MAIL, _S.RCPT, _S.ABORTED)  # a transaction may be open, RSET ends it
+
+# The machine as data. `_SENDS`: the states a command may be sent in, and the state it
+# moves to as it is produced (before its reply: commands may be pipelined).
+_SENDS: Final[Mapping[_Command, tuple[tuple[ClientState, ...], ClientState]]] = {
+    _C.EHLO: ((_S.CONNECTED, _S.READY), _S.CONNECTED),
+    _C.HELO: ((_S.CONNECTED, _S.READY), _S.CONNECTED),
+    _C.STARTTLS: ((_S.READY,), _S.STARTING_TLS),
+    _C.MAIL: ((_S.READY,), _S.MAIL),
+    _C.RCPT: ((_S.MAIL, _S.RCPT), _S.RCPT),
+    _C.DATA: ((_S.RCPT,), _S.DATA),
+    _C.MESSAGE: ((_S.MESSAGE,), _S.READY),
+    _C.RSET: (_IDLE, _S.READY),
+    _C.QUIT: ((_S.REFUSED, _S.CONNECTED, *_IDLE), _S.CLOSED),
+}
+# `_ON_REPLY`: (the command a reply answers, whether it said yes: 354 for DATA, 2xx for the
+# rest) -> the state it moves to, from any state or only from those listed (a refused MAIL
+# goes back to READY only when nothing was pipelined after it). A reply not listed leaves
+# the state as it is; a 421 closes from anywhere (`next_reply`).
+_ON_REPLY: Final[
+    Mapping[tuple[_Command, bool], tuple[ClientState, tuple[ClientState, ...] | None]]
+] = {
+    (_C.GREETING, True): (_S.CONNECTED, None),
+    (_C.GREETING, False): (_S.REFUSED, None),
+    (_C.EHLO, True): (_S.READY, None),
+    (_C.HELO, True): (_S.READY, None),
+    (_C.STARTTLS, True): (_S.CONNECTED, None),  # a fresh session over TLS: EHLO again
+    (_C.STARTTLS, False): (_S.READY, None),
+    (_C.MAIL, False): (_S.READY, (_S.MAIL,)),
+    (_C.DATA, True): (_S.MESSAGE, None),
+    (_C.DATA, False): (_S.ABORTED, None),
+}
 
 
 class SmtpClient:
@@ -125,25 +157,18 @@ class SmtpClient:
         success_class = 3 if command is _Command.DATA else 2  # 354 is DATA's only "yes"
         if reply.is_positive and reply.code // 100 != success_class:
             raise ProtocolError(f"reply {reply} does not fit {command.value}")
-        if command is _Command.GREETING:
-            self._state = _S.CONNECTED if reply.is_success else _S.REFUSED
-        elif command in (_Command.EHLO, _Command.HELO) and reply.is_success:
+        yes = reply.code == 354 if command is _Command.DATA else reply.is_success
+        if yes and command in (_Command.EHLO, _Command.HELO):
             is_ehlo = command is _Command.EHLO
             self._extensions = parse_extensions(reply) if is_ehlo else {}
-            self._state = _S.READY
-        elif command is _Command.STARTTLS:
-            if reply.is_success:
-                # Anything after the 220 arrived in plaintext before the handshake: an
-                # attacker's injected replies (the client side of CVE-2011-0411). Drop it.
-                self._parser.clear()
-                self._extensions = {}
-                self._state = _S.CONNECTED
-            else:
-                self._state = _S.READY
-        elif command is _Command.MAIL and not reply.is_success and self._state is _S.MAIL:
-            self._state = _S.READY  # no transaction was opened, nothing else was sent
-        elif command is _Command.DATA:
-            self._state = _S.MESSAGE if reply.code == 354 else _S.ABORTED
+        elif yes and command is _Command.STARTTLS:
+            # Anything after the 220 arrived in plaintext before the handshake: an
+            # attacker's injected replies (the client side of CVE-2011-0411). Drop it.
+            self._parser.clear()
+            self._extensions = {}
+        move = _ON_REPLY.get((command, yes))
+        if move is not None and (move[1] is None or self._state in move[1]):
+            self._state = move[0]
 
     # -- sending -----------------------------------------------------------------------
 
@@ -157,14 +182,14 @@ class SmtpClient:
 
     def _hello(self, command: _Command, name: str) -> bytes:
         check_helo_name(name)
-        self._require(command, _S.CONNECTED, _S.READY)
+        self._require(command)
         self._extensions = {}
-        return self._send(command, _S.CONNECTED, f"{command.value} {name}")
+        return self._send(command, f"{command.value} {name}")
 
     def starttls(self) -> bytes:
         """STARTTLS; after its 2xx reply, wrap the stream in TLS and send EHLO again."""
-        self._require(_Command.STARTTLS, _S.READY)
-        return self._send(_Command.STARTTLS, _S.STARTING_TLS, "STARTTLS")
+        self._require(_Command.STARTTLS)
+        return self._send(_Command.STARTTLS, "STARTTLS")
 
     def mail_from(
         self,
@@ -191,7 +216,7 @@ class SmtpClient:
         smtputf8 = smtputf8 or not address.isascii()
         if smtputf8 and "SMTPUTF8" not in self._extensions:
             raise ValueError("SMTPUTF8 is needed, but the server does not offer it")
-        self._require(_Command.MAIL, _S.READY)
+        self._require(_Command.MAIL)
         params = [f"MAIL FROM:<{address}>"]
         if size is not None and "SIZE" in self._extensions:
             params.append(f"SIZE={size:d}")
@@ -202,20 +227,20 @@ class SmtpClient:
         if smtputf8:
             params.append("SMTPUTF8")
         self._utf8_transaction = smtputf8
-        return self._send(_Command.MAIL, _S.MAIL, " ".join(params))
+        return self._send(_Command.MAIL, " ".join(params))
 
     def rcpt_to(self, address: str) -> bytes:
         """RCPT TO for one recipient; a non-ASCII one needs a ``smtputf8`` transaction."""
         check_path(address)
         if not address.isascii() and not self._utf8_transaction:
             raise ValueError(f"{address!r} needs a transaction opened with smtputf8=True")
-        self._require(_Command.RCPT, _S.MAIL, _S.RCPT)
-        return self._send(_Command.RCPT, _S.RCPT, f"RCPT TO:<{address}>")
+        self._require(_Command.RCPT)
+        return self._send(_Command.RCPT, f"RCPT TO:<{address}>")
 
     def data(self) -> bytes:
         """DATA; after its 354 reply, send `message`."""
-        self._require(_Command.DATA, _S.RCPT)
-        return self._send(_Command.DATA, _S.DATA, "DATA")
+        self._require(_Command.DATA)
+        return self._send(_Command.DATA, "DATA")
 
     def message(self, data: bytes) -> bytes:
         """The message content, ready to send: CRLF line endings, dot-stuffed, ending in
@@ -226,26 +251,29 @@ class SmtpClient:
     def message_parts(self, data: bytes) -> tuple[bytes, bytes]:
         """`message` as two parts sent one after the other (no joined copy of a large
         message)."""
-        self._require(_Command.MESSAGE, _S.MESSAGE)
-        self._pending.append(_Command.MESSAGE)
-        self._state = _S.READY
+        self._require(_Command.MESSAGE)
+        self._advance(_Command.MESSAGE)
         return encode_message_parts(data)
 
     def rset(self) -> bytes:
         """RSET, abandoning any transaction."""
-        self._require(_Command.RSET, *_IDLE)
-        return self._send(_Command.RSET, _S.READY, "RSET")
+        self._require(_Command.RSET)
+        return self._send(_Command.RSET, "RSET")
 
     def quit(self) -> bytes:
         """QUIT; the server answers 221 and closes the connection."""
-        self._require(_Command.QUIT, _S.REFUSED, _S.CONNECTED, *_IDLE)
-        return self._send(_Command.QUIT, _S.CLOSED, "QUIT")
+        self._require(_Command.QUIT)
+        return self._send(_Command.QUIT, "QUIT")
 
-    def _require(self, command: _Command, *allowed: ClientState) -> None:
-        if self._state not in allowed:
+    def _require(self, command: _Command) -> None:
+        if self._state not in _SENDS[command][0]:
             raise RuntimeError(f"cannot send {command.value} in state {self._state.value}")
 
-    def _send(self, command: _Command, then: ClientState, line: str) -> bytes:
+    def _advance(self, command: _Command) -> None:
+        """`command` is on its way: its reply is awaited, and the state moves (`_SENDS`)."""
         self._pending.append(command)
-        self._state = then
+        self._state = _SENDS[command][1]
+
+    def _send(self, command: _Command, line: str) -> bytes:
+        self._advance(command)
         return f"{line}\r\n".encode()

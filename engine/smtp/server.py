@@ -35,9 +35,9 @@ import base64
 import binascii
 import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from engine.smtp.client import NEED_DATA as NEED_DATA
 from engine.smtp.client import NeedData as NeedData
@@ -207,6 +207,41 @@ class ServerState(enum.Enum):
 
 _S = ServerState
 
+# The conversation's order as data. Command lines are read in CONNECTED, READY, MAIL and
+# RCPT (an AUTH exchange reads its own lines; nothing is read while TLS starts or once
+# closed). `_OUT_OF_SEQUENCE`: the refusal of a command in a state it does not belong to
+# (a state not listed goes on to the command's own checks). `_TAKEN`: the state a command
+# moves to once taken (MAIL and RCPT when their request is answered 2xx; RSET only out of
+# a transaction, never back before EHLO). The end of the message data, answered or refused,
+# ends the transaction (READY); a 421 closes from anywhere.
+_OUT_OF_SEQUENCE: Final[Mapping[str, Mapping[ServerState, SmtpReply]]] = {
+    "STARTTLS": {_S.CONNECTED: S503_HELLO_FIRST},
+    "AUTH": {
+        _S.CONNECTED: S503_HELLO_FIRST,
+        _S.MAIL: S503_AUTH_IN_TRANSACTION,
+        _S.RCPT: S503_AUTH_IN_TRANSACTION,
+    },
+    "MAIL": {_S.CONNECTED: S503_HELLO_FIRST, _S.MAIL: S503_NESTED_MAIL, _S.RCPT: S503_NESTED_MAIL},
+    "RCPT": {_S.CONNECTED: S503_HELLO_FIRST, _S.READY: S503_MAIL_FIRST},
+    "DATA": {
+        _S.CONNECTED: S503_HELLO_FIRST,
+        _S.READY: S503_MAIL_FIRST,
+        _S.MAIL: S554_NO_VALID_RECIPIENTS,
+    },
+}
+_TAKEN: Final[Mapping[str, ServerState]] = {
+    "EHLO": _S.READY,
+    "HELO": _S.READY,
+    "STARTTLS": _S.STARTING_TLS,
+    "AUTH": _S.AUTH,  # until the exchange's last line (then READY)
+    "MAIL": _S.MAIL,
+    "RCPT": _S.RCPT,
+    "DATA": _S.DATA,
+    "RSET": _S.READY,
+    "QUIT": _S.CLOSED,
+}
+_IN_TRANSACTION = (_S.MAIL, _S.RCPT, _S.DATA)  # ended (to READY) by RSET, EHLO or the data
+
 
 class SmtpServer:
     """One SMTP server connection, from the greeting to QUIT, without the connection."""
@@ -331,10 +366,10 @@ class SmtpServer:
             self._mail_from = request.address
             self._smtputf8 = request.smtputf8
             self._requiretls = request.requiretls
-            self._state = _S.MAIL
+            self._state = _TAKEN["MAIL"]
         elif isinstance(request, RcptTo) and reply.is_success:
             self._recipients.append(request.address)
-            self._state = _S.RCPT
+            self._state = _TAKEN["RCPT"]
         elif isinstance(request, MessageData):
             self._reset()
             if reply.is_success:
@@ -392,7 +427,7 @@ class SmtpServer:
             self._refuse(S501_SYNTAX)
             return
         self._reset()
-        self._state = _S.READY
+        self._state = _TAKEN["EHLO" if extended else "HELO"]
         self._helo_name, self._extended = argument, extended
         if not extended:
             self._queue(SmtpReply.of(250, self._policy.hostname))
@@ -433,12 +468,10 @@ class SmtpServer:
             self._refuse(S503_TLS_ACTIVE)
         elif not self._policy.tls_available:
             self._refuse(S454_TLS_UNAVAILABLE)
-        elif self._state is _S.CONNECTED:
-            self._refuse(S503_HELLO_FIRST)
-        else:
+        elif not self._out_of_sequence("STARTTLS"):
             self._queue(SmtpReply.of(220, "2.0.0 Ready to start TLS"))
             self._buffer.clear()  # pipelined after STARTTLS: never executed
-            self._state = _S.STARTING_TLS
+            self._state = _TAKEN["STARTTLS"]
             return StartTlsRequested()
         return None
 
@@ -449,21 +482,19 @@ class SmtpServer:
             self._refuse(S502_NOT_IMPLEMENTED)
         elif not self._auth_offered():
             self._refuse(S530_STARTTLS_FIRST)
-        elif self._state is _S.CONNECTED:
-            self._refuse(S503_HELLO_FIRST)
-        elif self._authenticated is not None:
+        elif self._authenticated is not None:  # only ever after EHLO (TLS forgets it)
             self._refuse(S503_ALREADY_AUTHENTICATED)
-        elif self._state is not _S.READY:
-            self._refuse(S503_AUTH_IN_TRANSACTION)
+        elif self._out_of_sequence("AUTH"):
+            return None
         elif mechanism not in ("PLAIN", "LOGIN"):
             self._refuse(S504_AUTH_MECHANISM)
         elif not initial:
             self._auth_step = (mechanism, None)
-            self._state = _S.AUTH
+            self._state = _TAKEN["AUTH"]
             self._queue(S334_AUTH_CONTINUE if mechanism == "PLAIN" else S334_USERNAME)
         else:
             self._auth_step = (mechanism, None)
-            self._state = _S.AUTH
+            self._state = _TAKEN["AUTH"]
             return self._auth_response(initial.strip())
         return None
 
@@ -489,17 +520,13 @@ class SmtpServer:
             return AuthAttempt("PLAIN", parts[1], parts[2])
         if username is None:
             self._auth_step = ("LOGIN", decoded)
-            self._state = _S.AUTH
+            self._state = _TAKEN["AUTH"]
             self._queue(S334_PASSWORD)
             return None
         return AuthAttempt("LOGIN", username, decoded)
 
     def _mail(self, argument: str) -> Event | None:
-        if self._state is _S.CONNECTED:
-            self._refuse(S503_HELLO_FIRST)
-            return None
-        if self._state is not _S.READY:
-            self._refuse(S503_NESTED_MAIL)
+        if self._out_of_sequence("MAIL"):
             return None
         if self._policy.auth and self._authenticated is None:
             self._refuse(S530_STARTTLS_FIRST if not self._auth_offered() else S530_AUTH_REQUIRED)
@@ -533,8 +560,7 @@ class SmtpServer:
         return MailFrom(address, size, smtputf8, requiretls)
 
     def _rcpt(self, argument: str) -> Event | None:
-        if self._state not in (_S.MAIL, _S.RCPT):
-            self._refuse(S503_MAIL_FIRST if self._state is not _S.CONNECTED else S503_HELLO_FIRST)
+        if self._out_of_sequence("RCPT"):
             return None
         parsed = self._path_argument(argument, "TO:")
         if parsed is None:
@@ -582,19 +608,15 @@ class SmtpServer:
     def _data_command(self, argument: str) -> Event | None:
         if argument:
             self._refuse(S501_SYNTAX)
-        elif self._state is _S.MAIL:
-            self._refuse(S554_NO_VALID_RECIPIENTS)
-        elif self._state is not _S.RCPT:
-            self._refuse(S503_HELLO_FIRST if self._state is _S.CONNECTED else S503_MAIL_FIRST)
-        else:
+        elif not self._out_of_sequence("DATA"):
             self._queue(S354_START_DATA)
             self._data.start()
-            self._state = _S.DATA
+            self._state = _TAKEN["DATA"]
         return None
 
     def _rset(self, argument: str) -> None:
         if self._state is not _S.CONNECTED:
-            self._state = _S.READY
+            self._state = _TAKEN["RSET"]
         self._reset()
         self._queue(S250_RESET)
 
@@ -603,7 +625,7 @@ class SmtpServer:
 
     def _quit(self, argument: str) -> Event:
         self._queue(S221_BYE)
-        self._state = _S.CLOSED
+        self._state = _TAKEN["QUIT"]
         return Quit()
 
     def _vrfy(self, argument: str) -> None:
@@ -658,6 +680,13 @@ class SmtpServer:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def _out_of_sequence(self, verb: str) -> bool:
+        """Whether `verb` does not belong in this state (`_OUT_OF_SEQUENCE`): refused if so."""
+        refusal = _OUT_OF_SEQUENCE[verb].get(self._state)
+        if refusal is not None:
+            self._refuse(refusal)
+        return refusal is not None
+
     def _protocol(self) -> str:
         """The RFC 3848 name of this session's protocol, for a `Received:` field."""
         if not self._extended:
@@ -669,7 +698,7 @@ class SmtpServer:
         self._smtputf8 = False
         self._requiretls = False
         self._recipients = []
-        if self._state in (_S.MAIL, _S.RCPT, _S.DATA):
+        if self._state in _IN_TRANSACTION:
             self._state = _S.READY
 
     def _queue(self, reply: SmtpReply) -> None:

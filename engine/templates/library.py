@@ -2,7 +2,8 @@
 
 `variables` is never taken from the client: it is extracted (engine/templates/variables.py) from
 html_body and text_body, as the spec says, each time either changes. A duplicate is named
-`<name> (copy)` (DESIGN.md) and counts against the plan's limit like any new template.
+`<name> (copy)` (docs/architecture.md section 7) and counts against the plan's limit like any
+new template.
 `fill` completes a send request from a template (`template_id` + `variables` on /v1/emails).
 """
 
@@ -11,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from engine import plans
 from engine.activity import Change, record
 from engine.platform.errors import NotFound
 from engine.platform.runtime import Principal, Runtime
-from engine.sending.intake import SendRequest
 from engine.templates.variables import extract, render, render_subject
 from storage import templates
 from storage.codec import new_id
@@ -131,9 +131,26 @@ async def duplicate(rt: Runtime, who: Principal, template_id: str) -> Template:
     return await rt.db.write(_duplicate, who, template_id, rt.clock.now())
 
 
+class Draft(Protocol):
+    """What a template completes: a dataclass with these fields (a send request,
+    engine/sending/intake.py `SendRequest`; sending builds on templates, not the other way)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def subject(self) -> str: ...
+    @property
+    def html(self) -> str | None: ...
+    @property
+    def text(self) -> str | None: ...
+
+
+D = TypeVar("D", bound=Draft)
+
+
 async def fill(
-    rt: Runtime, who: Principal, req: SendRequest, template_id: str, variables: Mapping[str, Any]
-) -> SendRequest:
+    rt: Runtime, who: Principal, req: D, template_id: str, variables: Mapping[str, Any]
+) -> D:
     """A send request completed from a template: the subject, html and text it leaves out
     (empty or absent) rendered with `variables` (values HTML-escaped in html)."""
     template = await get(rt, who, template_id)

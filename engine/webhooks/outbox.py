@@ -1,9 +1,10 @@
 """The webhook outbox: which email events webhooks carry, the payload each is sent as, and
 their deliveries queued in the unit of work that records the events.
 
-Storage records an event and hands it to `queue` in the same transaction (storage/emails.py
-takes it as its `Outbox`), so an event is never stored without its deliveries, nor the other
-way round; storage/webhooks.py `fan_out` writes one delivery per active subscribed webhook.
+The engine function that has storage record events queues them here in the same unit of
+work (`record`, or `queue` with the events a storage write says it recorded), so an event is
+never stored without its deliveries, nor the other way round; storage never calls back into
+the engine. storage/webhooks.py `fan_out` writes one delivery per active subscribed webhook.
 
 Email events are stored under their own names (`delivered`), as the events endpoint lists
 them; webhooks name them `email.delivered`. `webhook_event` is the one place that maps them.
@@ -12,11 +13,11 @@ them; webhooks name them `email.delivered`. `webhook_event` is the one place tha
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from storage import webhooks
+from storage import emails, webhooks
 from storage.emails import Event
 from storage.tx import Tx
 
@@ -61,6 +62,11 @@ def payload(
         "metadata": meta,
     }
     return json.dumps(body, separators=(",", ":"))
+
+
+def record(tx: Tx, events: Iterable[Event]) -> None:
+    """Record email events and queue their webhook deliveries, in one unit of work."""
+    queue(tx, emails.insert_events(tx, events))
 
 
 def queue(tx: Tx, events: Sequence[Event]) -> None:

@@ -1,16 +1,12 @@
-"""The complaint-rate guard's window and what a stopped domain's sender is told; its rates
-and the operator's minimum are settings (engine/platform/settings.py `ComplaintLimits`).
-
-The window is 30 days, the span the providers' own postmaster dashboards average over.
+"""A sending domain's marketing stop: the complaint-rate guard (engine/contacts/complaint_guard.py)
+stops a domain's mail that offers unsubscribe when its complaint rate passes the stop rate;
+what its sender is told until a person resumes it. Single sends (engine/sending/intake.py)
+and bulk sends (engine/contacts/bulk_send.py) are refused by the same rule.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from storage.domains import Domain
-
-WINDOW = timedelta(days=30)
 
 
 def stopped_problem(domain: Domain) -> str | None:
