@@ -39,6 +39,7 @@ from engine.platform.supervisor import Actor, Supervisor
 from engine.platform.wakeups import WakeupRelay
 from engine.reports.tls_sender import TlsReporter
 from engine.retention import RetentionSweeper
+from engine.sandbox.capture import SandboxEgress
 from engine.sandbox.outcomes import SandboxOutcomes
 from engine.transfers.timer import TransferTimer
 from engine.webhooks.dispatcher import WebhookDispatcher
@@ -218,7 +219,8 @@ async def serve(
                 TlsReporter(rt),
                 # Last: over a long queue it starts a queue per domain at once, whose claims
                 # would hold up the others' first writes (and the start) behind them.
-                DeliveryRouter(rt),
+                # The sandbox answers its workspaces' mail before the SMTP egress sees it.
+                DeliveryRouter(rt, [SandboxEgress(rt)]),
             ]
         draining = [a for a in actors if isinstance(a, Draining)]
         supervisor = Supervisor(actors, db, rt.faults)
