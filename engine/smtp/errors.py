@@ -43,7 +43,9 @@ class TransientFailure(SmtpError):
     """
 
     def __init__(self, reply: SmtpReply | None, message: str | None = None) -> None:
-        super().__init__(message or (str(reply) if reply is not None else "transient failure"), reply)
+        super().__init__(
+            message or (str(reply) if reply is not None else "transient failure"), reply
+        )
 
 
 class TlsFailure(TransientFailure):
