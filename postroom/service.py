@@ -41,6 +41,7 @@ from engine.reports.tls_sender import TlsReporter
 from engine.retention import RetentionSweeper
 from engine.sandbox.capture import SandboxEgress
 from engine.sandbox.outcomes import SandboxOutcomes
+from engine.sandbox.posts import PostCaptures
 from engine.transfers.timer import TransferTimer
 from engine.webhooks.dispatcher import WebhookDispatcher
 from mcp_door.http import HttpDoor
@@ -209,7 +210,7 @@ async def serve(
             rt.wakeups.close_actors()  # the delivery workers take the work it announces
         else:
             actors += [
-                WebhookDispatcher(rt, settings.extra_ca_file),
+                WebhookDispatcher(rt, settings.extra_ca_file, PostCaptures(rt)),
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
