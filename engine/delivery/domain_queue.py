@@ -124,11 +124,11 @@ class _Outcomes:
 
 class _Round:
     """The outcomes gathered in one delivery round. Each SMTP transaction's are written as it
-    ends (`_commit`), while its connection goes on with the next one up to the server's 354,
-    and sends that one's message only once they are written (`recorded`): a node that stops,
-    stalls or dies leaves at most one transaction per connection delivered without its
-    outcome. The rest (failures decided at the round's end) are written at the end, after
-    every such write."""
+    ends (`_Recording._commit`), while its connection goes on with the next one up to the
+    server's 354, and sends that one's message only once they are written (`recorded`): a
+    node that stops, stalls or dies leaves at most one transaction per connection delivered
+    without its outcome. The rest (failures decided at the round's end) are written at the
+    end, after every such write."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
