@@ -45,7 +45,9 @@ from engine.platform.supervisor import Actor, Supervisor
 from engine.platform.wakeups import WakeupRelay
 from engine.reports.tls_sender import TlsReporter
 from engine.retention import RetentionSweeper
+from engine.sandbox.capture import SandboxEgress
 from engine.sandbox.outcomes import SandboxOutcomes
+from engine.sandbox.posts import PostCaptures
 from engine.transfers.timer import TransferTimer
 from engine.webhooks.dispatcher import WebhookDispatcher
 from mcp_door.http import HttpDoor
@@ -214,7 +216,7 @@ async def serve(
             rt.wakeups.close_actors()  # the delivery workers take the work it announces
         else:
             actors += [
-                WebhookDispatcher(rt, settings.extra_ca_file),
+                WebhookDispatcher(rt, settings.extra_ca_file, PostCaptures(rt)),
                 DomainChecker(rt),
                 Forwarder(rt, settings.extra_ca_file),
                 TransferTimer(rt),
@@ -224,7 +226,8 @@ async def serve(
                 TlsReporter(rt),
                 # Last: over a long queue it starts a queue per domain at once, whose claims
                 # would hold up the others' first writes (and the start) behind them.
-                DeliveryRouter(rt),
+                # The sandbox answers its workspaces' mail before the SMTP egress sees it.
+                DeliveryRouter(rt, [SandboxEgress(rt)]),
             ]
         draining = [a for a in actors if isinstance(a, Draining)]
         supervisor = Supervisor(actors, db, rt.faults)

@@ -76,3 +76,17 @@ def test_the_rules_see_a_feature_import() -> None:
     """The walk above reads real imports: a feature module's are found."""
     modules = _modules("engine/contacts")["engine/contacts/recovery.py"]
     assert "engine.platform.nodes" in modules and "engine.contacts.bulk_send" in modules
+
+
+def test_delivery_and_webhooks_do_not_import_the_sandbox() -> None:
+    """The sandbox plugs into them (its egress, its capture of POSTs), given by
+    postroom/service.py; it may import their types, never the other way round."""
+    wrong = [
+        f"{path} imports {module}"
+        for package in ("engine/delivery", "engine/webhooks")
+        for path, modules in _modules(package).items()
+        for module in modules
+        if _under(module, "engine.sandbox")
+    ]
+    assert wrong == []
+    assert "engine.delivery.egress" in _modules("engine/sandbox")["engine/sandbox/capture.py"]

@@ -25,7 +25,7 @@ from engine.smtp import (
     TransientFailure,
     connect,
 )
-from engine.smtp.errors import TlsFailure
+from engine.smtp.errors import SmtpError, TlsFailure
 from engine.smtp.grammar import MAX_REPLY_LINE, MAX_REPLY_LINES
 from engine.smtp.replies import (
     S250_OK,
@@ -562,12 +562,12 @@ async def test_closed_port_is_transient() -> None:
     ],
 )
 async def test_refused_greeting_fails_the_connection(
-    nursery: trio.Nursery, greeting: bytes, error: type[Exception]
+    nursery: trio.Nursery, greeting: bytes, error: type[SmtpError]
 ) -> None:
     port = await start_scripted_server(nursery, greeting)
     with pytest.raises(error) as failure:
         await connect("127.0.0.1", port, helo_name=HELO, tls=None)
-    reply = getattr(failure.value, "reply", None)
+    reply = failure.value.reply
     assert isinstance(reply, SmtpReply) and reply.code == int(greeting[:3])
 
 

@@ -1,4 +1,6 @@
-"""The delivery router: one `DomainQueue` actor per recipient domain with work.
+"""The delivery router: one `DomainQueue` actor per recipient domain with work, each with
+its own SMTP egress, and the routes that choose another egress for some transfers (the
+sandbox's, for sandboxed workspaces: engine/delivery/egress.py).
 
 On start it wakes a queue for every domain with recipients still to try, so nothing accepted
 before a crash is left behind. Afterwards it wakes (or starts) a domain's queue whenever a
@@ -24,18 +26,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import trio
 
-from engine.delivery.domain_queue import (
-    DomainQueue,
-    DomainQueueStatistics,
-    Kept,
-    opportunistic_tls,
-    write_kept,
-)
+from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, Kept, write_kept
+from engine.delivery.egress import Routes, Selective
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
+from engine.delivery.smtp_egress import SmtpEgress, Source, opportunistic_tls
 from engine.platform.runtime import Runtime
 from engine.platform.wakeups import RESCAN
 from storage import emails, nodes
@@ -69,8 +68,11 @@ class RouterStatistics:
 class DeliveryRouter:
     name = "delivery"
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, selective: Sequence[Selective] = ()) -> None:
+        """`selective`: the egresses that take some transfers before the SMTP egress does
+        (the sandbox's, given by postroom/service.py)."""
         self._rt = rt
+        self._routes = Routes(selective)
         self._queues: dict[str, DomainQueue] = {}
         self._finished = RouterStatistics(0, 0, 0, 0, 0)  # totals of queues that returned
         self._tls = opportunistic_tls()
@@ -184,7 +186,11 @@ class DeliveryRouter:
         queue = self._queues.get(domain)
         if queue is None:
             keep = self._keep.send_nowait
-            queue = DomainQueue(self._rt, domain, self._tls, self._rounds, keep, self._latency)
+            # Every connection greets as the service's host, from the address the system picks.
+            egress = SmtpEgress(self._rt, domain, self._tls, Source(self._rt.smtp_host))
+            queue = DomainQueue(
+                self._rt, domain, egress, self._routes, self._rounds, keep, self._latency
+            )
             self._queues[domain] = queue
             nursery.start_soon(self._run_queue, queue)
         queue.wake()

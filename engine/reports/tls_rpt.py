@@ -49,7 +49,7 @@ _RESULT_TYPES = (
     ("TLSA", "tlsa-invalid"),
     ("DNSSEC", "dnssec-invalid"),
 )
-# One host a TLS policy passed over, in a deferral's response (engine/delivery/domain_queue.py
+# One host a TLS policy passed over, in a deferral's response (engine/delivery/smtp_egress.py
 # `_refused_by_policy`): `tls_policy: <host> [<address>]: <why>` or `tls_policy: <host> is …`.
 _PASSED_OVER = re.compile(r"tls_policy: ([A-Za-z0-9._-]+)(?: \[([0-9A-Fa-f:.]+)\])?[: ]")
 

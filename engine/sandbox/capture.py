@@ -1,71 +1,62 @@
-"""Capture: the outgoing mail of sandboxed workspaces, answered by the sandbox, not an MX.
+"""The sandbox egress: the outgoing mail of sandboxed workspaces, answered by the sandbox,
+not an MX.
 
-Delivery hands each round's transfers here before it looks a recipient's MX up
-(`DomainQueue._send`); those of workspaces in sandbox mode never reach the network. Each of
-their recipients is answered by its script (engine/sandbox/scripts.py) through the round's
-own outcome methods, so statuses, events and their signed webhooks come from the normal
-engine: a 250 is `delivered`, a 4xx `deferred` on the real retry schedule, a 5.1.1
-`bounced` and suppressed. What recipients accepted is stored as it would have arrived (the
-signed bytes, and whether the DKIM signature verifies against the domain's own key), in one
-unit with the outcomes they script for later. Like a real server's 250, a capture stands
-even if the node dies before the round records its outcomes; the retry captures it again.
+The delivery router's routes (engine/delivery/egress.py) offer each round's transfers to this
+egress before the SMTP egress, before any MX is looked up; it takes those of workspaces in
+sandbox mode, which never reach the network. postroom/service.py gives it to the router:
+delivery does not know the sandbox. Each of their recipients is answered by its script
+(engine/sandbox/scripts.py) through the round's own record, so statuses, events and their
+signed webhooks come from the normal engine: a 250 is `delivered`, a 4xx `deferred` on the
+real retry schedule, a 5.1.1 `bounced` and suppressed. What recipients accepted is stored as
+it would have arrived (the signed bytes, and whether the DKIM signature verifies against the
+domain's own key), in one unit with the outcomes they script for later. Like a real
+server's 250, a capture stands even if the node dies before the round records its outcomes;
+the retry captures it again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol, TypeVar
 
 import dkim as dkimpy
 import trio
 
 from engine.delivery.classify import Replied, Verdict
-from engine.delivery.messages import WireMessage
+from engine.delivery.egress import Lanes, Record, Transfer
 from engine.domains import dkim_keys
 from engine.platform.runtime import Runtime
 from engine.sandbox.scripts import answer, script_for
 from storage import sandbox
 from storage.codec import new_id
-from storage.emails import Email, Recipient
 from storage.sandbox import Captured, Scheduled, SigningKey
 
 
-class Transfer(Protocol):
-    """One email to its recipients at one domain, as delivery holds it."""
+class SandboxEgress:
+    """Answers the transfers of sandboxed workspaces (an `egress.Selective`)."""
 
-    @property
-    def email(self) -> Email: ...
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
 
-    @property
-    def recipients(self) -> list[Recipient]: ...
+    async def select(self, transfers: list[Transfer]) -> list[Transfer]:
+        """The transfers of sandboxed workspaces."""
+        sandboxed, _ = await self._senders(transfers)
+        return [t for t in transfers if t.email.workspace_id in sandboxed]
 
-    @property
-    def message(self) -> WireMessage: ...
+    async def send(self, transfers: list[Transfer], record: Record, lanes: Lanes) -> None:
+        """Answer each recipient by its script; store what they accepted."""
+        _, keys = await self._senders(transfers)
+        await _answer(self._rt, transfers, keys, record)
 
-
-class Outcomes(Protocol):
-    """The delivery round's record of what each recipient's server answered."""
-
-    def settle(self, email: Email, recipient: Recipient, outcome: Replied) -> Verdict: ...
-
-
-T = TypeVar("T", bound=Transfer)
-
-
-async def divert(rt: Runtime, work: list[T], outcomes: Outcomes) -> list[T]:
-    """Answer the transfers of sandboxed workspaces here; the others, to send for real."""
-    workspaces = {t.email.workspace_id for t in work}
-    domains = {t.email.domain_id for t in work}
-    sandboxed, keys = await rt.db.read(sandbox.sandboxed_senders, workspaces, domains)
-    if not sandboxed:
-        return work
-    await _answer(rt, [t for t in work if t.email.workspace_id in sandboxed], keys, outcomes)
-    return [t for t in work if t.email.workspace_id not in sandboxed]
+    async def _senders(self, transfers: list[Transfer]) -> tuple[set[str], dict[str, SigningKey]]:
+        """The sandboxed workspaces among the transfers', and their domains' signing keys."""
+        workspaces = {t.email.workspace_id for t in transfers}
+        domains = {t.email.domain_id for t in transfers}
+        return await self._rt.db.read(sandbox.sandboxed_senders, workspaces, domains)
 
 
 async def _answer(
-    rt: Runtime, transfers: Sequence[Transfer], keys: dict[str, SigningKey], outcomes: Outcomes
+    rt: Runtime, transfers: Sequence[Transfer], keys: dict[str, SigningKey], record: Record
 ) -> None:
     clock = rt.clock
     # A slow script holds its transfer as a slow server holds its connection.
@@ -83,7 +74,7 @@ async def _answer(
             script = script_for(recipient.address)
             reply = answer(script, recipient.address, recipient.attempts)
             # The script's reply is classified as a real server's would be.
-            if outcomes.settle(email, recipient, Replied(reply)) is Verdict.DELIVERED:
+            if record.settle(email, recipient, Replied(reply)) is Verdict.DELIVERED:
                 taken.append(recipient.address)
                 scheduled.extend(
                     Scheduled(

@@ -72,6 +72,26 @@ async def capture(
     await rt.db.write(unit)
 
 
+class PostCaptures:
+    """The capture as the webhook dispatcher is given it (by postroom/service.py: the
+    webhooks do not import the sandbox)."""
+
+    answer = ANSWER  # the response a captured POST is recorded with
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    async def capture(
+        self,
+        workspace_id: str,
+        kind: str,
+        source_id: str,
+        request: tuple[str, Mapping[str, str], bytes],
+        outcome: Callable[[Tx, datetime], None],
+    ) -> None:
+        await capture(self._rt, workspace_id, kind, source_id, request, outcome)
+
+
 @dataclass(frozen=True, slots=True)
 class CapturedRequest:
     """One captured POST, with its body as text (JSON, as every POST we make is)."""

@@ -15,7 +15,12 @@ from engine.smtp.replies import SmtpReply
 
 
 class SmtpError(Exception):
-    """Base of the errors below."""
+    """Base of the errors below. ``reply`` is the server's reply that ended the attempt, or
+    None when there was none (a broken connection, a timeout, a reply breaking the grammar)."""
+
+    def __init__(self, message: str, reply: SmtpReply | None = None) -> None:
+        super().__init__(message)
+        self.reply = reply
 
 
 class ProtocolError(SmtpError):
@@ -38,8 +43,9 @@ class TransientFailure(SmtpError):
     """
 
     def __init__(self, reply: SmtpReply | None, message: str | None = None) -> None:
-        super().__init__(message or (str(reply) if reply is not None else "transient failure"))
-        self.reply = reply
+        super().__init__(
+            message or (str(reply) if reply is not None else "transient failure"), reply
+        )
 
 
 class TlsFailure(TransientFailure):
@@ -52,6 +58,7 @@ class PermanentFailure(SmtpError):
     or 5xx to both EHLO and HELO. Every recipient routed to this server fails with ``reply``.
     """
 
+    reply: SmtpReply
+
     def __init__(self, reply: SmtpReply, message: str | None = None) -> None:
-        super().__init__(message or str(reply))
-        self.reply = reply
+        super().__init__(message or str(reply), reply)

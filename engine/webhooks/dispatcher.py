@@ -7,8 +7,8 @@ through one pooled keep-alive HTTP/1.1 client (engine/platform/http1_client.py) 
 others. The body is sent exactly as stored, with `X-Webhook-Signature`: the hex HMAC-SHA256
 of that body keyed with the webhook's secret, and the webhook's basic-auth credentials only
 to the origin of the URL they were given with.
-A sandboxed workspace's deliveries are captured instead (engine/sandbox/posts.py), never
-sent. A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
+A sandboxed workspace's deliveries are captured instead (engine/sandbox/posts.py, given by
+postroom/service.py as a `PostCapture`), never sent. A 2xx is `delivered`; anything else — no answer within 10 s, a refused connection, a URL that
 cannot be sent to — is a failed attempt, retried on the schedule of engine/platform/outbound_http.py;
 the 8th failure makes the delivery `dead` (replayable). Each outcome is one unit of work
 through group commit.
@@ -23,9 +23,11 @@ import hashlib
 import hmac
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -33,7 +35,6 @@ from engine.platform import faults, outbound_http
 from engine.platform.leased_worker import LeasedWorker
 from engine.platform.nodes import LEASE
 from engine.platform.runtime import Runtime
-from engine.sandbox import posts
 from engine.webhooks import profiles
 from storage import webhooks
 from storage.leases import Claimed
@@ -56,6 +57,27 @@ def signature(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+class PostCapture(Protocol):
+    """Where the POSTs of sandboxed workspaces go instead of the network."""
+
+    @property
+    def answer(self) -> str:
+        """The response a captured POST is recorded with."""
+        ...
+
+    async def capture(
+        self,
+        workspace_id: str,
+        kind: str,
+        source_id: str,
+        request: tuple[str, Mapping[str, str], bytes],
+        outcome: Callable[[Tx, datetime], None],
+    ) -> None:
+        """Store the POST `request` (URL, header fields, body) and, in the same unit of
+        work, `outcome` (called with the unit and the time of the capture)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class DispatcherStatistics:
     in_flight: int
@@ -68,8 +90,9 @@ class WebhookDispatcher:
     name = "webhooks"
     table = webhooks.DELIVERIES
 
-    def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
+    def __init__(self, rt: Runtime, extra_ca_file: Path | None, sandbox: PostCapture) -> None:
         self._rt = rt
+        self._sandbox = sandbox
         tls = outbound_http.tls_context(extra_ca_file)
         self._client = outbound_http.client(rt, tls, PER_ENDPOINT)
         self._worker = LeasedWorker(
@@ -117,14 +140,15 @@ class WebhookDispatcher:
 
     async def _capture(self, delivery: Delivery, headers: dict[str, str], body: bytes) -> None:
         """The POST of a sandboxed workspace: captured as sent, and delivered."""
-        rt = self._rt
-        attempt = Attempt(delivery.id, "delivered", None, None, posts.ANSWER)
+        attempt = Attempt(delivery.id, "delivered", None, None, self._sandbox.answer)
 
         def delivered(tx: Tx, now: datetime) -> None:
             webhooks.record_attempts(tx, [attempt], now)
 
         request = (delivery.endpoint_url, headers, body)
-        await posts.capture(rt, delivery.workspace_id, "webhook", delivery.id, request, delivered)
+        await self._sandbox.capture(
+            delivery.workspace_id, "webhook", delivery.id, request, delivered
+        )
 
     @staticmethod
     def _same_origin(delivery: Delivery) -> bool:
