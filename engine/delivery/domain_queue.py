@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -89,6 +89,7 @@ from storage import delivery, delivery_policies, destination_slots, emails
 from storage import incidents as stored_incidents
 from storage.codec import new_id
 from storage.delivery import Unheld
+from storage.egress import Source
 from storage.emails import Email, Event, Recipient, RecipientUpdate
 from storage.errors import DatabaseUnreachable, is_outage
 from storage.suppressions import Suppression
@@ -316,6 +317,7 @@ class _Transfer:
     email: Email
     recipients: list[Recipient]
     message: WireMessage
+    source: Source | None = None  # the egress source it leaves from (None: the default)
 
 
 @dataclass(slots=True)
@@ -630,7 +632,8 @@ class DomainQueue:
                 email = replace(email, raw=None)
                 for message in messages:
                     mine = [r for r in recipients if message.recipient in (None, r.address)]
-                    work.append(_Transfer(email, mine, message))
+                    source = claim.sources.get(email.id)
+                    work.append(_Transfer(email, mine, message, source))
         return _Prepared(claim, outcome, work, token, epoch)
 
     async def _take_large(
@@ -868,21 +871,28 @@ class DomainQueue:
                 await self._close_sessions()  # kept ones were opened under another policy
             self._policy, self._dane = policy, covered
             applied = "opportunistic" if policy is None else "mta-sts"
-            queue = deque(work)
+            # Each egress source has connections of its own, never shared with another's mail.
+            queues: dict[str | None, deque[_Transfer]] = defaultdict(deque)
+            for transfer in work:
+                queues[None if transfer.source is None else transfer.source.id].append(transfer)
             problems: list[Outcome] = []
             async with trio.open_nursery() as nursery:
-                for _ in range(min(connections, len(work))):
-                    nursery.start_soon(
-                        self._connection,
-                        targets,
-                        queue,
-                        outcome,
-                        problems,
-                        per_connection,
-                        epoch,
-                        nursery,
-                    )
-            work = list(queue)  # whatever no connection could take
+                for queue, count in zip(
+                    queues.values(), _shares(connections, queues.values()), strict=True
+                ):
+                    for _ in range(count):
+                        nursery.start_soon(
+                            self._connection,
+                            targets,
+                            queue,
+                            outcome,
+                            problems,
+                            per_connection,
+                            epoch,
+                            nursery,
+                            queue[0].source,
+                        )
+            work = [t for queue in queues.values() for t in queue]  # what none could take
             failure = _worst(problems)
             if isinstance(failure, Unreachable) and failure.policy is None:
                 failure = replace(failure, policy=applied)
@@ -901,14 +911,18 @@ class DomainQueue:
         per_connection: int | None,
         epoch: int,
         writes: trio.Nursery,
+        source: Source | None,
     ) -> None:
-        """One SMTP connection, reused for transfer after transfer until the queue is empty
-        (a new one after every `per_connection` transfers); one kept from the round before if
-        there is one, else a new one. Before each transfer it makes sure the node still holds
+        """One SMTP connection from `source`, reused for transfer after transfer until the
+        queue is empty (a new one after every `per_connection` transfers); one the round
+        before kept from the same source if there is one, else a new one. Before each transfer it makes sure the node still holds
         the round's leases and is not draining, and after it has its outcome written (in
         `writes`, while it goes on)."""
-        reused = bool(self._sessions)
-        session = self._sessions.pop() if reused else await self._open(targets)
+        kept = [s for s in self._sessions if s.source == _bound(source, self._rt)]
+        reused = bool(kept)
+        if reused:
+            self._sessions.remove(kept[-1])
+        session = kept[-1] if reused else await self._open(targets, source)
         if not isinstance(session, SmtpSession):
             problems.append(session)
             return
@@ -921,7 +935,7 @@ class DomainQueue:
                 if per_connection is not None and sent >= per_connection:
                     await self._quit(session)
                     reused, sent = False, 0
-                    session = await self._open(targets)
+                    session = await self._open(targets, source)
                     if not isinstance(session, SmtpSession):
                         problems.append(session)
                         return
@@ -946,7 +960,7 @@ class DomainQueue:
                         queue.appendleft(transfer)
                         await self._quit(session)
                         reused, sent = False, 0
-                        session = await self._open(targets)
+                        session = await self._open(targets, source)
                         if not isinstance(session, SmtpSession):
                             problems.append(session)
                             return
@@ -998,8 +1012,10 @@ class DomainQueue:
             self._lose(DatabaseUnreachable(down_for))
         return not self._draining
 
-    async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | Outcome:
-        """A session with the first MX host that answers, or why none did.
+    async def _open(
+        self, targets: list[mx.MxTarget], source: Source | None
+    ) -> SmtpSession | Outcome:
+        """A session from `source` with the first MX host that answers, or why none did.
 
         Without an MTA-STS policy, a failed TLS handshake is tried once more with the same
         host in plain text (opportunistic TLS, as Postfix's `may` level). Under a policy, a
@@ -1012,6 +1028,7 @@ class DomainQueue:
         """
         problems: list[Outcome] = []
         rt, policy = self._rt, self._policy
+        local_address, helo_name = _bound(source, rt)
         enforced = policy is not None and policy.enforced
         applied = "opportunistic" if policy is None else "mta-sts"
         # For hosts a policy lists; loaded only then (the CA store costs ~45 ms of CPU).
@@ -1019,7 +1036,7 @@ class DomainQueue:
         for target in targets:
             covered = self._dane.get(target.host)
             if covered is not None:
-                opened = await self._open_under_dane(target, covered)
+                opened = await self._open_under_dane(target, covered, source)
                 if isinstance(opened, SmtpSession):
                     return opened
                 problems += opened
@@ -1037,8 +1054,9 @@ class DomainQueue:
                         session = await connect(
                             address,
                             rt.delivery_port,
-                            helo_name=rt.smtp_host,
+                            helo_name=helo_name,
                             tls=tls,
+                            local_address=local_address,
                             mx_host=target.host,
                             policy=applied,
                         )
@@ -1070,7 +1088,7 @@ class DomainQueue:
         return _worst(problems)
 
     async def _open_under_dane(
-        self, target: mx.MxTarget, covered: tuple[dane.Tlsa, ...] | str
+        self, target: mx.MxTarget, covered: tuple[dane.Tlsa, ...] | str, source: Source | None
     ) -> SmtpSession | list[Outcome]:
         """A session with a host DANE covers, over TLS whose certificates its TLSA records
         accept (`covered`; a string: why the host is passed over), or why there is none. No
@@ -1079,6 +1097,7 @@ class DomainQueue:
         if isinstance(covered, str):
             return [_refused_by_policy(covered, "dane")]
         rt = self._rt
+        local_address, helo_name = _bound(source, rt)
         problems: list[Outcome] = []
 
         def check(chain: list[bytes]) -> str | None:
@@ -1091,8 +1110,9 @@ class DomainQueue:
                 session = await connect(
                     address,
                     rt.delivery_port,
-                    helo_name=rt.smtp_host,
+                    helo_name=helo_name,
                     tls=self._tls,
+                    local_address=local_address,
                     mx_host=target.host,
                     policy="dane",
                     check=check,
@@ -1146,6 +1166,28 @@ class DomainQueue:
             c["failed"],
             self._in_flight,
         )
+
+
+def _bound(source: Source | None, rt: Runtime) -> tuple[str | None, str]:
+    """The bind address and EHLO name of a connection from `source` (None: the default
+    egress, from the host's address with the configured SMTP host name)."""
+    if source is None:
+        return None, rt.smtp_host
+    return source.bind_address, source.ehlo_name
+
+
+def _shares(connections: int, queues: Iterable[Sized]) -> list[int]:
+    """The connections each source's queue opens: the round's `connections` dealt out in
+    turn, each at least one, none more than it has transfers."""
+    sizes = [len(q) for q in queues]
+    counts = [1] * len(sizes)
+    spare = connections - len(sizes)
+    while spare > 0 and any(c < n for c, n in zip(counts, sizes, strict=True)):
+        for i, n in enumerate(sizes):
+            if spare > 0 and counts[i] < n:
+                counts[i] += 1
+                spare -= 1
+    return counts
 
 
 def _refused_by_policy(detail: str, policy: str) -> Unreachable:

@@ -142,6 +142,7 @@ async def connect(
     mx_host: str | None = None,
     policy: str | None = None,
     check: ChainCheck | None = None,
+    local_address: str | None = None,
 ) -> SmtpSession:
     """Connect to an SMTP server and greet it; the session is ready to `send`.
 
@@ -155,7 +156,8 @@ async def connect(
     (default: ``opportunistic`` with ``tls``, ``none`` without). ``check``, with a ``tls``
     that verifies nothing itself, judges the certificates the server presented (DANE,
     engine/delivery/dane.py) before anything is said over TLS: a refusal is a `TlsFailure`,
-    a pass makes the session verified.
+    a pass makes the session verified. ``local_address`` binds the connection's source
+    address (an egress source, engine/delivery/egress_sources.py); None: the host chooses.
 
     Raises `TransientFailure` when the server cannot be reached, does not answer in time or
     greets with 4xx; `TlsFailure` (a `TransientFailure`) when the TLS handshake or the
@@ -164,10 +166,13 @@ async def connect(
     """
     check_helo_name(helo_name)
     with _translated(f"connecting to {host}:{port}"), trio.fail_after(timeout):
-        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(
+            host, port, local_address=local_address
+        )
     session = SmtpSession(
         stream, host=host, timeout=timeout, data_timeout=data_timeout, pipelining=pipelining
     )
+    session.source = (local_address, helo_name)
     session._mx_host = mx_host or host
     session._policy = policy or ("none" if tls is None else "opportunistic")
     try:
@@ -201,6 +206,9 @@ class SmtpSession(trio.abc.AsyncResource):
         self._policy = "none"
         self._tls: tuple[str | None, str | None, bool] = (None, None, False)
         self._broken = False  # commands and replies may be out of step: never reuse
+        # The bind address and EHLO name it was opened with: a kept session is reused only
+        # for mail of the same egress source.
+        self.source: tuple[str | None, str] | None = None
 
     @property
     def tls_active(self) -> bool:
