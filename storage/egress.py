@@ -239,3 +239,9 @@ def assignments_of(
         )
         found.update({(kind, row["target_id"]): row["pool_id"] for row in rows})
     return found
+
+
+def target_exists(tx: Tx, kind: str, target_id: str) -> bool:
+    """Whether the workspace or sending domain a pool would be assigned to exists."""
+    table = "workspaces" if kind == WORKSPACE else "domains"
+    return tx.one(f"SELECT id FROM {table} WHERE id = :id", {"id": target_id}) is not None
