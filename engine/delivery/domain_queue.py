@@ -915,9 +915,9 @@ class DomainQueue:
     ) -> None:
         """One SMTP connection from `source`, reused for transfer after transfer until the
         queue is empty (a new one after every `per_connection` transfers); one the round
-        before kept from the same source if there is one, else a new one. Before each transfer it makes sure the node still holds
-        the round's leases and is not draining, and after it has its outcome written (in
-        `writes`, while it goes on)."""
+        before kept from the same source if there is one, else a new one. Before each
+        transfer it makes sure the node still holds the round's leases and is not draining,
+        and after it has its outcome written (in `writes`, while it goes on)."""
         kept = [s for s in self._sessions if s.source == _bound(source, self._rt)]
         reused = bool(kept)
         if reused:
