@@ -24,6 +24,7 @@ from api.routes import (
     delivery,
     dmarc_reports,
     domains,
+    egress,
     emails,
     forwards,
     health,
@@ -84,6 +85,7 @@ BLUEPRINTS = (
     incidents.blueprint,
     delivery.blueprint,
     unsubscribe_footer.blueprint,
+    egress.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

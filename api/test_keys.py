@@ -58,7 +58,7 @@ SANDBOX_CHANGES = frozenset(
 # would let its holder forge the workspace's webhooks long after the sandbox) ...
 SECRET_READS = frozenset({"webhooks.list_webhooks"})
 # ... and blueprints about the whole platform rather than the workspace.
-PLATFORM_BLUEPRINTS = frozenset({"admin", "nodes"})
+PLATFORM_BLUEPRINTS = frozenset({"admin", "egress", "nodes"})
 
 
 def may(endpoint: str, changes: bool) -> bool:

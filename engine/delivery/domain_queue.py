@@ -63,11 +63,11 @@ from engine.delivery.classify import (
     Verdict,
     classify,
 )
-from engine.delivery.egress import Lanes, Routes, Transfer
+from engine.delivery.egress import Lanes, Routes, Source, Transfer
 from engine.delivery.full_mailboxes import FullMailboxes
 from engine.delivery.latency import LatencyHistogram
 from engine.delivery.messages import LinkSettings, ToBuild, build_all
-from engine.delivery.smtp_egress import SmtpEgress
+from engine.delivery.smtp_egress import SourcedEgress
 from engine.platform import faults, tls_counts
 from engine.platform.nodes import LEASE
 from engine.platform.runtime import Runtime
@@ -483,7 +483,7 @@ class DomainQueue:
         self,
         rt: Runtime,
         domain: str,
-        egress: SmtpEgress,
+        egress: SourcedEgress,
         routes: Routes,
         rounds: trio.CapacityLimiter,
         keep: Callable[[Kept], None],
@@ -712,7 +712,11 @@ class _Scheduled:
                 email = replace(email, raw=None)
                 for message in messages:
                     mine = [r for r in recipients if message.recipient in (None, r.address)]
-                    work.append(Transfer(email, mine, message))
+                    chosen = claim.sources.get(email.id)
+                    source = (
+                        None if chosen is None else Source(chosen.ehlo_name, chosen.bind_address)
+                    )
+                    work.append(Transfer(email, mine, message, source))
         return _Prepared(claim, outcome, work, token, epoch)
 
     async def _take_large(
@@ -754,7 +758,7 @@ class _Ready:
         self,
         rt: Runtime,
         queue: DomainQueue,
-        egress: SmtpEgress,
+        egress: SourcedEgress,
         routes: Routes,
         latency: LatencyHistogram,
     ) -> None:

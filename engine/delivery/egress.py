@@ -27,12 +27,24 @@ from storage.emails import Email, Recipient
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    """What outgoing connections are opened as: the name they greet with (EHLO) and the
+    local address they are bound to (None: the one the system picks). An egress source of
+    the operator's (engine/delivery/egress_sources.py) is one; the default is the host's."""
+
+    ehlo_name: str
+    bind_address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Transfer:
     """One email to its recipients at one destination: one SMTP transaction."""
 
     email: Email
     recipients: list[Recipient]
     message: WireMessage
+    # The egress source it leaves from, chosen by its pool when claimed (None: the default).
+    source: Source | None = None
 
 
 @dataclass(frozen=True, slots=True)

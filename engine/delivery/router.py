@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import trio
 
 from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, Kept, write_kept
-from engine.delivery.egress import Routes, Selective
+from engine.delivery.egress import Routes, Selective, Source
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
-from engine.delivery.smtp_egress import SmtpEgress, Source, opportunistic_tls
+from engine.delivery.smtp_egress import SourcedEgress, opportunistic_tls
 from engine.platform.runtime import Runtime
 from engine.platform.wakeups import RESCAN
 from storage import emails, nodes
@@ -186,8 +186,9 @@ class DeliveryRouter:
         queue = self._queues.get(domain)
         if queue is None:
             keep = self._keep.send_nowait
-            # Every connection greets as the service's host, from the address the system picks.
-            egress = SmtpEgress(self._rt, domain, self._tls, Source(self._rt.smtp_host))
+            # Mail of no egress source greets as the service's host, from the address the
+            # system picks; each source's connections are its own (engine/delivery/egress.py).
+            egress = SourcedEgress(self._rt, domain, self._tls, Source(self._rt.smtp_host))
             queue = DomainQueue(
                 self._rt, domain, egress, self._routes, self._rounds, keep, self._latency
             )

@@ -16,8 +16,10 @@ each SMTP transaction's as it ends; before each transaction the record is asked 
 may start (the node's tenure, a drain, an outage), and a connection sends its next message
 only once its last transaction's outcomes are written.
 
-A `Source` names what the connections are opened from: the EHLO name (and, with egress
-sources, the address they are bound to); connections of different sources are never shared.
+A `Source` (engine/delivery/egress.py) names what the connections are opened from: the EHLO
+name and the address they are bound to. `SourcedEgress` holds one `SmtpEgress` per source a
+destination's mail leaves from, a connection pool per egress source and MX site, so
+connections of different sources are never shared.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 
 import trio
@@ -40,7 +42,7 @@ from engine.delivery.classify import (
     SessionRefused,
     Unreachable,
 )
-from engine.delivery.egress import Lanes, Record, Transfer
+from engine.delivery.egress import Lanes, Record, Source, Transfer
 from engine.platform import dns as lookups
 from engine.platform import outbound_http
 from engine.platform.runtime import Runtime
@@ -59,15 +61,6 @@ def opportunistic_tls() -> ssl.SSLContext:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """What outgoing connections are opened as: the name they greet with (EHLO) and the
-    local address they are bound to (None: the one the system picks)."""
-
-    ehlo_name: str
-    bind_address: str | None = None
 
 
 class SmtpEgress:
@@ -243,6 +236,7 @@ class SmtpEgress:
                             address,
                             rt.delivery_port,
                             helo_name=self._source.ehlo_name,
+                            local_address=self._source.bind_address,
                             tls=tls,
                             mx_host=target.host,
                             policy=applied,
@@ -297,6 +291,7 @@ class SmtpEgress:
                     address,
                     rt.delivery_port,
                     helo_name=self._source.ehlo_name,
+                    local_address=self._source.bind_address,
                     tls=self._tls,
                     mx_host=target.host,
                     policy="dane",
@@ -357,3 +352,57 @@ def _worst(problems: list[Outcome]) -> Outcome:
     detail = "; ".join(dict.fromkeys(reasons)) or "no MX host to try"
     policy = passed_over[0].policy if passed_over else None
     return Unreachable(detail, policy=policy, tls_policy=bool(passed_over))
+
+
+class SourcedEgress:
+    """The SMTP egress of one destination: one `SmtpEgress` per egress source, made when mail
+    first leaves from it; a round's connections are dealt out among the sources it uses."""
+
+    def __init__(self, rt: Runtime, domain: str, tls: ssl.SSLContext, default: Source) -> None:
+        self._rt = rt
+        self.domain = domain
+        self._tls = tls
+        self._default = default
+        self._egresses: dict[Source, SmtpEgress] = {}
+
+    async def send(self, transfers: list[Transfer], record: Record, lanes: Lanes) -> None:
+        """Send each source's transfers over connections of its own, all at once."""
+        by_source: dict[Source, list[Transfer]] = {}
+        for transfer in transfers:
+            by_source.setdefault(transfer.source or self._default, []).append(transfer)
+        if len(by_source) == 1:  # the usual round: one source, no task of its own
+            [(source, batch)] = by_source.items()
+            await self._egress(source).send(batch, record, lanes)
+            return
+        shares = _shares(lanes.connections, [len(batch) for batch in by_source.values()])
+        async with trio.open_nursery() as nursery:
+            for (source, batch), connections in zip(by_source.items(), shares, strict=True):
+                share = replace(lanes, connections=connections)
+                nursery.start_soon(self._egress(source).send, batch, record, share)
+
+    def _egress(self, source: Source) -> SmtpEgress:
+        egress = self._egresses.get(source)
+        if egress is None:
+            egress = self._egresses[source] = SmtpEgress(self._rt, self.domain, self._tls, source)
+        return egress
+
+    async def close(self) -> None:
+        for egress in self._egresses.values():
+            await egress.close()
+
+    async def abandon(self) -> None:
+        for egress in self._egresses.values():
+            await egress.abandon()
+
+
+def _shares(connections: int, sizes: list[int]) -> list[int]:
+    """The connections each source's batch opens: `connections` dealt out in turn, each at
+    least one (a source never waits for another's), none more than it has transfers."""
+    counts = [1] * len(sizes)
+    spare = connections - len(sizes)
+    while spare > 0 and any(c < n for c, n in zip(counts, sizes, strict=True)):
+        for i, n in enumerate(sizes):
+            if spare > 0 and counts[i] < n:
+                counts[i] += 1
+                spare -= 1
+    return counts

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from engine.delivery import policies
+from engine.delivery import egress_sources, policies
 from engine.delivery.policies import Effective, Limit
 from engine.platform import dns as lookups
 from engine.platform.runtime import Runtime
@@ -41,6 +41,7 @@ from engine.webhooks import outbox
 from storage import delivery_policies as stored
 from storage import destination_slots, emails, nodes
 from storage.codec import from_json, new_id
+from storage.egress import Source
 from storage.emails import Event, Recipient
 from storage.tx import Tx
 
@@ -78,6 +79,9 @@ class Claimed:
     key: str
     connections: int
     per_connection: int | None
+    # The egress source of each email sent from one (engine/delivery/egress_sources.py);
+    # an email not in it leaves by the default egress.
+    sources: dict[str, Source] = field(default_factory=dict)
 
 
 def _effective(
@@ -87,28 +91,34 @@ def _effective(
     key: str,
     caps: Caps,
     now: datetime,
-) -> tuple[dict[str, stored.Sending], dict[str, Effective]]:
-    """What applies to each claimed email (by id)."""
+) -> tuple[dict[str, stored.Sending], dict[str, Effective], dict[str, Source]]:
+    """What applies to each claimed email (by id), and the egress source of each."""
     sending = stored.sending_of(tx, [r.email_id for r in claimed])
+    sources = egress_sources.sources_for(tx, sending)
     workspaces = {s.workspace_id for s in sending.values()}
     rules, ramps = stored.rules_of(tx, workspaces), stored.ramps_of(tx, workspaces)
-    per_pair: dict[tuple[str, str], Effective] = {}
-    for s in sending.values():
-        pair = (s.workspace_id, s.domain_id)
-        if pair in per_pair:
-            continue
-        applicable = policies.ordered(
-            rules[s.workspace_id], s.domain_id, dest.domain, dest.mx_hosts
-        )
-        found = policies.effective(applicable, caps, key)
-        ramp = ramps.get(pair)
-        limit = None if ramp is None else policies.ramp_limit(ramp, now.date(), key)
-        if limit is not None:
-            found = Effective(found.connections, found.per_connection, (*found.limits, limit))
-        per_pair[pair] = found
-    return sending, {
-        email_id: per_pair[(s.workspace_id, s.domain_id)] for email_id, s in sending.items()
-    }
+    per_pair: dict[tuple[str, str, str | None], Effective] = {}
+    found_for: dict[str, Effective] = {}
+    for email_id, s in sending.items():
+        source = sources.get(email_id)
+        pair = (s.workspace_id, s.domain_id, None if source is None else source.id)
+        if pair not in per_pair:
+            applicable = policies.ordered(
+                rules[s.workspace_id], s.domain_id, dest.domain, dest.mx_hosts
+            )
+            found = policies.effective(applicable, caps, key)
+            ramp = ramps.get((s.workspace_id, s.domain_id))
+            limit = (
+                None
+                if ramp is None
+                else policies.ramp_limit(egress_sources.ramp_of(ramp, source), now.date(), key)
+            )
+            if limit is not None:
+                # replace, not a new Effective: the rule connections came from stays known
+                found = replace(found, limits=(*found.limits, limit))
+            per_pair[pair] = egress_sources.per_source(found, source)
+        found_for[email_id] = per_pair[pair]
+    return sending, found_for, sources
 
 
 def claim(
@@ -138,7 +148,7 @@ def claim(
     claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
     if not claimed:
         return Claimed([], [], next_due, False, key, limit, None)
-    sending, effective = _effective(tx, claimed, dest, key, caps, now)
+    sending, effective, sources = _effective(tx, claimed, dest, key, caps, now)
     default = policies.effective([], caps, key)
     applying = [effective.get(r.email_id, default) for r in claimed]
     # The round may open as many connections as the most any of its mail may use; mail
@@ -169,7 +179,9 @@ def claim(
     # node saw them taken, so nobody needs waking).
     keep = max(0, len({r.email_id for r in kept}) - held)
     destination_slots.release(tx, key, slots[keep:], node, announce=False)
-    return Claimed(kept, slots[:keep], next_due, False, key, connections, per_connection)
+    mine = {r.email_id for r in kept}
+    chosen = {email_id: src for email_id, src in sources.items() if email_id in mine}
+    return Claimed(kept, slots[:keep], next_due, False, key, connections, per_connection, chosen)
 
 
 def _share_of(

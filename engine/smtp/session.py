@@ -142,6 +142,7 @@ async def connect(
     mx_host: str | None = None,
     policy: str | None = None,
     check: ChainCheck | None = None,
+    local_address: str | None = None,
 ) -> SmtpSession:
     """Connect to an SMTP server and greet it; the session is ready to `send`.
 
@@ -155,7 +156,8 @@ async def connect(
     (default: ``opportunistic`` with ``tls``, ``none`` without). ``check``, with a ``tls``
     that verifies nothing itself, judges the certificates the server presented (DANE,
     engine/delivery/dane.py) before anything is said over TLS: a refusal is a `TlsFailure`,
-    a pass makes the session verified.
+    a pass makes the session verified. ``local_address`` binds the connection's source
+    address (an egress source, engine/delivery/egress_sources.py); None: the host chooses.
 
     Raises `TransientFailure` when the server cannot be reached, does not answer in time or
     greets with 4xx; `TlsFailure` (a `TransientFailure`) when the TLS handshake or the
@@ -164,7 +166,9 @@ async def connect(
     """
     check_helo_name(helo_name)
     with _translated(f"connecting to {host}:{port}"), trio.fail_after(timeout):
-        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(
+            host, port, local_address=local_address
+        )
     session = SmtpSession(
         stream, host=host, timeout=timeout, data_timeout=data_timeout, pipelining=pipelining
     )

@@ -50,6 +50,8 @@ class ReceivedMessage:
     tls: bool  # whether the session had been upgraded with STARTTLS
     received_at: float  # trio.current_time()
     smtputf8: bool = False  # whether MAIL FROM carried SMTPUTF8
+    peer: str = ""  # the address the connection came from (which egress source sent it)
+    helo: str = ""  # the name the client greeted with (EHLO or HELO)
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ class SmtpSink(LoopbackPeer):
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
-        session = _Session(self, stream)
+        session = _Session(self, stream, stream.socket.getpeername()[0])
         # A client hanging up or rejecting our certificate is its business, not a crash of
         # the sink (serve_tcp would otherwise take the whole server down).
         try:
@@ -266,8 +268,10 @@ class _Content:
 class _Session:
     """One SMTP connection: the command loop and per-transaction state."""
 
-    def __init__(self, sink: SmtpSink, stream: trio.abc.Stream) -> None:
+    def __init__(self, sink: SmtpSink, stream: trio.abc.Stream, peer: str) -> None:
         self.sink = sink
+        self.peer = peer
+        self.greeting = ""
         self.reader = _LineReader(stream)
         self.tls = False
         self.greeted = False
@@ -325,7 +329,7 @@ class _Session:
         if not argument:
             await self.reply(501, "5.5.4 EHLO needs a domain")
             return
-        self.greeted = True
+        self.greeted, self.greeting = True, argument
         self.reset_transaction()
         extensions = [
             "PIPELINING",
@@ -345,7 +349,7 @@ class _Session:
         if not argument:
             await self.reply(501, "5.5.4 HELO needs a domain")
             return
-        self.greeted = True
+        self.greeted, self.greeting = True, argument
         self.reset_transaction()
         await self.reply(250, self.sink.hostname)
 
@@ -447,6 +451,8 @@ class _Session:
                             tls=self.tls,
                             received_at=trio.current_time(),
                             smtputf8=self.smtputf8,
+                            peer=self.peer,
+                            helo=self.greeting,
                         )
                     )
             if self.sink.data_delay:
