@@ -215,10 +215,13 @@ async def serve(
         if role == "intake":
             rt.wakeups.close_actors()  # the delivery workers take the work it announces
         else:
+            # The sandbox plugs into the webhooks and the forwarder: POSTs of sandboxed
+            # workspaces are captured, never sent (neither imports the sandbox).
+            captures = PostCaptures(rt)
             actors += [
-                WebhookDispatcher(rt, settings.extra_ca_file, PostCaptures(rt)),
+                WebhookDispatcher(rt, settings.extra_ca_file, captures),
                 DomainChecker(rt),
-                Forwarder(rt, settings.extra_ca_file),
+                Forwarder(rt, settings.extra_ca_file, captures),
                 TransferTimer(rt),
                 BroadcastRecovery(rt),
                 SandboxOutcomes(rt),

@@ -78,15 +78,55 @@ def test_the_rules_see_a_feature_import() -> None:
     assert "engine.platform.nodes" in modules and "engine.contacts.bulk_send" in modules
 
 
-def test_delivery_and_webhooks_do_not_import_the_sandbox() -> None:
+def test_delivery_webhooks_and_forwarding_do_not_import_the_sandbox() -> None:
     """The sandbox plugs into them (its egress, its capture of POSTs), given by
     postroom/service.py; it may import their types, never the other way round."""
     wrong = [
         f"{path} imports {module}"
-        for package in ("engine/delivery", "engine/webhooks")
+        for package in ("engine/delivery", "engine/webhooks", "engine/forwarding")
         for path, modules in _modules(package).items()
         for module in modules
         if _under(module, "engine.sandbox")
     ]
     assert wrong == []
     assert "engine.delivery.egress" in _modules("engine/sandbox")["engine/sandbox/capture.py"]
+
+
+def _room(module: str) -> str | None:
+    """The engine package (or single module) `module` belongs to, e.g. `delivery`."""
+    parts = module.split(".")
+    if parts[0] != "engine" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def test_the_engines_features_stand_on_floors() -> None:
+    """No two engine packages import each other, directly or round a loop: every arrow
+    between them points down, so each has a floor (what farm-studio-like views draw)."""
+    arrows: dict[str, set[str]] = {}
+    for path, modules in _modules("engine").items():
+        here = _room(".".join(Path(path).with_suffix("").parts))
+        for module in modules:
+            there = _room(module)
+            exists = there is not None and (
+                (ROOT / "engine" / there).is_dir() or (ROOT / "engine" / f"{there}.py").exists()
+            )
+            if here not in (None, "__init__") and exists and there != here:
+                arrows.setdefault(here, set()).add(str(there))
+    loops = []
+    done: set[str] = set()
+
+    def visit(room: str, path: list[str]) -> None:
+        if room in path:
+            loops.append(" -> ".join([*path[path.index(room) :], room]))
+            return
+        if room in done:
+            return
+        for there in sorted(arrows.get(room, ())):
+            visit(there, [*path, room])
+        done.add(room)
+
+    for room in sorted(arrows):
+        visit(room, [])
+    assert loops == []
+    assert "platform" in arrows["delivery"]  # the walk sees real arrows

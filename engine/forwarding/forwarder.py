@@ -11,7 +11,8 @@ workspace's suppression list is not sent to (unless only unsubscribed: a forward
 unsubscribe, engine/suppressions/scopes.py). A URL destination gets the message as JSON
 (engine/mail/forwarding.py) in a POST, retried on the webhook schedule (1 m, 5 m, 30 m,
 2 h, 6 h, 24 h, 48 h; the 8th failure is final); for a workspace in the sandbox the POST is
-captured instead (engine/sandbox/posts.py), never sent. Every forwarded copy writes a
+captured instead (engine/sandbox/posts.py, given by postroom/service.py as a
+`PostCapture`), never sent. Every forwarded copy writes a
 forward log entry and counts on its rule.
 """
 
@@ -33,10 +34,10 @@ from engine.platform.http1_client import Client
 from engine.platform.leased_worker import LeasedWorker
 from engine.platform.nodes import LEASE
 from engine.platform.runtime import Runtime
-from engine.sandbox import posts
 from engine.sending import raw_mail
 from engine.sending.raw_mail import RawMail
 from engine.suppressions import scopes
+from engine.webhooks.dispatcher import PostCapture
 from storage import forwards, inbound, sandbox, suppressions
 from storage.codec import new_id
 from storage.forwards import LogEntry
@@ -170,8 +171,9 @@ class Forwarder:
     name = "forwarder"
     table = inbound.JOBS
 
-    def __init__(self, rt: Runtime, extra_ca_file: Path | None) -> None:
+    def __init__(self, rt: Runtime, extra_ca_file: Path | None, sandbox: PostCapture) -> None:
         self._rt = rt
+        self._sandbox = sandbox
         self._tls = outbound_http.tls_context(extra_ca_file)
         self._client: Client | None = None
         self._worker = LeasedWorker(
@@ -228,7 +230,7 @@ class Forwarder:
 
             self._counts["posted"] += 1
             request = (job.target, headers, body)
-            await posts.capture(rt, job.workspace_id, "forward", job.id, request, posted)
+            await self._sandbox.capture(job.workspace_id, "forward", job.id, request, posted)
             return
         outcome = await self._attempt(job, body, headers)
         await rt.db.write(_posted, job, message, outcome, rt.clock.now())

@@ -21,8 +21,6 @@ Rules:
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
-from datetime import datetime
 from email.headerregistry import Address
 from typing import Any
 
@@ -46,6 +44,7 @@ from engine.mail.header_fields import (
     validate_custom_headers,
 )
 from engine.mail.mime_package import Boundaries
+from engine.mail.outgoing import Attachment, OutgoingMessage
 
 __all__ = [
     "CONTROL",
@@ -64,49 +63,6 @@ __all__ = [
 
 # The longest word of a Subject the package writes beside "Subject: " on the first line.
 _PLAIN_WORD = 68
-
-
-@dataclass(frozen=True, slots=True)
-class Attachment:
-    filename: str
-    content_type: str  # "type/subtype", parameters allowed; unparseable means octet-stream
-    content: bytes = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OutgoingMessage:
-    """Everything the headers and body of one email are made of (Bcc excepted)."""
-
-    from_address: str
-    from_name: str | None
-    to: tuple[Mailbox, ...]
-    subject: str
-    message_id: str  # "<unique@sending-domain>", see `addresses.message_id`
-    date: datetime  # timezone-aware
-    cc: tuple[Mailbox, ...] = ()
-    reply_to: Mailbox | None = None
-    text: str | None = None
-    html: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()  # custom headers, in order
-    attachments: tuple[Attachment, ...] = ()
-    tags: tuple[str, ...] = ()
-    # The header the tags go out in; None keeps them internal (they are the sender's labels
-    # for its own reports, not something to show recipients and their filters).
-    tags_header: str | None = None
-    list_unsubscribe: str | None = None  # one-click (RFC 8058) unsubscribe URL
-    # Its mailto: alternative (RFC 2369), listed after it; only beside the URL.
-    list_unsubscribe_mailto: str | None = None
-
-    @property
-    def needs_smtputf8(self) -> bool:
-        """Whether an address in the headers is non-ASCII, so the next hop must offer SMTPUTF8.
-
-        Such a message carries its headers as raw UTF-8 (RFC 6532) instead of RFC 2047.
-        """
-        addresses = [self.from_address, *(email for email, _ in (*self.to, *self.cc))]
-        if self.reply_to is not None:
-            addresses.append(self.reply_to[0])
-        return not all(address.isascii() for address in addresses)
 
 
 def compose(message: OutgoingMessage) -> bytes:

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from email.message import MIMEPart
 from email.policy import Policy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.mail.header_fields import ASCII_POLICY, UTF8_POLICY, header_text
-
-if TYPE_CHECKING:
-    from engine.mail.compose import Attachment, OutgoingMessage
+from engine.mail.outgoing import Attachment, OutgoingMessage
 
 Boundaries = tuple[str, str]
 """The multipart/mixed and multipart/alternative boundaries of one message."""

@@ -24,7 +24,7 @@ from datetime import datetime
 from email import quoprimime
 from email.headerregistry import Address, BaseHeader
 from email.utils import format_datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.mail import mime_package
 from engine.mail.header_fields import (
@@ -37,9 +37,7 @@ from engine.mail.header_fields import (
     text_field,
 )
 from engine.mail.mime_package import Boundaries
-
-if TYPE_CHECKING:
-    from engine.mail.compose import Attachment, OutgoingMessage
+from engine.mail.outgoing import Attachment, OutgoingMessage
 
 _CRLF = "\r\n"
 _MAX_LINE_LENGTH = 78  # the policy's max_line_length: 7bit text lines, base64 line width

@@ -73,8 +73,8 @@ async def capture(
 
 
 class PostCaptures:
-    """The capture as the webhook dispatcher is given it (by postroom/service.py: the
-    webhooks do not import the sandbox)."""
+    """The capture as the webhook dispatcher and the forwarder are given it (by
+    postroom/service.py: neither imports the sandbox)."""
 
     answer = ANSWER  # the response a captured POST is recorded with
 
