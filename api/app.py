@@ -25,7 +25,9 @@ from api.routes import (
     forwards,
     health,
     incidents,
+    invitations,
     mcp_policy,
+    members,
     nodes,
     postmaster_mail,
     privacy,
@@ -82,6 +84,8 @@ BLUEPRINTS = (
     incidents.blueprint,
     delivery.blueprint,
     unsubscribe_footer.blueprint,
+    members.blueprint,
+    invitations.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.
