@@ -59,8 +59,11 @@ ENDPOINT_AREAS = {
     "account.change_mcp_policy": roles.MCP_POLICY,
     "members.leave": roles.SELF,
     "invitations.accept": roles.SELF,  # joining another workspace, whatever the role here
+    "invitations.accept_by_id": roles.SELF,
     "members.hand_over": roles.OWNERSHIP,
     "team.leave": roles.SELF,
+    "team.accept": roles.SELF,
+    "team.accept_by_id": roles.SELF,
     "team.hand_over": roles.OWNERSHIP,
 }
 

@@ -135,6 +135,23 @@ def invitation(tx: Tx, workspace_id: str, invitation_id: str) -> Invitation | No
     return None if row is None else _invitation(row)
 
 
+def invitation_by_id(tx: Tx, invitation_id: str) -> Invitation | None:
+    row = tx.one("SELECT * FROM workspace_invitations WHERE id = :id", {"id": invitation_id})
+    return None if row is None else _invitation(row)
+
+
+def pending_for(tx: Tx, email: str, now: datetime) -> list[tuple[Invitation, str]]:
+    """Invitations addressed to `email` still open, each with its workspace's name."""
+    rows = tx.all(
+        "SELECT i.*, w.name AS workspace_name FROM workspace_invitations i"
+        " JOIN workspaces w ON w.id = i.workspace_id WHERE i.email = :email"
+        " AND i.accepted_at IS NULL AND i.revoked_at IS NULL AND i.expires_at > :now"
+        " ORDER BY i.created_at DESC, i.id",
+        {"email": email, "now": timestamp(now)},
+    )
+    return [(_invitation(row), row["workspace_name"]) for row in rows]
+
+
 def invitation_by_token(tx: Tx, token_hash: str) -> Invitation | None:
     row = tx.one(
         "SELECT * FROM workspace_invitations WHERE token_hash = :hash", {"hash": token_hash}

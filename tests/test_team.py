@@ -55,7 +55,7 @@ def test_every_route_that_changes_something_has_its_area_named() -> None:
         if e not in ENDPOINT_AREAS and e.partition(".")[0] not in BLUEPRINT_AREAS.keys() | public
     }
     assert unnamed == set()
-    assert unsafe >= set(ENDPOINT_AREAS) - {"team.leave", "team.hand_over"}
+    assert unsafe >= set(ENDPOINT_AREAS)
     assert area_of("console.account.change_mcp_policy") == roles.MCP_POLICY
     assert area_of("domains.create") == roles.DOMAINS
     assert area_of("later.added") == roles.WORKSPACE
@@ -233,6 +233,24 @@ async def test_an_existing_user_accepts_signed_in_and_links_expire(
     )
     assert_error(expired, 410, "expired")
     assert (await owner.client.get("/v1/workspace/invitations")).json() == []
+
+
+async def test_a_signed_in_invitee_accepts_by_id_without_the_link(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    route_mail(dns_server, "example.org")
+    owner = await service.account("starter")
+    member = await service.account()
+    stranger = await service.account()
+    invited = await invite(service, owner, member.email, "developer")
+    path = f"/v1/workspace/invitations/by-id/{invited['id']}/accept"
+
+    as_stranger = await (await owner_session(service, stranger)).post(path)
+    assert_error(as_stranger, 403, "wrong_recipient")
+    accepted = await (await owner_session(service, member)).post(path)
+    assert accepted.status_code == 200, accepted.text
+    assert_error(await (await owner_session(service, member)).post(path), 404, "not_found")
+    assert (await members(await owner_session(service, owner)))[member.email] == "developer"
 
 
 async def test_a_revoked_invitation_cannot_be_used(

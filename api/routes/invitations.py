@@ -76,6 +76,14 @@ async def accept(body: Accept) -> dict[str, object]:
     return Joined(workspace_id=workspace_id).model_dump(mode="json")
 
 
+@blueprint.post("/by-id/<id:invitation_id>/accept")
+@document_response(Joined)
+async def accept_by_id(invitation_id: str) -> dict[str, object]:
+    """Accept an invitation addressed to the signed-in user's email, without its link."""
+    workspace_id = await team.accept(runtime(), principal(), None, invitation_id)
+    return Joined(workspace_id=workspace_id).model_dump(mode="json")
+
+
 @blueprint.post("/sign-up")
 @public
 @json_body(SignUp)

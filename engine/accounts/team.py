@@ -159,6 +159,7 @@ def _invitation_notice(
         "To join, open this link and sign in, or create your account (it works once; it is"
         " your credential, keep it private):\n\n"
         f"    {link}\n\n"
+        "Already have an account? You may also sign in and join from the Team page.\n"
         f"The invitation expires on {invitation.expires_at.strftime('%Y-%m-%d %H:%M UTC')}.\n"
     )
     return Notice(invitation.email, f"Join {workspace_name} on Postroom", text)
@@ -233,13 +234,16 @@ async def revoke(rt: Runtime, who: Principal, invitation_id: str) -> None:
     await rt.db.write(_revoke, who, invitation_id, rt.clock.now())
 
 
-def _usable(tx: Tx, token: str, now: datetime) -> Invitation:
-    found = team.invitation_by_token(tx, token_hash(token))
+def _open(found: Invitation | None, now: datetime) -> Invitation:
     if found is None or found.accepted_at is not None or found.revoked_at is not None:
         raise NotFound("the invitation link is invalid or was already used")
     if found.expires_at <= now:
         raise Gone("the invitation expired: ask for a new one", code="expired")
     return found
+
+
+def _usable(tx: Tx, token: str, now: datetime) -> Invitation:
+    return _open(team.invitation_by_token(tx, token_hash(token)), now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,8 +279,11 @@ def _join(tx: Tx, found: Invitation, user: User, now: datetime) -> str:
     return found.workspace_id
 
 
-def _accept(tx: Tx, token: str, who: Principal, now: datetime) -> str:
-    found = _usable(tx, token, now)
+def _accept(tx: Tx, token: str | None, invitation_id: str, who: Principal, now: datetime) -> str:
+    if token is not None:
+        found = _usable(tx, token, now)
+    else:
+        found = _open(team.invitation_by_id(tx, invitation_id), now)
     if found.email != who.user_email:
         raise Forbidden(
             f"this invitation is for {found.email}: sign in with that account",
@@ -287,11 +294,25 @@ def _accept(tx: Tx, token: str, who: Principal, now: datetime) -> str:
     return _join(tx, found, user, now)
 
 
-async def accept(rt: Runtime, who: Principal, token: str) -> str:
-    """Join the invitation's workspace as the signed-in user; the workspace's id."""
+async def accept(rt: Runtime, who: Principal, token: str | None, invitation_id: str = "") -> str:
+    """Join the invitation's workspace as the signed-in user, named by its link's `token` or,
+    by the invitee signed in as its address, by its id (a sandboxed workspace's invitation
+    mail is kept in its sandbox without the link); the workspace's id."""
     if who.session_id is None:
         raise Forbidden("accepting an invitation needs a person's session, not an API key")
-    return await rt.db.write(_accept, token, who, rt.clock.now())
+    return await rt.db.write(_accept, token, invitation_id, who, rt.clock.now())
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    invitation: Invitation
+    workspace_name: str
+
+
+async def offers(rt: Runtime, who: Principal) -> list[Offer]:
+    """The open invitations addressed to the signed-in user."""
+    found = await rt.db.read(team.pending_for, who.user_email, rt.clock.now())
+    return [Offer(invitation, name) for invitation, name in found]
 
 
 def _sign_up(tx: Tx, token: str, user_id: str, password_hash: str, now: datetime) -> str:
