@@ -352,3 +352,33 @@ async def test_accepting_a_transfer_into_a_workspace_the_caller_left_is_org_acce
     lost = await target_client.post(by_id, json={"target_org_id": team_owner.workspace_id})
     assert_error(lost, 403, "org_access_lost")
     assert await domain_id(source) == domain  # nothing moved
+
+
+async def test_a_viewer_reads_through_the_mcp_door_but_does_not_send(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    route_mail(dns_server, "example.org")
+    owner = await service.account("starter")
+    owner_client = await owner_session(service, owner)
+    policy = await owner_client.patch("/v1/mcp/policy", json={"policy": "send"})
+    assert policy.status_code == 200, policy.text
+    _, viewer = await join_as_new_user(service, owner, smtp_sink, "viewer")
+    accept = {"Accept": "application/json, text/event-stream"}
+
+    async def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }
+        answer = await viewer.post("/mcp", json=call, headers=accept)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()["result"]
+        return result
+
+    listed = await tool("list_domains", {})
+    assert not listed.get("isError"), listed
+    added = await tool("add_suppression", {"email": "someone@example.net"})
+    assert added["isError"] is True
+    assert added["structuredContent"]["code"] == "role_forbidden"
