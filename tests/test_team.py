@@ -333,22 +333,26 @@ async def test_members_change_roles_are_removed_at_once_leave_and_hand_over(
     ]
 
 
-async def test_accepting_a_transfer_into_a_workspace_the_caller_left_is_org_access_lost(
+async def test_a_transfer_into_a_team_needs_a_role_that_manages_domains_and_membership(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
     source, target, domain = await setup(service, dns_server)
     team_owner = await service.account("starter")
-    await invite(service, team_owner, target.email, "admin")
+    await invite(service, team_owner, target.email, "viewer")
     token = await invitation_token(smtp_sink, target.email)
     target_client = await owner_session(service, target)
     joined = await target_client.post("/v1/workspace/invitations/accept", json={"token": token})
     assert joined.status_code == 200, joined.text
     started = await initiate(source, target, domain)
 
+    by_id = f"/v1/domain-transfers/by-id/{started['id']}/accept"
+    into_team = {"target_org_id": team_owner.workspace_id}
+    # A viewer does not take a domain into the team's workspace.
+    assert_error(await target_client.post(by_id, json=into_team), 403, "role_forbidden")
+
     owner_client = await owner_session(service, team_owner)
     assert (await owner_client.delete(f"/v1/workspace/members/{target.user_id}")).status_code == 204
 
-    by_id = f"/v1/domain-transfers/by-id/{started['id']}/accept"
     lost = await target_client.post(by_id, json={"target_org_id": team_owner.workspace_id})
     assert_error(lost, 403, "org_access_lost")
     assert await domain_id(source) == domain  # nothing moved
