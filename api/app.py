@@ -29,7 +29,9 @@ from api.routes import (
     forwards,
     health,
     incidents,
+    invitations,
     mcp_policy,
+    members,
     nodes,
     postmaster_mail,
     privacy,
@@ -86,6 +88,8 @@ BLUEPRINTS = (
     delivery.blueprint,
     unsubscribe_footer.blueprint,
     egress.blueprint,
+    members.blueprint,
+    invitations.blueprint,
 )
 # Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
 # Quart's static route): the page works offline and runs no script from a third party.

@@ -3,7 +3,8 @@
 Routes are private unless marked `@public`. Cookie sessions must prove same origin on unsafe
 methods (CSRF): their `Origin` header must equal the public URL's origin. Platform-admin
 routes additionally need `is_admin` and a re-authentication less than five minutes old. A
-sandbox test key reaches only what api/test_keys.py allows it.
+sandbox test key reaches only what api/test_keys.py allows it, and a change needs a role that
+may make it (api/permissions.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit
 
 from quart import Quart, Response, current_app, g, request
 
-from api import test_keys
+from api import permissions, test_keys
 from engine.accounts import users
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
@@ -108,9 +109,11 @@ def install(app: Quart, rt: Runtime) -> None:
         authorization = request.headers.get("Authorization")
         if authorization is not None:
             who = await authenticate_key(rt, bearer_credential(authorization))
+            changes = request.method not in _SAFE_METHODS
             if who.test_key:
-                changes = request.method not in _SAFE_METHODS
                 test_keys.refuse_outside_sandbox(endpoint or "", changes)
+            if changes:
+                permissions.authorise_change(who, endpoint or "")
             g.principal = who
             return
         token = request.cookies.get(SESSION_COOKIE)
@@ -120,5 +123,7 @@ def install(app: Quart, rt: Runtime) -> None:
             raise Unauthorized("authentication required: send an API key or log in")
         check_same_origin(rt)
         session = await authenticate_session(rt, token, request.headers.get("X-Workspace-Id"))
+        if request.method not in _SAFE_METHODS:
+            permissions.authorise_change(session.principal, endpoint or "")
         g.principal = session.principal
         g.reauthenticated_until = session.reauthenticated_until

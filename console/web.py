@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pydantic
 from quart import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
+from api import permissions
 from api.auth import check_same_origin, runtime
 from api.errors import status_of
 from api.validation import problem_message
@@ -111,6 +112,8 @@ async def authenticate() -> Response | None:
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
     g.principal = session.principal
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        permissions.authorise_change(session.principal, endpoint)
     return None
 
 

@@ -127,6 +127,23 @@ def workspaces_of(tx: Tx, user_id: str) -> list[Workspace]:
     return [_workspace(row) for row in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class Membership:
+    workspace: Workspace
+    role: str
+
+
+def memberships_of(tx: Tx, user_id: str) -> list[Membership]:
+    """The workspaces a user belongs to with the user's role in each, oldest first."""
+    rows = tx.all(
+        "SELECT w.*, m.role AS member_role FROM workspaces w"
+        " JOIN workspace_members m ON m.workspace_id = w.id"
+        " WHERE m.user_id = :user_id ORDER BY w.created_at, w.id",
+        {"user_id": user_id},
+    )
+    return [Membership(_workspace(row), row["member_role"]) for row in rows]
+
+
 def owned_workspaces(tx: Tx, user_id: str) -> list[Workspace]:
     rows = tx.all(
         "SELECT * FROM workspaces WHERE owner_user_id = :user_id ORDER BY created_at, id",

@@ -12,11 +12,12 @@ from datetime import datetime, timedelta
 
 import jwt
 
+from engine.accounts import roles
 from engine.accounts.passwords import API_KEY_PREFIX, TEST_KEY_PREFIX, same, token_hash
 from engine.platform.errors import Forbidden, NotFound, Unauthorized
 from engine.platform.runtime import Principal, Runtime
 from storage import accounts, api_keys, sandbox
-from storage.accounts import Session, Workspace
+from storage.accounts import Membership, Session
 from storage.tx import Tx
 
 LAST_USED_PRECISION = timedelta(minutes=1)
@@ -53,6 +54,7 @@ async def authenticate_key(rt: Runtime, raw: str) -> Principal:
         plan=holder.plan,
         api_key_id=holder.key_id,
         test_key=test_key,
+        role=roles.KEY_ROLE,
     )
 
 
@@ -60,7 +62,7 @@ async def authenticate_key(rt: Runtime, raw: str) -> Principal:
 class SessionView:
     session: Session
     user_email: str
-    workspaces: list[Workspace]
+    memberships: list[Membership]
 
 
 def _session_view(tx: Tx, session_id: str) -> SessionView | None:
@@ -70,7 +72,7 @@ def _session_view(tx: Tx, session_id: str) -> SessionView | None:
     user = accounts.user_by_id(tx, session.user_id)
     if user is None:
         return None
-    return SessionView(session, user.email, accounts.workspaces_of(tx, user.id))
+    return SessionView(session, user.email, accounts.memberships_of(tx, user.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +97,22 @@ async def authenticate_session(
     now = rt.clock.now()
     if view is None or view.session.revoked or view.session.expires_at <= now:
         raise Unauthorized("session expired or ended; log in again")
-    if not view.workspaces:
+    if not view.memberships:
         raise Forbidden("this user belongs to no workspace")
     if workspace_id is None:
-        workspace = view.workspaces[0]
+        membership = view.memberships[0]
     else:
-        chosen = [w for w in view.workspaces if w.id == workspace_id]
+        # Membership is read on every request: a member removed loses the workspace at once.
+        chosen = [m for m in view.memberships if m.workspace.id == workspace_id]
         if not chosen:
             raise NotFound("workspace not found")
-        workspace = chosen[0]
+        membership = chosen[0]
     principal = Principal(
         user_id=view.session.user_id,
         user_email=view.user_email,
-        workspace_id=workspace.id,
-        plan=workspace.plan,
+        workspace_id=membership.workspace.id,
+        plan=membership.workspace.plan,
         session_id=session_id,
+        role=membership.role,
     )
     return SessionPrincipal(principal, view.session.reauth_until)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from engine.accounts import roles
 from engine.activity import Change, record
 from engine.platform.errors import Forbidden, Unprocessable
 from engine.platform.runtime import Principal, Runtime
@@ -67,7 +68,11 @@ def require(policy: McpPolicy, needed: str) -> None:
 
 
 async def gate(rt: Runtime, who: Principal, needed: str) -> McpPolicy:
-    """The workspace's policy, if it allows `needed`; Forbidden (`mcp_policy`) otherwise."""
+    """The workspace's policy, if it allows `needed`; Forbidden (`mcp_policy`) otherwise.
+    What needs `send` also needs a caller whose role sends (engine/accounts/roles.py): the
+    MCP door is not a way round a viewer's role."""
+    if needed == SEND:
+        roles.require(who.role, roles.SEND)
     policy = await current(rt, who)
     require(policy, needed)
     return policy

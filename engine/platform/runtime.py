@@ -92,6 +92,8 @@ class Principal:
     session_id: str | None = None
     # A sandbox test key (engine/sandbox/keys.py): acts only inside the sandbox.
     test_key: bool = False
+    # The caller's role in the workspace (engine/accounts/roles.py); `api_key` for a key.
+    role: str = "owner"
 
     @property
     def credential(self) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine import plans
+from engine.accounts import roles
 from engine.accounts.passwords import token_hash
 from engine.accounts.users import require_admin
 from engine.activity import Change, record
@@ -232,9 +233,10 @@ def _accept(
     is_recipient = recipient is not None and (
         req.caller is None or req.caller.user_id == recipient.id
     )
-    workspaces = [] if recipient is None else accounts.workspaces_of(tx, recipient.id)
-    org_id = req.target_org_id or (workspaces[0].id if workspaces else "")
-    chosen = next((w for w in workspaces if w.id == org_id), None)
+    memberships = [] if recipient is None else accounts.memberships_of(tx, recipient.id)
+    org_id = req.target_org_id or (memberships[0].workspace.id if memberships else "")
+    member = next((m for m in memberships if m.workspace.id == org_id), None)
+    chosen = None if member is None else member.workspace
     _raise(
         rules.accept_refusal(
             t.status,
@@ -246,7 +248,9 @@ def _accept(
             domain_limit=0 if chosen is None else plans.plan(chosen.plan).domains,
         )
     )
-    assert recipient is not None and chosen is not None
+    assert recipient is not None and chosen is not None and member is not None
+    # Taking a domain into a workspace is managing its domains (engine/accounts/roles.py).
+    roles.require(member.role, roles.DOMAINS)
     if chosen.id == t.source_org_id:
         raise Conflict("the domain already belongs to that workspace", code="self_transfer")
     if domains.get(tx, t.source_org_id, t.domain_id) is None:

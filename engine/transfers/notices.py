@@ -97,8 +97,15 @@ async def system_sender(rt: Runtime) -> SystemSender:
     return sender
 
 
-def queue(tx: Tx, sender: SystemSender, notice: Notice, now: datetime) -> None:
-    """Store one system mail, queued for delivery now (not counted in any volume)."""
+def queue(
+    tx: Tx,
+    sender: SystemSender,
+    notice: Notice,
+    now: datetime,
+    tags: tuple[str, ...] = ("domain-transfer",),
+) -> None:
+    """Store one system mail, queued for delivery now (not counted in any volume); the team's
+    invitations (engine/accounts/team.py) go out this way too."""
     intake.store(
         tx,
         [
@@ -111,7 +118,7 @@ def queue(tx: Tx, sender: SystemSender, notice: Notice, now: datetime) -> None:
                 to=(Mailbox(notice.to),),
                 subject=notice.subject,
                 text=notice.text,
-                tags=("domain-transfer",),
+                tags=tags,
                 source="system",
             )
         ],
