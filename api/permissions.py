@@ -44,6 +44,7 @@ BLUEPRINT_AREAS = {
     "invitations": roles.MEMBERS,
     # Platform administration: `is_admin` and a fresh re-authentication decide (api/auth.py).
     "admin": roles.SELF,
+    "egress": roles.SELF,
     "nodes": roles.SELF,
     # The console's pages.
     "auth": roles.SELF,

@@ -13,7 +13,7 @@ from quart_schema import document_response
 from api.auth import principal, public, runtime
 from api.models import EmailText, In, Out
 from api.validation import json_body
-from engine.accounts import team
+from engine import team
 
 blueprint = Blueprint("invitations", __name__, url_prefix="/v1/workspace/invitations")
 

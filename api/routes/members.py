@@ -1,5 +1,5 @@
 """`/v1/workspace/members`: the workspace's team. List, change a role, remove, leave, and
-hand the workspace to another member (engine/accounts/team.py has the rules)."""
+hand the workspace to another member (engine/team.py has the rules)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import In, Out
 from api.validation import json_body
-from engine.accounts import team
+from engine import team
 
 blueprint = Blueprint("members", __name__, url_prefix="/v1/workspace/members")
 

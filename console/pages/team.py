@@ -1,6 +1,6 @@
 """The Team page: members and their roles, the invite form and pending invitations, removing,
 leaving and handing the workspace over; and the page an invitation link opens, where the
-invitee joins signed in or creates an account. The rules are engine/accounts/team.py's."""
+invitee joins signed in or creates an account. The rules are engine/team.py's."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from api.routes.invitations import Invite
 from api.routes.members import ChangeRole
 from api.routes.sessions import client_address
 from console.web import WORKSPACE_COOKIE, form, go, page, parse, problems_of, public, rt, who
-from engine.accounts import roles, team, users
-from engine.accounts.team import GRANTABLE
+from engine import team
+from engine.accounts import roles, users
 from engine.platform.errors import EngineError
+from engine.team import GRANTABLE
 
 blueprint = Blueprint("team", __name__)
 

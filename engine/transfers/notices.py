@@ -105,7 +105,7 @@ def queue(
     tags: tuple[str, ...] = ("domain-transfer",),
 ) -> None:
     """Store one system mail, queued for delivery now (not counted in any volume); the team's
-    invitations (engine/accounts/team.py) go out this way too."""
+    invitations (engine/team.py) go out this way too."""
     intake.store(
         tx,
         [
