@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pydantic
@@ -125,9 +125,21 @@ async def security_headers(response: Response) -> Response:
 
 
 @blueprint.app_template_filter("when")
-def when(value: datetime | None) -> str:
-    """A time as the console shows it, in UTC."""
-    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+def when(value: datetime | str | None) -> str:
+    """A time as the console shows it, in UTC, to the second: every time on every page goes
+    through here, a stored ISO text (an event's `next_attempt_at`) as well as a datetime."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value)
+        except ValueError:  # not a time after all: shown as it is
+            return value
+    else:
+        at = value
+    if at.tzinfo is not None:
+        at = at.astimezone(UTC)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 async def page(name: str, /, *, status: int = 200, **context: Any) -> Response:

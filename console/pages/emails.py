@@ -1,5 +1,6 @@
 """The email log: search with the API's tokens (`to:`, `from:`, `status:`, `domain:`,
-`tag:`), saved searches, paging; one email with its recipients, the event timeline with the
+`tag:`), source and date-range filters, the number matching, CSV export, saved searches,
+paging; one email with its recipients, the event timeline with the
 servers' replies, its header fields, its HTML in a sandboxed frame and its text; retry,
 cancel and send now."""
 
@@ -10,7 +11,7 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from api.errors import status_of
-from api.routes.emails import STATUSES, SavedSearch, SearchQuery
+from api.routes.emails import STATUSES, ExportQuery, SavedSearch, SearchQuery, export_csv
 from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
 from engine.platform.errors import EngineError, Unprocessable
 from engine.sandbox import mailbox
@@ -27,19 +28,30 @@ DONE = {
 }
 
 
+FILTERS = ("q", "status", "source", "created_from", "created_before")
+
+
+def _filters() -> dict[str, str]:
+    """The log's filters as the page's query string gives them (empty ones left out)."""
+    return {k: v for k, v in request.args.items() if k in FILTERS and v}
+
+
 async def _index(status: int = 200, **extra: Any) -> Response:
-    args = {k: v for k, v in request.args.items() if k in ("q", "status", "page") and v}
+    args = _filters()
+    if request.args.get("page"):
+        args["page"] = request.args["page"]
     query, problems = parse(SearchQuery, {**args, "limit": PAGE_SIZE})
     query = query or SearchQuery.model_validate({"limit": PAGE_SIZE})
     runtime, principal = rt(), who()
-    found = []
+    found, total = [], 0
     try:
-        wanted = email_log.parse_query(query.q, query.status)
+        wanted = query.search()
     except Unprocessable as exc:  # an unknown token or status: said, not read as "no match"
         problems = {**problems_of(exc), **problems}
         status = max(status, 422)
     else:
         found = await email_log.search(runtime, principal, wanted, query.page, query.limit)
+        total = await email_log.count(runtime, principal, wanted)
     saved = await email_log.saved_searches(runtime, principal)
     extra.setdefault("problems", problems)
     return await page(
@@ -48,9 +60,13 @@ async def _index(status: int = 200, **extra: Any) -> Response:
         title="Email log",
         query=query,
         emails=found,
-        more=len(found) == query.limit,
+        total=total,
+        more=(query.page + 1) * query.limit < total,
         saved=saved,
         statuses=STATUSES,
+        sources=email_log.SOURCES,
+        filters=_filters(),
+        export_limit=email_log.EXPORT_LIMIT,
         notice=DONE.get(request.args.get("done", "")),
         **extra,
     )
@@ -59,6 +75,19 @@ async def _index(status: int = 200, **extra: Any) -> Response:
 @blueprint.get("/emails")
 async def index() -> Response:
     return await _index()
+
+
+@blueprint.get("/emails/export")
+async def export() -> Response:
+    """The log as the page filters it, as CSV (api/routes/emails.py `export_csv`)."""
+    query, problems = parse(ExportQuery, _filters())
+    if query is None:
+        return await _index(422, problems=problems)
+    try:
+        wanted = query.search()
+    except Unprocessable as exc:
+        return await _index(422, problems=problems_of(exc))
+    return await export_csv(rt(), who(), wanted)
 
 
 @blueprint.post("/emails/saved-searches")

@@ -45,7 +45,10 @@ class Transfer(Protocol):
 
 
 class Outcomes(Protocol):
-    """The delivery round's record of what each recipient's server answered."""
+    """The delivery round's record of what each recipient's server answered, and the time
+    its outcomes are stamped with."""
+
+    now: datetime
 
     def settle(self, email: Email, recipient: Recipient, outcome: Replied) -> Verdict: ...
 
@@ -74,6 +77,9 @@ async def _answer(
     )
     if delay:
         await trio.sleep_until(clock.deadline_for(clock.now() + delay))
+        # The reply comes when the wait ends: the round's `sent` and `delivered` are stamped
+        # then, not when its connection opened.
+        outcomes.now = clock.now()
     now = clock.now()
     accepted: list[tuple[Transfer, list[str]]] = []
     scheduled: list[Scheduled] = []
