@@ -52,6 +52,9 @@ FRAMED_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'; sandbox"
 )
 WORKSPACE_COOKIE = "postroom_workspace"
+# The widths (CSS pixels) HTML previews are shown at, side by side: a desktop mail client's
+# reading pane and a phone's screen.
+PREVIEW_WIDTHS = (("Desktop", 640), ("Phone", 390))
 
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -122,6 +125,20 @@ async def security_headers(response: Response) -> Response:
     if response.mimetype == "text/html":
         response.headers.setdefault("Cache-Control", "no-store")
     return response
+
+
+def framed_html(html: str) -> Response:
+    """Email HTML as a document of its own for a sandboxed preview frame (FRAMED_CSP)."""
+    return Response(
+        html,
+        content_type="text/html; charset=utf-8",
+        headers={"Content-Security-Policy": FRAMED_CSP},
+    )
+
+
+@blueprint.app_template_global("preview_widths")
+def preview_widths() -> tuple[tuple[str, int], ...]:
+    return PREVIEW_WIDTHS
 
 
 @blueprint.app_template_filter("when")

@@ -1,7 +1,8 @@
 """The email log: search with the API's tokens (`to:`, `from:`, `status:`, `domain:`,
 `tag:`), source and date-range filters, the number matching, CSV export, saved searches,
-paging; one email with its recipients, the event timeline with the
-servers' replies, its header fields, its HTML in a sandboxed frame and its text; retry,
+paging; one email with its recipients (those suppressed since, linked), the event
+timeline with the servers' replies, the sandbox outcomes it still has coming (with a
+fast-forward), its header fields, its HTML in a sandboxed frame and its text; retry,
 cancel and send now."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from quart import Blueprint, Response, request
 
 from api.errors import status_of
 from api.routes.emails import STATUSES, ExportQuery, SavedSearch, SearchQuery, export_csv
-from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
+from console.web import form, framed_html, go, page, parse, problems_of, rt, who
 from engine.platform.errors import EngineError, Unprocessable
-from engine.sandbox import mailbox
+from engine.sandbox import mailbox, outcomes
 from engine.sending import email_log, scheduling
 
 blueprint = Blueprint("emails", __name__)
@@ -25,6 +26,7 @@ DONE = {
     "unsaved": "Saved search removed.",
     "cancelled": "Scheduled email cancelled.",
     "sent_now": "Sending now.",
+    "fast_forwarded": "The scripted outcomes are due now: they happen within 15 seconds.",
 }
 
 
@@ -118,6 +120,7 @@ async def _detail(email_id: str, status: int = 200, **extra: Any) -> Response:
     runtime, principal = rt(), who()
     found = await email_log.detail(runtime, principal, email_id)
     captured, _ = await mailbox.page(runtime, principal, email_id, 0, 20)
+    pending = await outcomes.pending(runtime, principal, email_id)
     extra.setdefault("problems", {})
     return await page(
         "email.html",
@@ -125,6 +128,7 @@ async def _detail(email_id: str, status: int = 200, **extra: Any) -> Response:
         title=found.email.subject or "(no subject)",
         detail=found,
         captured=captured,
+        pending=pending,
         notice=DONE.get(request.args.get("done", "")),
         **extra,
     )
@@ -139,11 +143,7 @@ async def detail(email_id: str) -> Response:
 async def html(email_id: str) -> Response:
     """The email's HTML as a document of its own, for the sandboxed frame of its page."""
     found = await email_log.detail(rt(), who(), email_id)
-    return Response(
-        found.email.html or "",
-        content_type="text/html; charset=utf-8",
-        headers={"Content-Security-Policy": FRAMED_CSP},
-    )
+    return framed_html(found.email.html or "")
 
 
 @blueprint.post("/emails/<id:email_id>/retry")
@@ -153,6 +153,14 @@ async def retry(email_id: str) -> Response:
     except EngineError as exc:
         return await _detail(email_id, status_of(exc), problems=problems_of(exc))
     return go("console.emails.detail", email_id=result.id)
+
+
+@blueprint.post("/emails/<id:email_id>/fast-forward")
+async def fast_forward(email_id: str) -> Response:
+    """The email's pending sandbox outcomes made due now (engine/sandbox/outcomes.py)."""
+    await email_log.detail(rt(), who(), email_id)  # 404 for another workspace's email
+    await outcomes.fast_forward(rt(), who(), email_id)
+    return go("console.emails.detail", email_id=email_id, done="fast_forwarded")
 
 
 @blueprint.post("/emails/<id:email_id>/cancel")

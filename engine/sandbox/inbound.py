@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
+from engine.addresses import normalize_email
 from engine.forwarding import inbound
 from engine.mail import trace
 from engine.platform.errors import Unprocessable
@@ -57,7 +58,10 @@ async def inject(rt: Runtime, who: Principal, injection: Injection) -> str:
     """Receive the message for the forward whose source is `injection.to`; the forward's id.
     Forbidden (`sandbox_only`) outside the sandbox, Unprocessable (`not_a_forward`) for an
     address none of the workspace's active forwards has as its source."""
-    to = injection.to.strip().lower()
+    to = normalize_email(injection.to, "to")
+    sender = normalize_email(injection.from_, "from_address")
+    # A header field is one line: a line break in the subject would start another.
+    subject = " ".join(injection.subject.splitlines())
     forward_id = await rt.db.read(_forward_of, who, to)
     if forward_id is None:
         raise Unprocessable(
@@ -65,6 +69,7 @@ async def inject(rt: Runtime, who: Principal, injection: Injection) -> str:
             code="not_a_forward",
             errors=[{"loc": ["body", "to"], "msg": "not an active forward's source address"}],
         )
-    data = _message(injection, to.rpartition("@")[2], rt)
-    await inbound.receive(rt, injection.from_, [to], data, ARRIVAL)
+    checked = Injection(to, sender, subject, injection.text)
+    data = _message(checked, to.rpartition("@")[2], rt)
+    await inbound.receive(rt, sender, [to], data, ARRIVAL)
     return forward_id

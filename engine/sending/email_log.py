@@ -12,7 +12,7 @@ from engine.platform.errors import Conflict, NotFound, Unprocessable, unknown_na
 from engine.platform.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult, send
-from storage import emails
+from storage import emails, suppressions
 from storage import saved_searches as storage_saved
 from storage.emails import Email, Event, Recipient, Search
 from storage.engines import in_one_snapshot
@@ -149,6 +149,8 @@ class EmailDetail:
     email: Email
     recipients: list[Recipient]
     events: list[Event]
+    # Its recipients now on the suppression list, with the reason: a retry is refused for them.
+    suppressed: dict[str, str]
 
 
 @in_one_snapshot
@@ -156,7 +158,9 @@ def _detail(tx: Tx, workspace_id: str, email_id: str) -> EmailDetail | None:
     email = emails.get(tx, workspace_id, email_id)
     if email is None:
         return None
-    return EmailDetail(email, emails.recipients_of(tx, email_id), emails.events_of(tx, email_id))
+    recipients = emails.recipients_of(tx, email_id)
+    suppressed = suppressions.suppressed_among(tx, workspace_id, [r.address for r in recipients])
+    return EmailDetail(email, recipients, emails.events_of(tx, email_id), suppressed)
 
 
 async def detail(rt: Runtime, who: Principal, email_id: str) -> EmailDetail:
