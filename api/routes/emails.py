@@ -1,4 +1,6 @@
-"""`/v1/emails/`: send, validate, the email log, one email with its events, retry."""
+"""`/v1/emails/`: send, validate, the email log (filtered by search words, status, tag, source
+and creation range, its total in `X-Total-Count`, exported as CSV), one email with its
+events, retry."""
 
 from __future__ import annotations
 
@@ -356,10 +358,10 @@ async def export_csv(rt: Runtime, who: Principal, wanted: Search) -> Response:
     async def rows() -> AsyncIterator[bytes]:
         yield _csv_line(CSV_COLUMNS)
         async for e in email_log.export(rt, who, wanted):
-            to = " ".join(t["email"] for t in e.to)
+            to = ", ".join(t["email"] for t in e.to)
             when = e.created_at.isoformat()
             yield _csv_line(
-                (e.id, when, e.status, e.source, e.from_address, to, e.subject, " ".join(e.tags))
+                (e.id, when, e.status, e.source, e.from_address, to, e.subject, ", ".join(e.tags))
             )
 
     return Response(

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from quart import Blueprint, Response, request
 
 from api.errors import status_of
-from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
+from console.web import form, framed_html, go, page, parse, problems_of, rt, who
 from engine.forwarding import rules
 from engine.platform.errors import EngineError
 from engine.sandbox import inbound, mailbox, mode, outcomes, posts, scripts
@@ -110,11 +110,7 @@ async def message(message_id: str) -> Response:
 async def html(message_id: str) -> Response:
     """The captured HTML part as a document of its own, for the sandboxed frame."""
     found = await mailbox.message(rt(), who(), message_id)
-    return Response(
-        found.html or "",
-        content_type="text/html; charset=utf-8",
-        headers={"Content-Security-Policy": FRAMED_CSP},
-    )
+    return framed_html(found.html or "")
 
 
 @blueprint.get("/sandbox/<id:message_id>/source")
