@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 
 from trio.testing import MockClock
 
+from engine.sending import email_log
+from storage import emails
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import Account, Service
 from tests.test_sending import message, ready_account
@@ -96,3 +98,28 @@ async def test_csv_export_streams_the_filtered_log_with_cells_safe_for_spreadshe
     assert rows[0]["tags"] == "'-1"
     refused = await account.client.get("/v1/emails/export", params={"page": 1})
     assert refused.status_code == 422
+
+
+async def test_the_export_reads_past_each_page_by_time_and_id_without_a_gap(
+    service: Service, dns_server: DnsServer, clock: MockClock
+) -> None:
+    """The export's pages (storage `search_after`) start past the last row read: across a
+    batch stored in one commit, and across emails a second apart, every email once."""
+    account = await ready_account(service, dns_server)
+    await account.client.post("/v1/emails/", json=message("first@list.example"))
+    clock.jump(1)
+    batch = [message(f"b{i}@list.example") for i in range(7)]
+    assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
+    clock.jump(1)
+    await account.client.post("/v1/emails/", json=message("last@list.example"))
+    every, _ = await _listed(account, limit=100)
+    db, wanted = service.running.runtime.db, email_log.parse_query("")
+    read: list[str] = []
+    after = None
+    while True:
+        found = await db.read(emails.search_after, account.workspace_id, wanted, after, 3)
+        read += [e.id for e in found]
+        if len(found) < 3:
+            break
+        after = (found[-1].created_at, found[-1].id)
+    assert read == every and len(read) == 9
