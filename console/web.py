@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pydantic
@@ -53,6 +53,9 @@ FRAMED_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'; sandbox"
 )
 WORKSPACE_COOKIE = "postroom_workspace"
+# The widths (CSS pixels) HTML previews are shown at, side by side: a desktop mail client's
+# reading pane and a phone's screen.
+PREVIEW_WIDTHS = (("Desktop", 640), ("Phone", 390))
 
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -127,10 +130,36 @@ async def security_headers(response: Response) -> Response:
     return response
 
 
+def framed_html(html: str) -> Response:
+    """Email HTML as a document of its own for a sandboxed preview frame (FRAMED_CSP)."""
+    return Response(
+        html,
+        content_type="text/html; charset=utf-8",
+        headers={"Content-Security-Policy": FRAMED_CSP},
+    )
+
+
+@blueprint.app_template_global("preview_widths")
+def preview_widths() -> tuple[tuple[str, int], ...]:
+    return PREVIEW_WIDTHS
+
+
 @blueprint.app_template_filter("when")
-def when(value: datetime | None) -> str:
-    """A time as the console shows it, in UTC."""
-    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+def when(value: datetime | str | None) -> str:
+    """A time as the console shows it, in UTC, to the second: every time on every page goes
+    through here, a stored ISO text (an event's `next_attempt_at`) as well as a datetime."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value)
+        except ValueError:  # not a time after all: shown as it is
+            return value
+    else:
+        at = value
+    if at.tzinfo is not None:
+        at = at.astimezone(UTC)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 async def page(name: str, /, *, status: int = 200, **context: Any) -> Response:

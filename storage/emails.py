@@ -428,21 +428,6 @@ def events_of(tx: Tx, email_id: str) -> list[Event]:
     return [_event(row) for row in rows]
 
 
-def page(tx: Tx, workspace_id: str, status: str | None, offset: int, limit: int) -> list[Email]:
-    """Emails newest first, optionally of one status."""
-    where = "workspace_id = :ws"
-    params: dict[str, Any] = {"ws": workspace_id, "limit": limit, "offset": offset}
-    if status is not None:
-        where += " AND status = :status"
-        params["status"] = status
-    rows = tx.all(
-        f"SELECT * FROM emails WHERE {where} ORDER BY created_at DESC, id DESC"
-        " LIMIT :limit OFFSET :offset",
-        params,
-    )
-    return [_email(row) for row in rows]
-
-
 def scheduled(tx: Tx, workspace_id: str) -> list[Email]:
     """The workspace's emails still waiting for their send_at, soonest first."""
     rows = tx.all(
@@ -526,6 +511,9 @@ class Search:
     broadcasts: list[str] = field(default_factory=list)  # ids: the emails of these broadcasts
     # Domain ids: their emails that offer unsubscribe and are no broadcast's.
     marketing_of: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # where the email came from: any of these
+    created_from: datetime | None = None  # created at or after
+    created_before: datetime | None = None  # created strictly before
 
 
 def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> str:
@@ -568,6 +556,14 @@ def search_clauses(workspace_id: str, query: Search, params: dict[str, Any]) -> 
             " LIKE :p ESCAPE '!'",
             contains(word.lower()),
         )
+    if query.sources:
+        listed, values = in_list(f"s{len(params)}_", query.sources)
+        clauses.append(f"source IN ({listed})")
+        params.update(values)
+    if query.created_from is not None:
+        add("created_at >= :p", timestamp(query.created_from))
+    if query.created_before is not None:
+        add("created_at < :p", timestamp(query.created_before))
     return " AND ".join(clauses)
 
 
@@ -578,6 +574,32 @@ def search(tx: Tx, workspace_id: str, query: Search, offset: int, limit: int) ->
     rows = tx.all(
         f"SELECT * FROM emails WHERE {where}"
         " ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset",
+        params,
+    )
+    return [_email(row) for row in rows]
+
+
+def count(tx: Tx, workspace_id: str, query: Search) -> int:
+    """How many emails match every part of the search."""
+    params: dict[str, Any] = {}
+    where = search_clauses(workspace_id, query, params)
+    row = tx.one(f"SELECT COUNT(*) AS n FROM emails WHERE {where}", params)
+    return int(row["n"]) if row else 0
+
+
+def search_after(
+    tx: Tx, workspace_id: str, query: Search, after: tuple[datetime, str] | None, limit: int
+) -> list[Email]:
+    """Emails matching the search, newest first, starting past `after` (the created_at and
+    id of the last one already read): the pages of an export, which offsets would shift
+    under emails arriving while it runs."""
+    params: dict[str, Any] = {"limit": limit}
+    where = search_clauses(workspace_id, query, params)
+    if after is not None:
+        where += " AND (created_at < :after_at OR (created_at = :after_at AND id < :after_id))"
+        params["after_at"], params["after_id"] = timestamp(after[0]), after[1]
+    rows = tx.all(
+        f"SELECT * FROM emails WHERE {where} ORDER BY created_at DESC, id DESC LIMIT :limit",
         params,
     )
     return [_email(row) for row in rows]

@@ -265,14 +265,29 @@ def finish(tx: Tx, outcome_id: str, now: datetime) -> None:
     )
 
 
-def outcomes_of(tx: Tx, workspace_id: str, email_id: str) -> list[tuple[str, str, str]]:
-    """(recipient, kind, status) of the outcomes an email's recipients scripted."""
-    rows = tx.all(
-        "SELECT recipient, kind, status FROM sandbox_outcomes"
-        " WHERE workspace_id = :ws AND email_id = :email_id ORDER BY created_at, id",
-        {"ws": workspace_id, "email_id": email_id},
+def pending_outcomes(tx: Tx, workspace_id: str, email_id: str | None) -> list[Scheduled]:
+    """The workspace's scripted outcomes still to happen (of one email, given one), soonest
+    first."""
+    where = "workspace_id = :ws AND status = 'pending'"
+    params = {"ws": workspace_id}
+    if email_id is not None:
+        where += " AND email_id = :email_id"
+        params["email_id"] = email_id
+    rows = tx.all(f"SELECT * FROM sandbox_outcomes WHERE {where} ORDER BY due_at, id", params)
+    return [_scheduled(row) for row in rows]
+
+
+def bring_forward(tx: Tx, workspace_id: str, email_id: str | None, now: datetime) -> int:
+    """Make the workspace's pending outcomes (of one email, given one) due now; those a node
+    holds are under way already and left alone. How many were brought forward."""
+    where = "workspace_id = :ws AND status = 'pending' AND leased_by IS NULL AND due_at > :now"
+    params = {"ws": workspace_id, "now": timestamp(now)}
+    if email_id is not None:
+        where += " AND email_id = :email_id"
+        params["email_id"] = email_id
+    return tx.execute(
+        f"UPDATE sandbox_outcomes SET due_at = :now, updated_at = :now WHERE {where}", params
     )
-    return [(str(r["recipient"]), str(r["kind"]), str(r["status"])) for r in rows]
 
 
 def capture_post(tx: Tx, post: CapturedPost) -> None:

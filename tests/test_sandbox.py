@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -220,6 +221,38 @@ async def test_open_and_click_are_recorded_a_minute_apart_through_tracking(
     assert clicked["recipient"] == "open-and-click@customer.example"
 
 
+async def test_a_complaint_an_hour_away_is_listed_pending_and_can_be_fast_forwarded(
+    service: Service, clock: MockClock
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "complain-after-1h@customer.example")
+    await wait_for_status(account, email_id)
+    listed = await account.client.get("/v1/sandbox/outcomes", params={"email_id": email_id})
+    [pending] = listed.json()
+    assert pending["kind"] == "complaint" and pending["email_id"] == email_id
+    due = datetime.fromisoformat(pending["due_at"])
+    delivered = datetime.fromisoformat(
+        (await wait_for_status(account, email_id))["events"][-1]["created_at"]
+    )
+    assert due - delivered >= timedelta(minutes=59)
+    other = await account.client.post(
+        "/v1/sandbox/outcomes/fast-forward", json={"email_id": str(uuid.uuid4())}
+    )
+    assert other.json() == {"fast_forwarded": 0}
+    moved = await account.client.post(
+        "/v1/sandbox/outcomes/fast-forward", json={"email_id": email_id}
+    )
+    assert moved.status_code == 200 and moved.json() == {"fast_forwarded": 1}
+    clock.jump(16)  # the worker's next pass, not the hour
+    email = await wait_for_email(account, email_id, lambda e: "complained" in events(e))
+    assert datetime.fromisoformat(email["events"][-1]["created_at"]) - delivered < timedelta(
+        minutes=1
+    )
+    assert (await account.client.get("/v1/sandbox/outcomes")).json() == []
+    refused = await account.client.post("/v1/sandbox/outcomes/fast-forward", json={"when": "now"})
+    assert refused.status_code == 422
+
+
 async def test_slow_address_is_answered_after_thirty_seconds(
     service: Service, clock: MockClock
 ) -> None:
@@ -240,6 +273,9 @@ async def test_slow_address_is_answered_after_thirty_seconds(
     captured = (await account.client.get(f"/v1/sandbox/messages?email_id={email_id}")).json()
     answered = datetime.fromisoformat(captured["items"][0]["created_at"])
     assert answered - queued >= timedelta(seconds=30)
+    # The timeline says the message went when the server answered, not when it was asked.
+    sent = next(e for e in email["events"] if e["event_type"] == "sent")
+    assert abs(datetime.fromisoformat(sent["created_at"]) - answered) < timedelta(seconds=1)
 
 
 async def test_test_keys_act_only_in_sandbox_mode(service: Service) -> None:
@@ -410,3 +446,45 @@ async def test_webhooks_forwards_and_transfer_notices_of_a_sandbox_never_leave(
     assert erased.json()["sandbox_requests"] == 1
     hooked = (await account.client.get(f"/v1/sandbox/requests/{by_kind['webhook']['id']}")).json()
     assert "deliver@customer.example" not in hooked["body"]
+
+
+async def test_a_sandboxed_workspace_tries_a_forward_by_injecting_inbound_mail(
+    service: Service,
+) -> None:
+    account = await sandbox_account(service)
+    domain = (await account.client.get("/v1/domains/")).json()[0]
+    # No MX record points here: the sandbox takes the forward all the same.
+    created = await account.client.post(
+        "/v1/forwards/",
+        json={
+            "source_email": f"support@{DOMAIN}",
+            "domain_id": domain["id"],
+            "destination_emails": ["deliver@customer.example"],
+        },
+    )
+    assert created.status_code == 201, created.text
+    injected = await account.client.post(
+        "/v1/sandbox/inbound",
+        json={"to": f"Support@{DOMAIN}", "from_address": "jo@elsewhere.example", "subject": "Hi"},
+    )
+    assert injected.status_code == 202 and injected.json()["forward_id"] == created.json()["id"]
+    with trio.fail_after(15):
+        while True:  # the forwarder works in the background
+            found = (await account.client.get("/v1/emails/?source=forward")).json()
+            if found:
+                break
+            await trio.sleep(0.05)
+    [copy] = found
+    assert copy["to_addresses"] == ["deliver@customer.example"]
+    assert (await wait_for_status(account, copy["id"]))["status"] == "delivered"
+    captured = (await account.client.get(f"/v1/sandbox/messages?email_id={copy['id']}")).json()
+    assert captured["total"] == 1  # captured like the rest of its mail, never sent
+    one = captured["items"][0]["id"]
+    headers = (await account.client.get(f"/v1/sandbox/messages/{one}")).json()["headers"]
+    assert {"name": "Subject", "value": "Hi"} in headers
+
+    stranger = await account.client.post("/v1/sandbox/inbound", json={"to": f"nobody@{DOMAIN}"})
+    assert stranger.status_code == 422 and stranger.json()["code"] == "not_a_forward"
+    assert (await account.client.put("/v1/sandbox", json={"enabled": False})).status_code == 200
+    outside = await account.client.post("/v1/sandbox/inbound", json={"to": f"support@{DOMAIN}"})
+    assert outside.status_code == 403 and outside.json()["code"] == "sandbox_only"

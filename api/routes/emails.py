@@ -1,16 +1,20 @@
-"""`/v1/emails/`: send, validate, the email log, one email with its events, retry."""
+"""`/v1/emails/`: send, validate, the email log (filtered by search words, status, tag, source
+and creation range, its total in `X-Total-Count`, exported as CSV), one email with its
+events, retry."""
 
 from __future__ import annotations
 
+import csv
+import io
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, Field, RootModel, model_validator
-from quart import Blueprint, request
+from quart import Blueprint, Response, request
 from quart_schema import document_response
 
 from api.auth import principal, runtime
@@ -22,7 +26,7 @@ from engine.sending import batch, email_log, idempotency, scheduling, statuses
 from engine.sending import intake as sending
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult
 from engine.templates import library as templates
-from storage.emails import Email
+from storage.emails import Email, Search
 
 blueprint = Blueprint("emails", __name__, url_prefix="/v1/emails")
 
@@ -167,8 +171,38 @@ class EmailDetailOut(EmailItem):
     events: list[EventOut]
 
 
-class ListQuery(PageQuery):
+class LogFilters(In):
+    """The email log's filters besides its search words: where emails came from and when
+    they were created (`created_from` inclusive, `created_before` exclusive; a time without
+    a zone is UTC)."""
+
+    source: str | None = Field(None, max_length=50)
+    created_from: datetime | None = None
+    created_before: datetime | None = None
+
+    def filtered(self, q: str = "", status: str | None = None, tag: str | None = None) -> Search:
+        return email_log.parse_query(
+            q,
+            status,
+            tag,
+            source=self.source,
+            created_from=_utc(self.created_from),
+            created_before=_utc(self.created_before),
+        )
+
+
+class ListQuery(PageQuery, LogFilters):
     status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _counted(found: list[Email], total: int) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
+    """A page of the log with the number of emails matching in all, in `X-Total-Count`: the
+    body stays the array it always was."""
+    return [_item(e) for e in found], 200, {"X-Total-Count": str(total)}
 
 
 def _send_response(result: SendResult) -> dict[str, Any]:
@@ -273,10 +307,17 @@ async def validate(body: SendBody) -> dict[str, Any]:
     ).model_dump(mode="json")
 
 
-class SearchQuery(PageQuery):
+class ExportQuery(LogFilters):
     q: str = Field("", max_length=1000)
     status: str | None = Field(None, max_length=50)
     tag: Tag | None = None
+
+    def search(self) -> Search:
+        return self.filtered(self.q, self.status, self.tag)
+
+
+class SearchQuery(PageQuery, ExportQuery):
+    pass
 
 
 class UpdatesQuery(In):
@@ -286,10 +327,60 @@ class UpdatesQuery(In):
 @blueprint.get("/search")
 @query_args(SearchQuery)
 @document_response(list[EmailItem])
-async def search(query: SearchQuery) -> list[dict[str, Any]]:
-    wanted = email_log.parse_query(query.q, query.status, query.tag)
+async def search(query: SearchQuery) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
+    wanted = query.search()
     found = await email_log.search(runtime(), principal(), wanted, query.page, query.limit)
-    return [_item(e) for e in found]
+    return _counted(found, await email_log.count(runtime(), principal(), wanted))
+
+
+CSV_COLUMNS = ("id", "created_at", "status", "source", "from", "to", "subject", "tags")
+
+
+def _csv_cell(value: str) -> str:
+    """A cell a spreadsheet shows as text: one starting with `=`, `+`, `-`, `@`, a tab or a
+    carriage return would be read as a formula (OWASP's CSV injection), so it gets a
+    leading apostrophe."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def _csv_line(cells: Sequence[str]) -> bytes:
+    out = io.StringIO()
+    csv.writer(out).writerow([_csv_cell(c) for c in cells])
+    return out.getvalue().encode()
+
+
+async def export_csv(rt: Runtime, who: Principal, wanted: Search) -> Response:
+    """The emails matching a search as a CSV download, newest first, written as it is read;
+    at most email_log.EXPORT_LIMIT rows, the number matching in `X-Total-Count`. The API's
+    export and the console's answer with this."""
+    total = await email_log.count(rt, who, wanted)
+
+    async def rows() -> AsyncIterator[bytes]:
+        yield _csv_line(CSV_COLUMNS)
+        async for e in email_log.export(rt, who, wanted):
+            to = ", ".join(t["email"] for t in e.to)
+            when = e.created_at.isoformat()
+            yield _csv_line(
+                (e.id, when, e.status, e.source, e.from_address, to, e.subject, ", ".join(e.tags))
+            )
+
+    return Response(
+        rows(),
+        content_type="text/csv; charset=utf-8",
+        headers={
+            "Content-Disposition": 'attachment; filename="emails.csv"',
+            "X-Total-Count": str(total),
+            "X-Row-Limit": str(email_log.EXPORT_LIMIT),
+        },
+    )
+
+
+@blueprint.get("/export")
+@query_args(ExportQuery)
+async def export(query: ExportQuery) -> Response:
+    """The email log as CSV (columns id, created_at, status, source, from, to, subject,
+    tags), with the search's filters, newest first, at most 50,000 rows."""
+    return await export_csv(runtime(), principal(), query.search())
 
 
 @blueprint.get("/updates")
@@ -404,9 +495,10 @@ async def send_now(email_id: str) -> dict[str, Any]:
 @blueprint.get("/")
 @query_args(ListQuery)
 @document_response(list[EmailItem])
-async def list_emails(query: ListQuery) -> list[dict[str, Any]]:
-    found = await email_log.page(runtime(), principal(), query.status, query.page, query.limit)
-    return [_item(e) for e in found]
+async def list_emails(query: ListQuery) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
+    wanted = query.filtered(status=query.status)
+    found = await email_log.search(runtime(), principal(), wanted, query.page, query.limit)
+    return _counted(found, await email_log.count(runtime(), principal(), wanted))
 
 
 @blueprint.get("/<id:email_id>")

@@ -1,5 +1,6 @@
 """`/v1/sandbox`: sandbox mode, domains verified without DNS, test keys, the captured mail and
-requests.
+requests, scripted outcomes still to come (and fast-forwarding them), and inbound mail
+injected into the workspace's forwards.
 
 In sandbox mode the workspace's mail is captured instead of delivered and each recipient's
 local part scripts what happens (engine/sandbox/scripts.py); the mailbox lists what was
@@ -19,11 +20,11 @@ from quart import Blueprint, Response
 from quart_schema import document_response
 
 from api.auth import principal, runtime
-from api.models import In, Name, Out, PageQuery
+from api.models import EmailText, In, Name, Out, PageQuery
 from api.routes.api_keys import ApiKeyCreated
 from api.routes.domains import DomainOut, render
 from api.validation import json_body, query_args
-from engine.sandbox import keys, mailbox, mode, posts, scripts
+from engine.sandbox import inbound, keys, mailbox, mode, outcomes, posts, scripts
 from storage.sandbox import Captured, CapturedPost
 
 blueprint = Blueprint("sandbox", __name__, url_prefix="/v1/sandbox")
@@ -163,6 +164,66 @@ async def message(message_id: str) -> dict[str, object]:
 async def source(message_id: str) -> Response:
     found = await mailbox.message(runtime(), principal(), message_id)
     return Response(found.source, content_type="message/rfc822")
+
+
+class OutcomeQuery(In):
+    email_id: uuid.UUID | None = None
+
+
+class PendingOutcomeOut(Out):
+    id: str
+    email_id: str
+    recipient: str
+    kind: str = Field(description="complaint, open or click")
+    due_at: datetime
+
+
+class FastForward(In):
+    email_id: uuid.UUID | None = Field(None, description="only this email's; all when left out")
+
+
+class FastForwarded(BaseModel):
+    fast_forwarded: int = Field(description="outcomes made due now; they happen within 15 s")
+
+
+@blueprint.get("/outcomes")
+@query_args(OutcomeQuery)
+@document_response(list[PendingOutcomeOut])
+async def pending_outcomes(query: OutcomeQuery) -> list[dict[str, object]]:
+    """Scripted outcomes still to come (`complain-after-1h@` and the like), soonest first."""
+    email_id = None if query.email_id is None else str(query.email_id)
+    found = await outcomes.pending(runtime(), principal(), email_id)
+    return [PendingOutcomeOut.model_validate(o).model_dump(mode="json") for o in found]
+
+
+@blueprint.post("/outcomes/fast-forward")
+@json_body(FastForward)
+@document_response(FastForwarded)
+async def fast_forward(body: FastForward) -> dict[str, object]:
+    """Make pending scripted outcomes due now instead of waiting for their time."""
+    email_id = None if body.email_id is None else str(body.email_id)
+    return {"fast_forwarded": await outcomes.fast_forward(runtime(), principal(), email_id)}
+
+
+class InjectInbound(In):
+    to: EmailText = Field(description="the source address of one of the workspace's forwards")
+    from_address: EmailText = "someone@sandbox.example"
+    subject: str = Field("A message from the sandbox", max_length=998)
+    text: str = Field("Sent into a forward from the sandbox.", max_length=100_000)
+
+
+class Injected(BaseModel):
+    forward_id: str
+
+
+@blueprint.post("/inbound")
+@json_body(InjectInbound)
+@document_response(Injected, 202)
+async def inject_inbound(body: InjectInbound) -> tuple[dict[str, object], int]:
+    """Hand a message to the workspace's forwarding rules as if the inbound MX server had
+    accepted it (sandbox mode only): its copies are captured like the rest of its mail."""
+    injection = inbound.Injection(body.to, body.from_address, body.subject, body.text)
+    return {"forward_id": await inbound.inject(runtime(), principal(), injection)}, 202
 
 
 class CapturedRequestOut(Out):

@@ -17,7 +17,7 @@ from quart import Blueprint, Response, request
 
 from api.errors import status_of
 from api.routes.contacts import AddContact, BulkSendBody, CreateList
-from console.web import form, go, page, parse, problems_of, rt, who
+from console.web import form, framed_html, go, page, parse, problems_of, rt, who
 from engine.contacts import bulk_send, complaint_guard, csv_import, preview
 from engine.contacts import lists as contacts
 from engine.domains import registry, senders
@@ -175,6 +175,18 @@ async def preview_send(list_id: str) -> Response:
         rt(), who(), list_id, fields.subject, fields.html or None, fields.text or None
     )
     return await page("_send_preview.html", shown=shown)
+
+
+@blueprint.post("/contacts/<id:list_id>/preview.html")
+async def preview_html(list_id: str) -> Response:
+    """The first contact's message's HTML as a document of its own: the send form posts into
+    the preview's sandboxed frames (the HTML is the form's, too long for a frame's URL)."""
+    fields, _ = parse(_BulkForm, await form())
+    fields = fields or _BulkForm()
+    shown = await preview.first_message(
+        rt(), who(), list_id, fields.subject, fields.html or None, fields.text or None
+    )
+    return framed_html("" if shown is None else shown.html or "")
 
 
 @blueprint.post("/contacts/<id:list_id>/send")

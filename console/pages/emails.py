@@ -1,6 +1,8 @@
 """The email log: search with the API's tokens (`to:`, `from:`, `status:`, `domain:`,
-`tag:`), saved searches, paging; one email with its recipients, the event timeline with the
-servers' replies, its header fields, its HTML in a sandboxed frame and its text; retry,
+`tag:`), source and date-range filters, the number matching, CSV export, saved searches,
+paging; one email with its recipients (those suppressed since, linked), the event
+timeline with the servers' replies, the sandbox outcomes it still has coming (with a
+fast-forward), its header fields, its HTML in a sandboxed frame and its text; retry,
 cancel and send now."""
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from api.errors import status_of
-from api.routes.emails import STATUSES, SavedSearch, SearchQuery
-from console.web import FRAMED_CSP, form, go, page, parse, problems_of, rt, who
+from api.routes.emails import STATUSES, ExportQuery, SavedSearch, SearchQuery, export_csv
+from console.web import form, framed_html, go, page, parse, problems_of, rt, who
 from engine.platform.errors import EngineError, Unprocessable
-from engine.sandbox import mailbox
+from engine.sandbox import mailbox, outcomes
 from engine.sending import email_log, scheduling
 
 blueprint = Blueprint("emails", __name__)
@@ -24,22 +26,34 @@ DONE = {
     "unsaved": "Saved search removed.",
     "cancelled": "Scheduled email cancelled.",
     "sent_now": "Sending now.",
+    "fast_forwarded": "The scripted outcomes are due now: they happen within 15 seconds.",
 }
 
 
+FILTERS = ("q", "status", "source", "created_from", "created_before")
+
+
+def _filters() -> dict[str, str]:
+    """The log's filters as the page's query string gives them (empty ones left out)."""
+    return {k: v for k, v in request.args.items() if k in FILTERS and v}
+
+
 async def _index(status: int = 200, **extra: Any) -> Response:
-    args = {k: v for k, v in request.args.items() if k in ("q", "status", "page") and v}
+    args = _filters()
+    if request.args.get("page"):
+        args["page"] = request.args["page"]
     query, problems = parse(SearchQuery, {**args, "limit": PAGE_SIZE})
     query = query or SearchQuery.model_validate({"limit": PAGE_SIZE})
     runtime, principal = rt(), who()
-    found = []
+    found, total = [], 0
     try:
-        wanted = email_log.parse_query(query.q, query.status)
+        wanted = query.search()
     except Unprocessable as exc:  # an unknown token or status: said, not read as "no match"
         problems = {**problems_of(exc), **problems}
         status = max(status, 422)
     else:
         found = await email_log.search(runtime, principal, wanted, query.page, query.limit)
+        total = await email_log.count(runtime, principal, wanted)
     saved = await email_log.saved_searches(runtime, principal)
     extra.setdefault("problems", problems)
     return await page(
@@ -48,9 +62,13 @@ async def _index(status: int = 200, **extra: Any) -> Response:
         title="Email log",
         query=query,
         emails=found,
-        more=len(found) == query.limit,
+        total=total,
+        more=(query.page + 1) * query.limit < total,
         saved=saved,
         statuses=STATUSES,
+        sources=email_log.SOURCES,
+        filters=_filters(),
+        export_limit=email_log.EXPORT_LIMIT,
         notice=DONE.get(request.args.get("done", "")),
         **extra,
     )
@@ -59,6 +77,19 @@ async def _index(status: int = 200, **extra: Any) -> Response:
 @blueprint.get("/emails")
 async def index() -> Response:
     return await _index()
+
+
+@blueprint.get("/emails/export")
+async def export() -> Response:
+    """The log as the page filters it, as CSV (api/routes/emails.py `export_csv`)."""
+    query, problems = parse(ExportQuery, _filters())
+    if query is None:
+        return await _index(422, problems=problems)
+    try:
+        wanted = query.search()
+    except Unprocessable as exc:
+        return await _index(422, problems=problems_of(exc))
+    return await export_csv(rt(), who(), wanted)
 
 
 @blueprint.post("/emails/saved-searches")
@@ -89,6 +120,7 @@ async def _detail(email_id: str, status: int = 200, **extra: Any) -> Response:
     runtime, principal = rt(), who()
     found = await email_log.detail(runtime, principal, email_id)
     captured, _ = await mailbox.page(runtime, principal, email_id, 0, 20)
+    pending = await outcomes.pending(runtime, principal, email_id)
     extra.setdefault("problems", {})
     return await page(
         "email.html",
@@ -96,6 +128,7 @@ async def _detail(email_id: str, status: int = 200, **extra: Any) -> Response:
         title=found.email.subject or "(no subject)",
         detail=found,
         captured=captured,
+        pending=pending,
         notice=DONE.get(request.args.get("done", "")),
         **extra,
     )
@@ -110,11 +143,7 @@ async def detail(email_id: str) -> Response:
 async def html(email_id: str) -> Response:
     """The email's HTML as a document of its own, for the sandboxed frame of its page."""
     found = await email_log.detail(rt(), who(), email_id)
-    return Response(
-        found.email.html or "",
-        content_type="text/html; charset=utf-8",
-        headers={"Content-Security-Policy": FRAMED_CSP},
-    )
+    return framed_html(found.email.html or "")
 
 
 @blueprint.post("/emails/<id:email_id>/retry")
@@ -124,6 +153,14 @@ async def retry(email_id: str) -> Response:
     except EngineError as exc:
         return await _detail(email_id, status_of(exc), problems=problems_of(exc))
     return go("console.emails.detail", email_id=result.id)
+
+
+@blueprint.post("/emails/<id:email_id>/fast-forward")
+async def fast_forward(email_id: str) -> Response:
+    """The email's pending sandbox outcomes made due now (engine/sandbox/outcomes.py)."""
+    await email_log.detail(rt(), who(), email_id)  # 404 for another workspace's email
+    await outcomes.fast_forward(rt(), who(), email_id)
+    return go("console.emails.detail", email_id=email_id, done="fast_forwarded")
 
 
 @blueprint.post("/emails/<id:email_id>/cancel")

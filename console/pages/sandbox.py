@@ -1,16 +1,20 @@
 """The sandbox: the workspace's mode (switch), the addresses that script outcomes, the
 mailbox of captured messages, each with its HTML (in a sandboxed frame), text, header
 fields, signed source and DKIM result, and the captured webhook and forward POSTs, each
-with its URL, header fields (the signature among them) and body."""
+with its URL, header fields (the signature among them) and body; scripted outcomes still to
+come (fast-forwarded on request), and a form that hands a message to a forward as if it
+had come in by MX."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
 from quart import Blueprint, Response, request
 
 from api.errors import status_of
-from console.web import FRAMED_CSP, form, go, page, problems_of, rt, who
+from console.web import form, framed_html, go, page, parse, problems_of, rt, who
+from engine.forwarding import rules
 from engine.platform.errors import EngineError
-from engine.sandbox import mailbox, mode, posts, scripts
+from engine.sandbox import inbound, mailbox, mode, outcomes, posts, scripts
 
 blueprint = Blueprint("sandbox", __name__)
 
@@ -18,11 +22,26 @@ PAGE_SIZE = 25
 DONE = {
     "on": "This workspace is in sandbox mode: its mail is captured, never delivered.",
     "off": "This workspace left the sandbox: its mail is delivered for real.",
+    "injected": "The message was handed to the forward: its copies show in the log and here.",
+    "fast_forwarded": "The scripted outcomes are due now: they happen within 15 seconds.",
 }
 
 
+class _Inbound(BaseModel):
+    """The inbound form's fields (engine/sandbox/inbound.py)."""
+
+    to: str = ""
+    from_address: str = ""
+    subject: str = ""
+    text: str = ""
+
+
 @blueprint.get("/sandbox")
-async def index(status: int = 200, problems: dict[str, str] | None = None) -> Response:
+async def index(
+    status: int = 200,
+    problems: dict[str, str] | None = None,
+    inbound_form: dict[str, str] | None = None,
+) -> Response:
     runtime, principal = rt(), who()
     page_number = max(0, request.args.get("page", 0, type=int) or 0)
     found, total = await mailbox.page(runtime, principal, None, page_number, PAGE_SIZE)
@@ -39,6 +58,9 @@ async def index(status: int = 200, problems: dict[str, str] | None = None) -> Re
         more=(page_number + 1) * PAGE_SIZE < total,
         requests=captured_requests,
         requests_total=requests_total,
+        forwards=[f for f in await rules.list_all(runtime, principal) if f.is_active],
+        pending=await outcomes.pending(runtime, principal, None),
+        inbound_form=inbound_form or {},
         problems=problems or {},
         notice=DONE.get(request.args.get("done", "")),
     )
@@ -54,6 +76,30 @@ async def switch() -> Response:
     return go("console.sandbox.index", done="on" if on else "off")
 
 
+@blueprint.post("/sandbox/inbound")
+async def inject() -> Response:
+    values = await form()
+    fields, _ = parse(_Inbound, values)
+    fields = fields or _Inbound()
+    injection = inbound.Injection(
+        fields.to,
+        fields.from_address or "someone@sandbox.example",
+        fields.subject or "A message from the sandbox",
+        fields.text or "Sent into a forward from the sandbox.",
+    )
+    try:
+        await inbound.inject(rt(), who(), injection)
+    except EngineError as exc:
+        return await index(status_of(exc), problems_of(exc), values)
+    return go("console.sandbox.index", done="injected")
+
+
+@blueprint.post("/sandbox/fast-forward")
+async def fast_forward() -> Response:
+    await outcomes.fast_forward(rt(), who(), None)
+    return go("console.sandbox.index", done="fast_forwarded")
+
+
 @blueprint.get("/sandbox/<id:message_id>")
 async def message(message_id: str) -> Response:
     found = await mailbox.message(rt(), who(), message_id)
@@ -64,11 +110,7 @@ async def message(message_id: str) -> Response:
 async def html(message_id: str) -> Response:
     """The captured HTML part as a document of its own, for the sandboxed frame."""
     found = await mailbox.message(rt(), who(), message_id)
-    return Response(
-        found.html or "",
-        content_type="text/html; charset=utf-8",
-        headers={"Content-Security-Policy": FRAMED_CSP},
-    )
+    return framed_html(found.html or "")
 
 
 @blueprint.get("/sandbox/<id:message_id>/source")

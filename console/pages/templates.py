@@ -10,7 +10,7 @@ from quart import Blueprint, Response, request
 
 from api.errors import status_of
 from api.routes.templates import CreateTemplate, UpdateTemplate
-from console.web import form, go, page, parse, problems_of, rt, who
+from console.web import form, framed_html, go, page, parse, problems_of, rt, who
 from engine.platform.errors import EngineError
 from engine.sending.intake import Mailbox, SendRequest
 from engine.templates import library as templates
@@ -94,13 +94,28 @@ async def update(template_id: str) -> Response:
     return go("console.templates.detail", template_id=template_id, done="saved")
 
 
+async def _filled(template_id: str, values: dict[str, str]) -> SendRequest:
+    """The template filled with the `var:` fields among `values`."""
+    variables = {k.removeprefix(VARIABLE): v for k, v in values.items() if k.startswith(VARIABLE)}
+    empty = SendRequest(from_=Mailbox("preview@invalid", None), to=(), subject="")
+    return await templates.fill(rt(), who(), empty, template_id, variables)
+
+
 @blueprint.post("/templates/<id:template_id>/preview")
 async def preview(template_id: str) -> Response:
     values = await form()
-    variables = {k.removeprefix(VARIABLE): v for k, v in values.items() if k.startswith(VARIABLE)}
-    empty = SendRequest(from_=Mailbox("preview@invalid", None), to=(), subject="")
-    filled = await templates.fill(rt(), who(), empty, template_id, variables)
-    return await page("_template_preview.html", filled=filled)
+    filled = await _filled(template_id, values)
+    # The frames below read the same variables from their URL (short: names and values).
+    shown = {k: v for k, v in values.items() if k.startswith(VARIABLE)}
+    return await page("_template_preview.html", filled=filled, variables=shown, id=template_id)
+
+
+@blueprint.get("/templates/<id:template_id>/preview.html")
+async def preview_html(template_id: str) -> Response:
+    """The filled template's HTML as a document of its own, for the preview's sandboxed
+    frames (the email page's, under the same policy)."""
+    filled = await _filled(template_id, request.args.to_dict())
+    return framed_html(filled.html or "")
 
 
 @blueprint.post("/templates/<id:template_id>/duplicate")

@@ -902,6 +902,9 @@ class _Recording:
         self._latency = latency
 
     def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
+        # Stamped as of now: an egress may answer long after the round began (a slow
+        # server, a sandbox script that waits), and `sent` must say when it went.
+        self._outcome.now = self._rt.clock.now()
         return self._outcome.settle(email, recipient, outcome)
 
     def transaction(self, transfer: Transfer, outcomes: Sequence[Outcome]) -> int:

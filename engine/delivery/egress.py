@@ -60,7 +60,8 @@ class Record(Protocol):
     """A round's record of outcomes, as an egress reports to it."""
 
     def settle(self, email: Email, recipient: Recipient, outcome: Outcome) -> Verdict:
-        """One recipient's outcome, written with the round's next write; its verdict."""
+        """One recipient's outcome as of now, written with the round's next write; its
+        verdict."""
         ...
 
     def transaction(self, transfer: Transfer, outcomes: Sequence[Outcome]) -> int:

@@ -64,6 +64,8 @@ async def _answer(
         (script_for(r.address).delay for t in transfers for r in t.recipients), default=None
     )
     if delay:
+        # The reply comes when the wait ends: the record stamps `sent` and `delivered` as of
+        # each settle, not when the round began.
         await trio.sleep_until(clock.deadline_for(clock.now() + delay))
     now = clock.now()
     accepted: list[tuple[Transfer, list[str]]] = []

@@ -1,4 +1,5 @@
-"""The sandbox's later outcomes: a complaint an hour on, an open and a click a minute or two on.
+"""The sandbox's later outcomes: a complaint an hour on, an open and a click a minute or two on;
+listed while pending, and brought forward on request.
 
 Stored with the capture as work rows (storage/sandbox.py) and claimed through the shared
 leased-work loop (engine/platform/leased_worker.py), so they survive a restart and run on one node.
@@ -22,7 +23,7 @@ from engine.mail.reports import Report
 from engine.platform import faults
 from engine.platform.leased_worker import LeasedWorker
 from engine.platform.nodes import LEASE
-from engine.platform.runtime import Runtime
+from engine.platform.runtime import Principal, Runtime
 from engine.platform.settings import ComplaintLimits
 from engine.sandbox.scripts import CLICK, COMPLAINT, OPEN
 from engine.sending import tracking
@@ -43,6 +44,22 @@ _FIRST_LINK = re.compile(r"""<a\b[^>]*?\bhref\s*=\s*["'](https?://[^"'\s]+)["']"
 class OutcomeStatistics:
     in_flight: int
     done: int
+
+
+async def pending(rt: Runtime, who: Principal, email_id: str | None) -> list[Scheduled]:
+    """The workspace's scripted outcomes still to come (of one email, given one), soonest
+    first."""
+    return await rt.db.read(sandbox.pending_outcomes, who.workspace_id, email_id)
+
+
+async def fast_forward(rt: Runtime, who: Principal, email_id: str | None) -> int:
+    """Make the workspace's pending outcomes (of one email, given one) due now, so a
+    complaint scripted for an hour on can be seen at once; they happen at the worker's next
+    pass (within POLL). How many were brought forward."""
+    brought: int = await rt.db.write(
+        sandbox.bring_forward, who.workspace_id, email_id, rt.clock.now()
+    )
+    return brought
 
 
 def _complain(tx: Tx, item: Scheduled, now: datetime, limits: ComplaintLimits) -> None:

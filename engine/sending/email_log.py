@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,13 +12,19 @@ from engine.platform.errors import Conflict, NotFound, Unprocessable, unknown_na
 from engine.platform.runtime import Principal, Runtime
 from engine.sending import statuses
 from engine.sending.intake import AttachmentIn, Mailbox, SendRequest, SendResult, send
-from storage import emails
+from storage import emails, suppressions
 from storage import saved_searches as storage_saved
 from storage.emails import Email, Event, Recipient, Search
 from storage.engines import in_one_snapshot
 from storage.tx import Tx
 
 UPDATES_LIMIT = 50
+# Where an email came from, as stored in `emails.source`: the API one by one, the API's
+# batch, the SMTP relay, a broadcast (bulk send to a contact list), an agent over MCP, a
+# forwarding rule, the service itself (reports, notices).
+SOURCES = ("api", "batch", "smtp", "broadcast", "mcp", "forward", "system")
+EXPORT_LIMIT = 50_000  # rows of one CSV export; narrow the search for more
+_EXPORT_PAGE = 500
 _TOKENS = {
     "to": "to",
     "from": "sender",
@@ -44,7 +51,14 @@ def _status(value: str, where: str, field: str) -> str:
 
 
 def parse_query(
-    q: str, status: str | None = None, tag: str | None = None, *, where: str = "query"
+    q: str,
+    status: str | None = None,
+    tag: str | None = None,
+    *,
+    where: str = "query",
+    source: str | None = None,
+    created_from: datetime | None = None,
+    created_before: datetime | None = None,
 ) -> Search:
     """The search a `q` string asks for: `to:`, `from:`, `status:`, `domain:` (the sending
     domain), `tag:`, `destination:` (a recipient domain, exactly) tokens, every other word
@@ -54,7 +68,9 @@ def parse_query(
     Unprocessable, naming the word, for a token nobody knows (`source:mcp`), a token with no
     value, and a status no email can have (in `q` or in `status`): each would otherwise
     match nothing and read as "no email matches". `where` is what the caller's door calls
-    the search's parameters (`query`, `arguments`), for the error's loc."""
+    the search's parameters (`query`, `arguments`), for the error's loc. `source` (one of
+    SOURCES) and the range `created_from` (inclusive) to `created_before` (exclusive) narrow
+    it further; a range that ends before it starts is refused."""
     parts: dict[str, list[str]] = {name: [] for name in (*_TOKENS.values(), "words")}
     for word in q.split():
         if len(word) > 1 and word.startswith('"') and word.endswith('"'):
@@ -84,13 +100,43 @@ def parse_query(
         parts["status"].append(_status(status, where, "status"))
     if tag:
         parts["tags"].append(tag)
-    return Search(**parts)
+    if source and source not in SOURCES:
+        raise _refused(where, "source", unknown_name("source", source, SOURCES))
+    if created_from and created_before and created_before <= created_from:
+        raise _refused(where, "created_before", "must be later than created_from")
+    return Search(
+        **parts,
+        sources=[source] if source else [],
+        created_from=created_from,
+        created_before=created_before,
+    )
 
 
 async def search(
     rt: Runtime, who: Principal, query: Search, page_number: int, limit: int
 ) -> list[Email]:
     return await rt.db.read(emails.search, who.workspace_id, query, page_number * limit, limit)
+
+
+async def count(rt: Runtime, who: Principal, query: Search) -> int:
+    return await rt.db.read(emails.count, who.workspace_id, query)
+
+
+async def export(rt: Runtime, who: Principal, query: Search) -> AsyncIterator[Email]:
+    """The emails matching the search, newest first, at most EXPORT_LIMIT, read a page at a
+    time so an export never holds the log in memory."""
+    after: tuple[datetime, str] | None = None
+    left = EXPORT_LIMIT
+    while left > 0:
+        found = await rt.db.read(
+            emails.search_after, who.workspace_id, query, after, min(left, _EXPORT_PAGE)
+        )
+        for email in found:
+            yield email
+        if len(found) < min(left, _EXPORT_PAGE):
+            return
+        left -= len(found)
+        after = (found[-1].created_at, found[-1].id)
 
 
 async def updates(rt: Runtime, who: Principal, since: datetime) -> list[Email]:
@@ -103,12 +149,8 @@ class EmailDetail:
     email: Email
     recipients: list[Recipient]
     events: list[Event]
-
-
-async def page(
-    rt: Runtime, who: Principal, status: str | None, page_number: int, limit: int
-) -> list[Email]:
-    return await rt.db.read(emails.page, who.workspace_id, status, page_number * limit, limit)
+    # Its recipients now on the suppression list, with the reason: a retry is refused for them.
+    suppressed: dict[str, str]
 
 
 @in_one_snapshot
@@ -116,7 +158,9 @@ def _detail(tx: Tx, workspace_id: str, email_id: str) -> EmailDetail | None:
     email = emails.get(tx, workspace_id, email_id)
     if email is None:
         return None
-    return EmailDetail(email, emails.recipients_of(tx, email_id), emails.events_of(tx, email_id))
+    recipients = emails.recipients_of(tx, email_id)
+    suppressed = suppressions.suppressed_among(tx, workspace_id, [r.address for r in recipients])
+    return EmailDetail(email, recipients, emails.events_of(tx, email_id), suppressed)
 
 
 async def detail(rt: Runtime, who: Principal, email_id: str) -> EmailDetail:

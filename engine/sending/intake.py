@@ -815,7 +815,7 @@ def _store_many(
 
 
 async def send_many(
-    rt: Runtime, who: Principal, requests: list[SendRequest]
+    rt: Runtime, who: Principal, requests: list[SendRequest], *, source: str = "batch"
 ) -> list[SendResult | EngineError]:
     """Accept a batch: each request's result, or the error that refused it, in order."""
     now = rt.clock.now()
@@ -823,7 +823,7 @@ async def send_many(
     entries: list[_Checked | EngineError] = []
     for req in requests:
         try:
-            entries.append(_checked(req, plan, now))
+            entries.append(_checked(req, plan, now, source))
         except EngineError as exc:
             entries.append(exc)
     results: list[SendResult | EngineError] = await rt.db.write(
