@@ -14,10 +14,7 @@ from trio.testing import MockClock
 
 from engine.delivery.incidents import pause_for
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Account, Service
-from tests.harness.smtp_sink import SmtpSink
-from tests.test_metrics import scrape
-from tests.test_sending import (
+from tests.harness.sending import (
     SENDING_DOMAIN,
     message,
     ready_account,
@@ -25,6 +22,9 @@ from tests.test_sending import (
     wait_for_email,
     wait_for_status,
 )
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_metrics import scrape
 
 REPUTATION_BLOCK = (
     "5.7.1 Service unavailable; Client host [127.0.0.1] blocked due to low reputation of"

@@ -25,12 +25,12 @@ from storage.codec import timestamp
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_mcp import call, mcp_client, set_policy
 from tests.test_sandbox import sandbox_account
 from tests.test_sandbox import send as sandbox_send
-from tests.test_sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.test_webhooks import _webhook
 
 ANN = "ann.lee@erase.example"

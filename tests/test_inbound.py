@@ -19,10 +19,10 @@ from storage import inbound as storage_inbound
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import dkim_verifies, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_forwards import DOMAIN, SOURCE, forwarding_account, rule
-from tests.test_sending import dkim_verifies, route_mail
 
 DESTINATION = "me@elsewhere.example"
 

@@ -29,10 +29,7 @@ from storage import accounts, migrations
 from storage.database import open_database
 from storage.sealing import Sealer
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import SMTP_HOST, Account, Service
-from tests.harness.smtp_sink import SmtpSink
-from tests.harness.tls import TlsAuthority
-from tests.test_sending import (
+from tests.harness.sending import (
     SENDER,
     SENDING_DOMAIN,
     dkim_verifies,
@@ -40,6 +37,9 @@ from tests.test_sending import (
     route_mail,
     wait_for_status,
 )
+from tests.harness.service import SMTP_HOST, Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 
 RAW = (
     f"From: Hello <{SENDER}>\r\n"

@@ -24,11 +24,17 @@ from storage.sandbox import SigningKey
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import (
+    message,
+    ready_account,
+    route_mail,
+    wait_for_email,
+    wait_for_status,
+)
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_inbound import send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_email, wait_for_status
 
 DOMAIN = "shop.example"
 SENDER = f"hello@{DOMAIN}"

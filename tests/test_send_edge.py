@@ -21,8 +21,8 @@ from trio.testing import MockClock
 
 from api.send_edge import send_edge
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail
 from tests.harness.service import Account, Service
-from tests.test_sending import message, ready_account, route_mail
 
 GENERATED = ("id", "message_id")
 

@@ -24,6 +24,7 @@ import pytest
 import trio
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, route_mail
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
@@ -32,7 +33,6 @@ from tests.test_contacts import add_contact, create_list
 from tests.test_forwards import SOURCE, forwarding_account, rule
 from tests.test_inbound import letter, send_inbound
 from tests.test_relay import relay_account
-from tests.test_sending import SENDER, route_mail
 
 SPAMASSASSIN = "/usr/bin/spamassassin"
 # The storage engine does not shape a message: SQLite only keeps the SpamAssassin run single.

@@ -34,10 +34,10 @@ from storage.tls_rpt import Sessions
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_email
 from tests.harness.service import REPO, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
 YESTERDAY = datetime.now(UTC).date() - timedelta(days=1)
 GOOD = "customer.example"  # MTA-STS enforce; the sink's certificate names its MX
