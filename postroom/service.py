@@ -29,7 +29,7 @@ from hypercorn.utils import wrap_app
 from api.app import create_app
 from engine.contacts.bulk_send import fail_interrupted
 from engine.contacts.recovery import BroadcastRecovery
-from engine.delivery.router import DeliveryRouter
+from engine.delivery.router import DeliveryRouter, RouterStatistics
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
 from engine.platform import nodes
@@ -67,8 +67,25 @@ class RunningService:
     api_url: str
     runtime: Runtime
     stop: Callable[[], None]
+    supervisor: Supervisor
     submission_address: tuple[str, int] = ("", 0)  # the SMTP relay's bound address
     inbound_address: tuple[str, int] = ("", 0)  # the inbound MX's bound address
+
+    def idle(self) -> bool:
+        """Whether nothing is under way: no unit of work waiting for or in the database, no
+        leased item (webhook POST, forward, sandbox outcome) being worked, no delivery round
+        out. Work due later (a retry, a scheduled email) is not under way. (Tests wait on it.)"""
+        db = self.runtime.db
+        if db.writer_statistics().unanswered or db.reader_statistics().unanswered:
+            return False
+        for snapshot in self.supervisor.statistics().values():
+            if getattr(snapshot, "in_flight", 0):  # a leased worker's items being worked
+                return False
+            if isinstance(snapshot, RouterStatistics) and any(
+                queue.in_flight for queue in snapshot.domains
+            ):
+                return False
+        return True
 
 
 def _hypercorn_config() -> HypercornConfig:
@@ -231,7 +248,7 @@ async def serve(
                 if draining:
                     stopping.start_soon(_drain_on, shutdown, draining, settings.drain_seconds)
                 if role == "delivery":
-                    task_status.started(RunningService("", rt, shutdown.set))
+                    task_status.started(RunningService("", rt, shutdown.set, supervisor))
                     await shutdown.wait()
                 else:
                     await _front_doors(
@@ -291,6 +308,7 @@ async def _front_doors(
                 binds[0],
                 rt,
                 shutdown.set,
+                supervisor,
                 submission_address=submission_address,
                 inbound_address=inbound_address,
             )

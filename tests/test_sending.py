@@ -103,7 +103,7 @@ async def test_temporary_failures_for_72_hours_fail_the_recipient(
     await wait_for_status(account, sent["id"], ("deferred",))
     for _ in range(40):
         clock.jump(8 * 3600)
-        await trio.sleep(0.1)
+        await service.settled()
         email = (await account.client.get(f"/v1/emails/{sent['id']}")).json()
         if email["status"] == "failed":
             break
@@ -253,7 +253,7 @@ async def test_scheduled_email_is_sent_at_its_time(
     assert sent["status"] == "scheduled"
     listed = (await account.client.get("/v1/emails/scheduled")).json()
     assert [e["id"] for e in listed] == [sent["id"]]
-    await trio.sleep(0.3)
+    await service.settled()
     assert smtp_sink.messages == []
     clock.jump(2 * 3600 + 1)
     await smtp_sink.wait_for_messages(1)
@@ -287,7 +287,7 @@ async def test_cancel_and_send_now(
     assert (await account.client.post(f"/v1/emails/{second['id']}/send-now")).status_code == 404
 
     clock.jump(2 * 86400)
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(smtp_sink.messages) == 1  # the cancelled one never went out
     events = (await account.client.get(f"/v1/emails/{first['id']}/events")).json()
     assert [e["event_type"] for e in events] == ["scheduled", "cancelled"]
