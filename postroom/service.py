@@ -73,10 +73,13 @@ class RunningService:
 
     def idle(self) -> bool:
         """Whether nothing is under way: no unit of work waiting for or in the database, no
-        leased item (webhook POST, forward, sandbox outcome) being worked, no delivery round
-        out. Work due later (a retry, a scheduled email) is not under way. (Tests wait on it.)"""
+        work on a worker thread, no leased item (webhook POST, forward, sandbox outcome) being
+        worked, no delivery round out. Work due later (a retry, a scheduled email) is not
+        under way. (Tests wait on it.)"""
         db = self.runtime.db
         if db.writer_statistics().unanswered or db.reader_statistics().unanswered:
+            return False
+        if trio.to_thread.current_default_thread_limiter().borrowed_tokens:
             return False
         for snapshot in self.supervisor.statistics().values():
             if getattr(snapshot, "in_flight", 0):  # a leased worker's items being worked

@@ -163,6 +163,9 @@ class Database:
         self._reach = reach
         self.dialect: Dialect = engine.dialect
         self._deliver: Callable[[set[str]], None] = lambda topics: None
+        # The listening thread is always out: it takes no token of trio's default limiter,
+        # whose borrowed tokens then count only work under way (RunningService.idle).
+        self._listening = trio.CapacityLimiter(1)
 
     def on_commit(self, deliver: Callable[[set[str]], None], node: str) -> None:
         """Hand the topics of committed work to `deliver` from now on, announcing them to the
@@ -182,7 +185,9 @@ class Database:
         while True:
             try:
                 self._reach.check()
-                heard = await trio.to_thread.run_sync(self._engine.hear, LISTEN_WAIT)
+                heard = await trio.to_thread.run_sync(
+                    self._engine.hear, LISTEN_WAIT, limiter=self._listening
+                )
             except Exception as exc:
                 if not is_outage(exc):
                     raise

@@ -231,7 +231,7 @@ async def test_idempotency_key_sends_once(
     assert other.status_code == 409
     assert other.json()["code"] == "idempotency_conflict"
     await smtp_sink.wait_for_messages(1)
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(smtp_sink.messages) == 1
     assert len(await broadcasts(account)) == 1
 

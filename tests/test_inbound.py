@@ -156,7 +156,7 @@ async def test_unknown_addresses_are_refused(
         f"bounces+2b0f2a44-8f4b-4a5e-9a0c-7d1c7a1e0c11@{DOMAIN}",  # no such email
     ]
     assert await send_inbound(service, unknown, letter()) == set(unknown)
-    await trio.sleep(0.5)
+    await service.settled()
     assert smtp_sink.messages == []
 
 
@@ -188,12 +188,12 @@ async def test_failing_url_is_retried_on_the_schedule(
     https_receiver.respond_sequence([500, 503])
     assert await send_inbound(service, [SOURCE], letter()) == set()
     await https_receiver.wait_for_requests(1)
-    await trio.sleep(1)
+    await service.settled()
     assert len(https_receiver.requests) == 1
     assert await poll(account, "/v1/forwards/logs/count", lambda b: True) == {"count": 0}
     clock.jump(60)  # first retry after 1 minute
     await https_receiver.wait_for_requests(2)
-    await trio.sleep(0.5)  # the failure is recorded, and the next retry timed from it
+    await service.settled()  # the failure is recorded, and the next retry timed from it
     clock.jump(300)  # second after 5 more
     await https_receiver.wait_for_requests(3)
     assert await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
@@ -211,7 +211,7 @@ async def test_one_message_to_two_rules_is_forwarded_once_per_rule(
     assert await send_inbound(service, [SOURCE, f"sales@{DOMAIN}"], letter()) == set()
     requests = await https_receiver.wait_for_requests(2)
     assert {r.json()["recipient"] for r in requests} == {SOURCE, f"sales@{DOMAIN}"}
-    await trio.sleep(0.5)
+    await service.settled()
     assert len(https_receiver.requests) == 2
 
 
@@ -226,7 +226,7 @@ async def test_a_message_this_rule_already_forwarded_is_not_sent_round_again(
     assert await send_inbound(service, [SOURCE], letter(subject="fresh")) == set()
     [copy] = await smtp_sink.wait_for_messages(1)
     assert b"Subject: fresh" in copy.data
-    await trio.sleep(0.5)
+    await service.settled()
     assert len(smtp_sink.messages) == 1
 
 
@@ -255,7 +255,7 @@ async def test_work_leased_by_a_node_that_died_is_taken_over(
         )
 
     await rt.db.write(stored_then_claimed_by_a_dead_node)
-    await trio.sleep(1.5)
+    await service.settled()
     assert https_receiver.requests == []  # the lease still holds
     clock.jump(5 * 60)
     [request] = await https_receiver.wait_for_requests(1)

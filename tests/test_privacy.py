@@ -8,7 +8,6 @@ import base64
 import json
 
 import pytest
-import trio
 
 from engine import privacy
 from storage.tx import Tx
@@ -39,7 +38,7 @@ async def test_erasure_rewrites_the_address_out_and_keeps_it_suppressed(
     sent = (await client.post("/v1/emails/", json=body)).json()
     await wait_for_status(account, sent["id"])
     await https_receiver.wait_for_requests(2)
-    await trio.sleep(0.3)  # the deliveries' outcomes are recorded
+    await service.settled()  # the deliveries' outcomes are recorded
     await client.post("/v1/suppressions/", json={"email": ANN})
 
     erased = await client.post("/v1/privacy/erase", json={"email": ANN.upper()})

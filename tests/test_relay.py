@@ -389,7 +389,7 @@ async def test_smuggled_end_of_data_never_yields_a_second_message(
     assert [code for code, _ in replies] == [250, 250, 354, 554, 250, 250, 354, 250, 221]
     [received] = await smtp_sink.wait_for_messages(1)
     assert b"Subject: honest" in received.data
-    await trio.sleep(0.5)  # nothing else arrives
+    await service.settled()  # nothing else arrives
     assert len(smtp_sink.messages) == 1
     assert [item["subject"] for item in (await account.client.get("/v1/emails/")).json()] == [
         "honest"

@@ -53,7 +53,7 @@ async def test_same_key_and_message_answers_the_first_id_and_sends_once(
         partial(transact, service, tls_ca, credential, [keyed("order-1", "Receipt")])
     )
     assert later == first
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(smtp_sink.messages) == 1
     listed = (await account.client.get("/v1/emails/")).json()
     assert [item["id"] for item in listed] == [first[1].decode().rsplit(" ", 1)[1]]

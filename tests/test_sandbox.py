@@ -405,7 +405,7 @@ async def test_webhooks_forwards_and_transfer_notices_of_a_sandbox_never_leave(
         page = await browser.get(f"/sandbox/requests/{by_kind['webhook']['id']}")
         assert page.status_code == 200 and hooked["signature"] in page.text
 
-    await trio.sleep(0.5)  # anything on its way out would have arrived by now
+    await service.settled()  # anything on its way out would have arrived by now
     assert https_receiver.requests == []
     assert smtp_sink.messages == []
 

@@ -252,7 +252,7 @@ async def test_reports_are_mailed_to_a_mailto_rua_with_what_delivery_recorded_on
             "left_for_later": 0,
         }
         service.running.runtime.wakeups.deliver([f"mail:{REPORTS}"])
-        await trio.sleep(0.5)
+        await service.settled()
         assert len([m for m in sink.messages if m.rcpt_to == (f"tls@{REPORTS}",)]) == 2
         assert len(receiver.requests) == 1
 

@@ -150,7 +150,7 @@ async def test_accept_then_stop_within_the_window_reverses(
     again = await service.client().post(f"/v1/domain-transfers/{token}/accept")
     assert_error(again, 404, "not_found")
     clock.jump(2 * DAY)
-    await trio.sleep(0.1)
+    await service.settled()
     assert (await source.client.get(f"/v1/domains/{domain}")).status_code == 200
     assert (await target.client.get(f"/v1/domains/{domain}")).status_code == 404
     [outgoing] = (await source.client.get("/v1/domain-transfers/outgoing")).json()
