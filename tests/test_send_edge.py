@@ -228,7 +228,7 @@ async def _cut_short(service: Service, api_key: str, chunked: bool) -> bytes:
             + start
             + b'{"from_": '
         )
-        await trio.sleep(0.2)  # the request is read and waiting for the rest of its body
+        await service.settled()  # the request is read and waiting for the rest of its body
         service.clock.jump(61)
         answer = b""
         with trio.fail_after(10):
