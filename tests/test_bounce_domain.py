@@ -22,6 +22,7 @@ from storage import postmaster_mail
 from storage.codec import new_id
 from storage.postmaster_mail import PostmasterMail
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import poll, send_inbound
 from tests.harness.sending import (
     SENDING_DOMAIN,
     dkim_verifies,
@@ -33,7 +34,6 @@ from tests.harness.sending import (
 from tests.harness.service import SMTP_HOST, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.test_bounces import postfix_dsn
-from tests.test_inbound import poll, send_inbound
 
 BOUNCE_DOMAIN = f"bounces.{SENDING_DOMAIN}"
 RECIPIENT = "ann@customer.example"

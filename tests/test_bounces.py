@@ -13,6 +13,7 @@ from trio.testing import MockClock
 
 from engine.delivery.bounces import SOFT_BOUNCE_LIMIT, Tally, tally
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import send_inbound
 from tests.harness.sending import (
     message,
     ready_account,
@@ -22,7 +23,6 @@ from tests.harness.sending import (
 )
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_inbound import send_inbound
 
 GMAIL_FULL = (
     "5.2.2 The recipient's inbox is out of storage space and inactive. Please direct the"

@@ -16,11 +16,11 @@ from engine.contacts.bulk_send import fail_interrupted
 from engine.platform.wakeups import RESCAN
 from storage import broadcasts as broadcasts_storage
 from storage.broadcasts import Broadcast
+from tests.harness.contacts import MISSING, add_contact, create_list
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_contacts import MISSING, add_contact, create_list
 
 RECIPIENT_DOMAIN = "customers.example"
 

@@ -4,79 +4,29 @@ receiver); unknown and paused addresses are refused; logs, count and stats follo
 
 from __future__ import annotations
 
-import smtplib
 from datetime import timedelta
-from email.message import EmailMessage
-from typing import Any
 
 import trio
 from trio.testing import MockClock
 
-from engine.forwarding import inbound
-from engine.mail import trace
 from engine.platform import faults
 from storage import inbound as storage_inbound
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import (
+    DESTINATION,
+    DOMAIN,
+    SOURCE,
+    forwarding_account,
+    letter,
+    poll,
+    rule,
+    send_inbound,
+)
 from tests.harness.sending import dkim_verifies, route_mail
-from tests.harness.service import Account, Service
+from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import DOMAIN, SOURCE, forwarding_account, rule
-
-DESTINATION = "me@elsewhere.example"
-
-
-def letter(to: str = SOURCE, subject: str = "Hello there", attachment: bool = False) -> bytes:
-    message = EmailMessage()
-    message["From"] = "Alice Example <alice@sender.example>"
-    message["To"] = to
-    message["Subject"] = subject
-    message["Message-ID"] = "<first-letter@sender.example>"
-    message.set_content("Plain words.\n")
-    message.add_alternative("<p>Plain <b>words</b>.</p>\n", subtype="html")
-    if attachment:
-        message.add_attachment(
-            b"%PDF-1.4 not really", maintype="application", subtype="pdf", filename="a.pdf"
-        )
-    return message.as_bytes(policy=message.policy.clone(linesep="\r\n"))
-
-
-def _smtp_send(address: tuple[str, int], sender: str, rcpts: list[str], data: bytes) -> set[str]:
-    with smtplib.SMTP(*address, timeout=10) as client:
-        try:
-            refused = client.sendmail(sender, rcpts, data)
-        except smtplib.SMTPRecipientsRefused as exc:
-            return set(exc.recipients)
-        return set(refused)
-
-
-async def send_inbound(
-    service: Service, rcpts: list[str], data: bytes, sender: str = "alice@sender.example"
-) -> set[str]:
-    """Hand a message to the inbound MX server; the recipients it refused.
-
-    Through smtplib once the service runs its inbound listener, else through the engine
-    functions that listener calls (accepts per RCPT, receive after DATA).
-    """
-    address = getattr(service.running, "inbound_address", None)
-    if address is not None:
-        return await trio.to_thread.run_sync(_smtp_send, address, sender, rcpts, data)
-    rt = service.running.runtime
-    accepted = [r for r in rcpts if await inbound.accepts(rt, r)]
-    if accepted:
-        arrival = trace.Arrival("sender.example", "127.0.0.1", None, "ESMTP")
-        await inbound.receive(rt, sender, accepted, data, arrival)
-    return set(rcpts) - set(accepted)
-
-
-async def poll(account: Account, path: str, done: Any, **params: Any) -> Any:
-    with trio.fail_after(15):
-        while True:
-            body = (await account.client.get(path, params=params)).json()
-            if done(body):
-                return body
-            await trio.sleep(0.05)
 
 
 async def test_forwarded_mail_reaches_the_mailbox_and_the_url(

@@ -13,11 +13,10 @@ from engine import privacy
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import SOURCE, letter, poll, send_inbound, verified_domain
 from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import SOURCE, verified_domain
-from tests.test_inbound import letter, poll, send_inbound
 from tests.test_webhooks import _webhook
 
 ANN = "ann@erase.example"

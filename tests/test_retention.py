@@ -16,11 +16,18 @@ from storage.retention import EXPIRED_JOB_ERROR
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import (
+    DESTINATION,
+    SOURCE,
+    forwarding_account,
+    letter,
+    poll,
+    rule,
+    send_inbound,
+)
 from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import SOURCE, forwarding_account, rule
-from tests.test_inbound import DESTINATION, letter, poll, send_inbound
 
 DAY = 86400
 

@@ -24,6 +24,7 @@ from storage.sandbox import SigningKey
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import send_inbound
 from tests.harness.sending import (
     message,
     ready_account,
@@ -34,7 +35,6 @@ from tests.harness.sending import (
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_inbound import send_inbound
 
 DOMAIN = "shop.example"
 SENDER = f"hello@{DOMAIN}"
