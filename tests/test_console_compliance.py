@@ -17,6 +17,7 @@ from playwright.sync_api import Page, ViewportSize, expect
 
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
+from tests.harness.broadcasts import sender_id
 from tests.harness.browser import Browsing
 from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
@@ -26,7 +27,6 @@ from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_bounce_domain import feedback_report
-from tests.test_bulk_send import sender_id
 from tests.test_console import sign_in
 
 CUSTOMERS = "customers.example"

@@ -10,11 +10,11 @@ from typing import Any
 import trio
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.relay import mime, relay_account
 from tests.harness.sending import SENDER, message
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_relay import mime, relay_account
 
 
 def keyed(key: str, subject: str) -> str:

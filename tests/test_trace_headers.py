@@ -13,6 +13,7 @@ import trio
 
 from engine.mail.trace import Arrival, received_field
 from tests.harness.dns_server import DnsServer
+from tests.harness.relay import mime, relay_account
 from tests.harness.sending import (
     SENDER,
     dkim_verifies,
@@ -24,7 +25,6 @@ from tests.harness.sending import (
 from tests.harness.service import SMTP_HOST, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_relay import mime, relay_account
 
 
 def _submit_as(

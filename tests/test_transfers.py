@@ -25,12 +25,12 @@ from postroom.service import serve
 from storage import broadcasts
 from storage.codec import new_id
 from tests.harness import service as harness
+from tests.harness.broadcasts import left_sending
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, SENDING_DOMAIN, message, ready_account, route_mail
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_bulk_send import left_sending
 
 DAY = 24 * 3600
 ACCEPT_LINK = re.compile(r"/v1/domain-transfers/([A-Za-z0-9_-]{20,})/accept")
