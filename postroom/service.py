@@ -35,7 +35,7 @@ from api.send_edge import send_edge
 from api.validation import ASGIApp, body_guard
 from engine.contacts.bulk_send import fail_interrupted
 from engine.contacts.recovery import BroadcastRecovery
-from engine.delivery.router import DeliveryRouter
+from engine.delivery.router import DeliveryRouter, RouterStatistics
 from engine.domains.checker import DomainChecker
 from engine.forwarding.forwarder import Forwarder
 from engine.platform import nodes
@@ -75,8 +75,28 @@ class RunningService:
     api_url: str
     runtime: Runtime
     stop: Callable[[], None]
+    supervisor: Supervisor
     submission_address: tuple[str, int] = ("", 0)  # the SMTP relay's bound address
     inbound_address: tuple[str, int] = ("", 0)  # the inbound MX's bound address
+
+    def idle(self) -> bool:
+        """Whether nothing is under way: no unit of work waiting for or in the database, no
+        work on a worker thread, no leased item (webhook POST, forward, sandbox outcome) being
+        worked, no delivery round out. Work due later (a retry, a scheduled email) is not
+        under way. (Tests wait on it.)"""
+        db = self.runtime.db
+        if db.writer_statistics().unanswered or db.reader_statistics().unanswered:
+            return False
+        if trio.to_thread.current_default_thread_limiter().borrowed_tokens:
+            return False
+        for snapshot in self.supervisor.statistics().values():
+            if getattr(snapshot, "in_flight", 0):  # a leased worker's items being worked
+                return False
+            if isinstance(snapshot, RouterStatistics) and any(
+                queue.in_flight for queue in snapshot.domains
+            ):
+                return False
+        return True
 
 
 def _hypercorn_config() -> HypercornConfig:
@@ -243,7 +263,7 @@ async def serve(
                 if draining:
                     stopping.start_soon(_drain_on, shutdown, draining, settings.drain_seconds)
                 if role == "delivery":
-                    task_status.started(RunningService("", rt, shutdown.set))
+                    task_status.started(RunningService("", rt, shutdown.set, supervisor))
                     await shutdown.wait()
                 else:
                     await _front_doors(
@@ -314,6 +334,7 @@ async def _front_doors(
                 binds[0],
                 rt,
                 shutdown.set,
+                supervisor,
                 submission_address=submission_address,
                 inbound_address=inbound_address,
             )

@@ -61,6 +61,7 @@ class BatcherStatistics:
     units: int
     largest_batch: int
     waiting: int
+    unanswered: int  # units submitted and not answered yet: waiting, or in the running batch
 
 
 class Batcher:
@@ -75,12 +76,17 @@ class Batcher:
         self._batches = 0
         self._units = 0
         self._largest = 0
+        self._unanswered = 0
 
     async def submit(self, job: Job) -> Any:
         """Run one unit of work durably; its result, or its exception re-raised."""
         pending = _Pending(job)
-        await self._send.send(pending)
-        await pending.done.wait()
+        self._unanswered += 1
+        try:
+            await self._send.send(pending)
+            await pending.done.wait()
+        finally:
+            self._unanswered -= 1
         assert pending.result is not None
         return pending.result.unwrap()
 
@@ -128,6 +134,7 @@ class Batcher:
             units=self._units,
             largest_batch=self._largest,
             waiting=self._send.statistics().current_buffer_used,
+            unanswered=self._unanswered,
         )
 
 
@@ -156,6 +163,9 @@ class Database:
         self._reach = reach
         self.dialect: Dialect = engine.dialect
         self._deliver: Callable[[set[str]], None] = lambda topics: None
+        # The listening thread is always out: it takes no token of trio's default limiter,
+        # whose borrowed tokens then count only work under way (RunningService.idle).
+        self._listening = trio.CapacityLimiter(1)
 
     def on_commit(self, deliver: Callable[[set[str]], None], node: str) -> None:
         """Hand the topics of committed work to `deliver` from now on, announcing them to the
@@ -175,7 +185,9 @@ class Database:
         while True:
             try:
                 self._reach.check()
-                heard = await trio.to_thread.run_sync(self._engine.hear, LISTEN_WAIT)
+                heard = await trio.to_thread.run_sync(
+                    self._engine.hear, LISTEN_WAIT, limiter=self._listening
+                )
             except Exception as exc:
                 if not is_outage(exc):
                     raise

@@ -12,11 +12,17 @@ from engine.domains import dkim_keys
 from engine.mail import arc
 from engine.mail.dkim import sign
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import (
+    DESTINATION,
+    SOURCE,
+    forwarding_account,
+    letter,
+    rule,
+    send_inbound,
+)
+from tests.harness.sending import dkim_verifies, route_mail
 from tests.harness.service import SMTP_HOST, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import SOURCE, forwarding_account, rule
-from tests.test_inbound import DESTINATION, letter, send_inbound
-from tests.test_sending import dkim_verifies, route_mail
 
 
 def _lookup(dns_server: DnsServer):  # type: ignore[no-untyped-def]

@@ -22,11 +22,8 @@ from storage import postmaster_mail
 from storage.codec import new_id
 from storage.postmaster_mail import PostmasterMail
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import SMTP_HOST, Account, Service
-from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
-from tests.test_bounces import postfix_dsn
-from tests.test_inbound import poll, send_inbound
-from tests.test_sending import (
+from tests.harness.inbound import poll, send_inbound
+from tests.harness.sending import (
     SENDING_DOMAIN,
     dkim_verifies,
     message,
@@ -34,6 +31,9 @@ from tests.test_sending import (
     route_mail,
     wait_for_status,
 )
+from tests.harness.service import SMTP_HOST, Account, Service
+from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
+from tests.test_bounces import postfix_dsn
 
 BOUNCE_DOMAIN = f"bounces.{SENDING_DOMAIN}"
 RECIPIENT = "ann@customer.example"

@@ -13,10 +13,16 @@ from trio.testing import MockClock
 
 from engine.delivery.bounces import SOFT_BOUNCE_LIMIT, Tally, tally
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import send_inbound
+from tests.harness.sending import (
+    message,
+    ready_account,
+    route_mail,
+    wait_for_email,
+    wait_for_status,
+)
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_inbound import send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_email, wait_for_status
 
 GMAIL_FULL = (
     "5.2.2 The recipient's inbox is out of storage space and inactive. Please direct the"

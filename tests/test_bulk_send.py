@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import email
-import email.policy
-import uuid
-from datetime import datetime
-from email.message import EmailMessage
 from typing import Any
 
 import trio
@@ -15,45 +10,14 @@ from trio.testing import MockClock
 from engine.contacts.bulk_send import fail_interrupted
 from engine.platform.wakeups import RESCAN
 from storage import broadcasts as broadcasts_storage
-from storage.broadcasts import Broadcast
+from tests.harness.broadcasts import body, left_sending, parsed, part, sender_id
+from tests.harness.contacts import MISSING, add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_contacts import MISSING, add_contact, create_list
-from tests.test_sending import ready_account, route_mail
 
 RECIPIENT_DOMAIN = "customers.example"
-
-
-async def sender_id(account: Account) -> str:
-    senders: list[dict[str, Any]] = (await account.client.get("/v1/senders/")).json()
-    return str(senders[0]["id"])
-
-
-def body(list_id: str, sender: str, **extra: Any) -> dict[str, Any]:
-    payload = {
-        "contact_list_id": list_id,
-        "sender_address_id": sender,
-        "subject": "Hello {{name}}, your {{plan}} plan",
-        "html": "<p>Dear {{ name }}, code {{code}} for {{email}}.{{unknown}}</p>",
-        "text": "Dear {{name}}, code {{code}} for {{email}}.{{unknown}}",
-        "tags": ["news"],
-    }
-    payload.update(extra)
-    return payload
-
-
-def parsed(data: bytes) -> EmailMessage:
-    message = email.message_from_bytes(data, policy=email.policy.default)
-    assert isinstance(message, EmailMessage)
-    return message
-
-
-def part(message: EmailMessage, subtype: str) -> str:
-    found = message.get_body(preferencelist=(subtype,))
-    assert found is not None
-    content: str = found.get_content()
-    return content
 
 
 async def broadcasts(account: Account) -> list[dict[str, Any]]:
@@ -231,7 +195,7 @@ async def test_idempotency_key_sends_once(
     assert other.status_code == 409
     assert other.json()["code"] == "idempotency_conflict"
     await smtp_sink.wait_for_messages(1)
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(smtp_sink.messages) == 1
     assert len(await broadcasts(account)) == 1
 
@@ -257,29 +221,6 @@ async def test_all_contacts_skipped_fails_the_broadcast(
     [broadcast] = await broadcasts(account)
     assert broadcast["status"] == "failed"
     assert broadcast["failure_reason"] == "every contact was skipped"
-
-
-def left_sending(account: Account, node: str, now: datetime) -> Broadcast:
-    """A broadcast row as a node leaves it while sending (tests put it in place directly)."""
-    return Broadcast(
-        id=str(uuid.uuid4()),
-        workspace_id=account.workspace_id,
-        contact_list_id=str(uuid.uuid4()),
-        sender_id=str(uuid.uuid4()),
-        domain_id=str(uuid.uuid4()),
-        from_address="news@example.org",
-        name="Half done",
-        tags=[],
-        status="sending",
-        queued=40,
-        skipped=2,
-        reserved=100,
-        node=node,
-        failure_reason=None,
-        created_at=now,
-        updated_at=now,
-        finished_at=None,
-    )
 
 
 async def test_broadcasts_cut_short_by_a_stop_are_failed_at_start(

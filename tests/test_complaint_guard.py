@@ -18,16 +18,22 @@ from engine.webhooks import outbox
 from postroom import config
 from postroom.service import serve
 from tests.harness import service as harness
+from tests.harness.broadcasts import sender_id
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import poll, send_inbound
+from tests.harness.sending import (
+    SENDING_DOMAIN,
+    message,
+    ready_account,
+    route_mail,
+    wait_for_status,
+)
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_bounce_domain import feedback_report
-from tests.test_bulk_send import sender_id
-from tests.test_contacts import add_contact, create_list
-from tests.test_inbound import poll, send_inbound
-from tests.test_sending import SENDING_DOMAIN, message, ready_account, route_mail, wait_for_status
 
 GUARD = "/v1/workspace/complaint-guard"
 CUSTOMERS = "customers.example"  # the sink accepts at once

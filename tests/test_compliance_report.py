@@ -14,12 +14,18 @@ import trio
 from engine.domains import provider_rules
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import poll, send_inbound
+from tests.harness.sending import (
+    SENDING_DOMAIN,
+    message,
+    ready_account,
+    route_mail,
+    wait_for_status,
+)
 from tests.harness.service import SMTP_HOST, Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_bounce_domain import feedback_report
-from tests.test_inbound import poll, send_inbound
-from tests.test_sending import SENDING_DOMAIN, message, ready_account, route_mail, wait_for_status
 
 BOUNCES = f"bounces.{SENDING_DOMAIN}"
 PTR_NAME = "1.0.0.127.in-addr.arpa"

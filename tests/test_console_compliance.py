@@ -17,17 +17,17 @@ from playwright.sync_api import Page, ViewportSize, expect
 
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
+from tests.harness.broadcasts import sender_id
 from tests.harness.browser import Browsing
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import poll, send_inbound
+from tests.harness.sending import SENDING_DOMAIN, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_bounce_domain import feedback_report
-from tests.test_bulk_send import sender_id
 from tests.test_console import sign_in
-from tests.test_contacts import add_contact, create_list
-from tests.test_inbound import poll, send_inbound
-from tests.test_sending import SENDING_DOMAIN, ready_account, route_mail, wait_for_status
 
 CUSTOMERS = "customers.example"
 SLOW = "slow.example"  # the sink defers the first attempt: the broadcast still waits

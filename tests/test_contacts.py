@@ -4,27 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.harness.service import Account, Service
+from tests.harness.contacts import MISSING, add_contact, create_list
+from tests.harness.service import Service
 
 LIST_FIELDS = {"id", "name", "description", "icon_seed", "contact_count", "created_at"}
 CONTACT_FIELDS = {"id", "email", "name", "metadata", "created_at"}
-MISSING = "00000000-0000-0000-0000-000000000000"
-
-
-async def create_list(account: Account, name: str = "Customers", **extra: Any) -> dict[str, Any]:
-    response = await account.client.post("/v1/contacts/", json={"name": name, **extra})
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def add_contact(account: Account, list_id: str, email: str, **extra: Any) -> dict[str, Any]:
-    response = await account.client.post(
-        f"/v1/contacts/{list_id}/contacts", json={"email": email, **extra}
-    )
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 async def test_create_read_update_and_list(service: Service) -> None:

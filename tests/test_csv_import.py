@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.service import Account, Service
-from tests.test_contacts import add_contact, create_list
 
 
 async def upload(account: Account, list_id: str, content: str | bytes) -> Any:

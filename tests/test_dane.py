@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from engine.delivery import dane
 from tests import test_mta_sts
 from tests.harness import service as harness
+from tests.harness.sending import ready_account
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_mta_sts import (
@@ -29,7 +30,6 @@ from tests.test_mta_sts import (
     _send,
     _tls_counts,
 )
-from tests.test_sending import ready_account
 
 # The peers of test_mta_sts.py (a DNS server, an HTTPS policy server, the test CA).
 loopback = test_mta_sts.loopback

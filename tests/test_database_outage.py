@@ -44,11 +44,11 @@ from tests.harness.cluster import (
 )
 from tests.harness.dns_server import DnsServer
 from tests.harness.postgres_server import PostgresServer, own_postgres_server
+from tests.harness.sending import message, ready_account, route_mail
 from tests.harness.service import Service
 from tests.harness.service import test_settings as settings_for
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail
 
 FAST = 0.5  # seconds: the slowest answer allowed once the service knows the database is gone
 KNOWN_WITHIN = 2.0  # seconds after the crash by which every answer must be fast

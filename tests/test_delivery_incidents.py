@@ -9,15 +9,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-import trio
 from trio.testing import MockClock
 
 from engine.delivery.incidents import pause_for
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Account, Service
-from tests.harness.smtp_sink import SmtpSink
-from tests.test_metrics import scrape
-from tests.test_sending import (
+from tests.harness.sending import (
     SENDING_DOMAIN,
     message,
     ready_account,
@@ -25,6 +21,9 @@ from tests.test_sending import (
     wait_for_email,
     wait_for_status,
 )
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.test_metrics import scrape
 
 REPUTATION_BLOCK = (
     "5.7.1 Service unavailable; Client host [127.0.0.1] blocked due to low reputation of"
@@ -68,7 +67,7 @@ async def test_a_reputation_block_defers_without_suppressing_and_pauses_the_dest
 
     # Mail from the same sending domain to the paused destination waits, though it is due.
     second = (await account.client.post("/v1/emails/", json=message("bob@blocked.example"))).json()
-    await trio.sleep(2)
+    await service.settled()
     assert smtp_sink.messages == []
     assert (await account.client.get(f"/v1/emails/{second['id']}")).json()["status"] == "queued"
 
@@ -106,7 +105,7 @@ async def test_a_block_that_repeats_widens_the_pause_until_a_delivery_ends_it(
     widened = datetime.fromisoformat(incident["paused_until"])
     assert widened - datetime.fromisoformat(incident["last_seen_at"]) == timedelta(minutes=30)
     clock.jump(15 * 60)  # half way through the wider pause: still waiting
-    await trio.sleep(1)
+    await service.settled()
     assert smtp_sink.messages == []
 
     clock.jump(15 * 60 + 1)

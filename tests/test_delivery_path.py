@@ -19,9 +19,9 @@ from storage.codec import new_id, timestamp
 from storage.emails import RecipientUpdate
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 
 def _handshake_that_fails() -> ssl.SSLContext:

@@ -23,13 +23,13 @@ from postroom import config
 from postroom.service import RunningService, serve
 from storage.tx import Tx
 from tests.harness import service as harness
+from tests.harness.broadcasts import body as bulk_body
+from tests.harness.broadcasts import sender_id
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail, wait_for_email
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_bulk_send import body as bulk_body
-from tests.test_bulk_send import sender_id
-from tests.test_contacts import add_contact, create_list
-from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
 POLICIES = "/v1/delivery/policies"
 RAMPS = "/v1/delivery/ramps"

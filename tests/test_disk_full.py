@@ -27,9 +27,9 @@ from storage.database import Database, open_database
 from storage.errors import StorageFull
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, message, ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import SENDER, message, ready_account, route_mail
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)

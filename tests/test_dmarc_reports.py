@@ -28,10 +28,10 @@ import trio
 
 from engine.forwarding import report_files
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDING_DOMAIN, message, route_mail, wait_for_email
 from tests.harness.service import SMTP_HOST, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_bounce_domain import BOUNCE_DOMAIN, with_bounce_domain
-from tests.test_sending import SENDING_DOMAIN, message, route_mail, wait_for_email
 
 FIXTURES = Path(__file__).parent / "dmarc_reports"
 POSTROOM_IP = "192.0.2.10"  # the service's sending address, through POSTROOM_SMTP_HOST's A

@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import trio
 from trio.testing import MockClock
 
 from engine.sending import tracking
@@ -25,12 +24,12 @@ from storage.codec import timestamp
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_mcp import call, mcp_client, set_policy
 from tests.test_sandbox import sandbox_account
 from tests.test_sandbox import send as sandbox_send
-from tests.test_sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.test_webhooks import _webhook
 
 ANN = "ann.lee@erase.example"
@@ -193,7 +192,7 @@ async def test_erasure_leaves_the_address_in_no_table_and_no_file(
         preview = await call(agent, "send_email", **draft)
         assert preview["confirmation_token"] is None and preview["issues"]
     clock.jump(3600 + 20)  # the complaint that was due: gone with the outcome
-    await trio.sleep(0.5)
+    await service.settled()
 
     assert await db.read(holding, ANN) == []
     assert await db.read(holding, SCRIPTED) == []
@@ -215,7 +214,7 @@ async def test_an_erased_address_is_never_overridden(
         assert ANN not in detail.text and BOB in detail.text and "erased.invalid" in detail.text
     retried = await account.client.post(f"/v1/emails/{sent.json()['id']}/retry")
     assert retried.json().get("status") != "queued", retried.text
-    await trio.sleep(0.3)
+    await service.settled()
     assert smtp_sink.messages == []
 
 
@@ -234,7 +233,7 @@ async def test_mail_still_to_be_tried_is_cancelled_by_erasure(
     assert email["status"] == "delivered"  # to Bob; Ann's part is cancelled, not pending
     assert {r["status"] for r in email["recipients"]} == {"delivered", "cancelled"}
     clock.jump(3600)  # past every back-off step that could still come
-    await trio.sleep(0.3)
+    await service.settled()
     assert [m.rcpt_to for m in smtp_sink.messages] == [(BOB,)]
     detail = await account.client.get(f"/v1/emails/{sent['id']}")
     assert ANN not in detail.text

@@ -13,9 +13,9 @@ from storage import migrations
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 SPEC_NAMES = {
     "queued",

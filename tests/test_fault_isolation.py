@@ -20,12 +20,11 @@ from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import SOURCE, forwarding_account, letter, rule, send_inbound
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_forwards import SOURCE, forwarding_account, rule
-from tests.test_inbound import letter, send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 # Accepted with 201 before, each then stopping the process at its first delivery (or 500).
 BAD_URLS = [

@@ -7,10 +7,9 @@ from typing import Any
 
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
-from tests.harness.service import SMTP_HOST, Account, Service
+from tests.harness.inbound import DOMAIN, SOURCE, forwarding_account, rule, verified_domain
+from tests.harness.service import SMTP_HOST, Service
 
-DOMAIN = "in.example.org"
-SOURCE = f"support@{DOMAIN}"
 FORWARD_FIELDS = {
     "id",
     "source_email",
@@ -22,34 +21,6 @@ FORWARD_FIELDS = {
     "delivery_count",
     "created_at",
 }
-
-
-async def verified_domain(
-    account: Account, dns_server: DnsServer, name: str = DOMAIN, *, mx: bool = True
-) -> dict[str, Any]:
-    """A verified domain of the account, its MX pointing at the service unless told not to."""
-    domain: dict[str, Any] = (await account.client.post("/v1/domains/", json={"name": name})).json()
-    dkim_record = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-    dns_server.set(dkim_record["host"], "TXT", [dkim_record["value"]])
-    verified = await account.client.post(f"/v1/domains/{domain['id']}/verify")
-    assert verified.json()["status"] == "verified"
-    if mx:
-        dns_server.set(name, "MX", [f"10 {SMTP_HOST}."])
-    return domain
-
-
-async def forwarding_account(
-    service: Service, dns_server: DnsServer, plan: str = "starter", name: str = DOMAIN
-) -> tuple[Account, dict[str, Any]]:
-    account = await service.account(plan)
-    return account, await verified_domain(account, dns_server, name)
-
-
-def rule(domain: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"source_email": SOURCE, "domain_id": domain["id"]}
-    body.setdefault("destination_emails", ["me@elsewhere.example"])
-    body.update(fields)
-    return body
 
 
 async def test_create_list_pause_resume_update_and_delete(

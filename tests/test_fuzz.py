@@ -30,10 +30,10 @@ from engine.platform.outbound_http import url_problem
 from tests.harness.dns_server import DnsServer
 from tests.harness.fuzz import assert_alive_without_faults, assert_answered_cleanly, run_examples
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import DOMAIN, verified_domain
+from tests.harness.sending import SENDER, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import DOMAIN, verified_domain
-from tests.test_sending import SENDER, ready_account, route_mail, wait_for_status
 
 EXAMPLES = 40
 RECIPIENT = "ann@customer.example"

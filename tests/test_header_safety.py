@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.sending.tracking import Links
+from tests.harness.broadcasts import body as bulk_body
+from tests.harness.broadcasts import sender_id
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_bulk_send import body as bulk_body
-from tests.test_bulk_send import sender_id
-from tests.test_contacts import add_contact, create_list
-from tests.test_sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.test_templates import create_template
 
 BAD = {

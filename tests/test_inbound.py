@@ -4,79 +4,29 @@ receiver); unknown and paused addresses are refused; logs, count and stats follo
 
 from __future__ import annotations
 
-import smtplib
 from datetime import timedelta
-from email.message import EmailMessage
-from typing import Any
 
 import trio
 from trio.testing import MockClock
 
-from engine.forwarding import inbound
-from engine.mail import trace
 from engine.platform import faults
 from storage import inbound as storage_inbound
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
-from tests.harness.service import Account, Service
+from tests.harness.inbound import (
+    DESTINATION,
+    DOMAIN,
+    SOURCE,
+    forwarding_account,
+    letter,
+    poll,
+    rule,
+    send_inbound,
+)
+from tests.harness.sending import dkim_verifies, route_mail
+from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import DOMAIN, SOURCE, forwarding_account, rule
-from tests.test_sending import dkim_verifies, route_mail
-
-DESTINATION = "me@elsewhere.example"
-
-
-def letter(to: str = SOURCE, subject: str = "Hello there", attachment: bool = False) -> bytes:
-    message = EmailMessage()
-    message["From"] = "Alice Example <alice@sender.example>"
-    message["To"] = to
-    message["Subject"] = subject
-    message["Message-ID"] = "<first-letter@sender.example>"
-    message.set_content("Plain words.\n")
-    message.add_alternative("<p>Plain <b>words</b>.</p>\n", subtype="html")
-    if attachment:
-        message.add_attachment(
-            b"%PDF-1.4 not really", maintype="application", subtype="pdf", filename="a.pdf"
-        )
-    return message.as_bytes(policy=message.policy.clone(linesep="\r\n"))
-
-
-def _smtp_send(address: tuple[str, int], sender: str, rcpts: list[str], data: bytes) -> set[str]:
-    with smtplib.SMTP(*address, timeout=10) as client:
-        try:
-            refused = client.sendmail(sender, rcpts, data)
-        except smtplib.SMTPRecipientsRefused as exc:
-            return set(exc.recipients)
-        return set(refused)
-
-
-async def send_inbound(
-    service: Service, rcpts: list[str], data: bytes, sender: str = "alice@sender.example"
-) -> set[str]:
-    """Hand a message to the inbound MX server; the recipients it refused.
-
-    Through smtplib once the service runs its inbound listener, else through the engine
-    functions that listener calls (accepts per RCPT, receive after DATA).
-    """
-    address = getattr(service.running, "inbound_address", None)
-    if address is not None:
-        return await trio.to_thread.run_sync(_smtp_send, address, sender, rcpts, data)
-    rt = service.running.runtime
-    accepted = [r for r in rcpts if await inbound.accepts(rt, r)]
-    if accepted:
-        arrival = trace.Arrival("sender.example", "127.0.0.1", None, "ESMTP")
-        await inbound.receive(rt, sender, accepted, data, arrival)
-    return set(rcpts) - set(accepted)
-
-
-async def poll(account: Account, path: str, done: Any, **params: Any) -> Any:
-    with trio.fail_after(15):
-        while True:
-            body = (await account.client.get(path, params=params)).json()
-            if done(body):
-                return body
-            await trio.sleep(0.05)
 
 
 async def test_forwarded_mail_reaches_the_mailbox_and_the_url(
@@ -156,7 +106,7 @@ async def test_unknown_addresses_are_refused(
         f"bounces+2b0f2a44-8f4b-4a5e-9a0c-7d1c7a1e0c11@{DOMAIN}",  # no such email
     ]
     assert await send_inbound(service, unknown, letter()) == set(unknown)
-    await trio.sleep(0.5)
+    await service.settled()
     assert smtp_sink.messages == []
 
 
@@ -188,12 +138,12 @@ async def test_failing_url_is_retried_on_the_schedule(
     https_receiver.respond_sequence([500, 503])
     assert await send_inbound(service, [SOURCE], letter()) == set()
     await https_receiver.wait_for_requests(1)
-    await trio.sleep(1)
+    await service.settled()
     assert len(https_receiver.requests) == 1
     assert await poll(account, "/v1/forwards/logs/count", lambda b: True) == {"count": 0}
     clock.jump(60)  # first retry after 1 minute
     await https_receiver.wait_for_requests(2)
-    await trio.sleep(0.5)  # the failure is recorded, and the next retry timed from it
+    await service.settled()  # the failure is recorded, and the next retry timed from it
     clock.jump(300)  # second after 5 more
     await https_receiver.wait_for_requests(3)
     assert await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
@@ -211,7 +161,7 @@ async def test_one_message_to_two_rules_is_forwarded_once_per_rule(
     assert await send_inbound(service, [SOURCE, f"sales@{DOMAIN}"], letter()) == set()
     requests = await https_receiver.wait_for_requests(2)
     assert {r.json()["recipient"] for r in requests} == {SOURCE, f"sales@{DOMAIN}"}
-    await trio.sleep(0.5)
+    await service.settled()
     assert len(https_receiver.requests) == 2
 
 
@@ -226,7 +176,7 @@ async def test_a_message_this_rule_already_forwarded_is_not_sent_round_again(
     assert await send_inbound(service, [SOURCE], letter(subject="fresh")) == set()
     [copy] = await smtp_sink.wait_for_messages(1)
     assert b"Subject: fresh" in copy.data
-    await trio.sleep(0.5)
+    await service.settled()
     assert len(smtp_sink.messages) == 1
 
 
@@ -255,7 +205,7 @@ async def test_work_leased_by_a_node_that_died_is_taken_over(
         )
 
     await rt.db.write(stored_then_claimed_by_a_dead_node)
-    await trio.sleep(1.5)
+    await service.settled()
     assert https_receiver.requests == []  # the lease still holds
     clock.jump(5 * 60)
     [request] = await https_receiver.wait_for_requests(1)

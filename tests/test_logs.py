@@ -12,9 +12,9 @@ import trio
 
 from postroom.logs import REDACTED, JsonFormatter
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, message, route_mail
 from tests.harness.service import ServiceProcess, free_port
 from tests.test_cli import PASSWORD, create_account
-from tests.test_sending import SENDER, message, route_mail
 
 
 async def _deferred_email_and_failing_webhook(

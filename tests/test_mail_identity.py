@@ -9,12 +9,12 @@ from typing import Any
 
 import trio
 
+from tests.harness.broadcasts import parsed, part, sender_id
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDING_DOMAIN, dkim_verifies, message, ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_bulk_send import parsed, part, sender_id
-from tests.test_contacts import add_contact, create_list
-from tests.test_sending import SENDING_DOMAIN, dkim_verifies, message, ready_account, route_mail
 
 
 async def _verifies(data: bytes, dns_server: DnsServer, index: int = 0) -> bool:

@@ -22,9 +22,9 @@ from trio.testing import MockClock
 
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import SENDER, ready_account, route_mail, wait_for_status
 
 READ_TOOLS = {
     "search_emails",

@@ -20,9 +20,9 @@ from storage import nodes as stored_nodes
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 
 async def scrape(service: Service) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

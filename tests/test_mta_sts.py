@@ -18,10 +18,10 @@ from engine.delivery import mta_sts
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_email
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
 DOMAIN = "customer.example"
 POLICY_PATH = "/.well-known/mta-sts.txt"

@@ -21,11 +21,10 @@ from engine.platform.message_memory import LIMIT, MessageMemory
 from relay.connection import MEMORY_WAIT, READING
 from relay.spool import SPOOL_AT
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import DESTINATION, SOURCE, forwarding_account, rule
+from tests.harness.sending import route_mail
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import SOURCE, forwarding_account, rule
-from tests.test_inbound import DESTINATION
-from tests.test_sending import route_mail
 
 HEAD = f"From: Alice <alice@sender.example>\r\nTo: {SOURCE}\r\nSubject: Hi\r\n".encode()
 

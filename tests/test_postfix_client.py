@@ -14,11 +14,11 @@ import trio
 
 from tests.harness import postfix
 from tests.harness.dns_server import DnsServer
+from tests.harness.relay import relay_account
+from tests.harness.sending import SENDER, dkim_verifies
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_relay import relay_account
-from tests.test_sending import SENDER, dkim_verifies
 
 pytestmark = pytest.mark.skipif(not postfix.POSTFIX.exists(), reason=postfix.MISSING)
 

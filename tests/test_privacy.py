@@ -8,17 +8,15 @@ import base64
 import json
 
 import pytest
-import trio
 
 from engine import privacy
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import SOURCE, letter, poll, send_inbound, verified_domain
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import SOURCE, verified_domain
-from tests.test_inbound import letter, poll, send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 from tests.test_webhooks import _webhook
 
 ANN = "ann@erase.example"
@@ -39,7 +37,7 @@ async def test_erasure_rewrites_the_address_out_and_keeps_it_suppressed(
     sent = (await client.post("/v1/emails/", json=body)).json()
     await wait_for_status(account, sent["id"])
     await https_receiver.wait_for_requests(2)
-    await trio.sleep(0.3)  # the deliveries' outcomes are recorded
+    await service.settled()  # the deliveries' outcomes are recorded
     await client.post("/v1/suppressions/", json={"email": ANN})
 
     erased = await client.post("/v1/privacy/erase", json={"email": ANN.upper()})

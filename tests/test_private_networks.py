@@ -17,10 +17,10 @@ from engine.platform.private_networks import is_public
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail, wait_for_email
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
 # Accepted before as public: each carries a loopback, link-local or private IPv4 address.
 EMBEDDING_PRIVATE_IPV4 = [

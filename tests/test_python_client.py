@@ -11,10 +11,10 @@ from postroom_client import AsyncPostroom, Postroom, PostroomError
 
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpReply, HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail
 
 MISSING = "00000000-0000-0000-0000-000000000000"
 

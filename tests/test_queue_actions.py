@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
 from trio.testing import MockClock
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 OTHER_DOMAIN = "mail.other.example"
 
@@ -85,7 +84,7 @@ async def test_hold_then_release_by_search_and_held_mail_waits_meanwhile(
 
     clock.jump(3600)  # both retries were due long ago: only the one not held goes out
     assert (await wait_for_status(account, other_id))["status"] == "delivered"
-    await trio.sleep(1)
+    await service.settled()
     assert delivered_to(smtp_sink) == ["bob@other.example"]
     assert (await account.client.get(f"/v1/emails/{held_id}")).json()["status"] == "held"
 
@@ -142,7 +141,7 @@ async def test_cancel_by_search_takes_only_the_callers_mail(
     assert (await mine.client.get(f"/v1/emails/{kept}")).json()["status"] == "deferred"
     clock.jump(120)
     assert (await wait_for_status(mine, kept))["status"] == "delivered"
-    await trio.sleep(1)
+    await service.settled()
     assert delivered_to(smtp_sink) == ["ann@outlook.example"]
     assert (await theirs.client.get(f"/v1/emails/{cancelled}")).json()["status"] == "cancelled"
     # Nothing left to act on: a second cancel touches nothing.

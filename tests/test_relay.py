@@ -9,7 +9,7 @@ import ssl
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 import trio
@@ -29,10 +29,8 @@ from storage import accounts, migrations
 from storage.database import open_database
 from storage.sealing import Sealer
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import SMTP_HOST, Account, Service
-from tests.harness.smtp_sink import SmtpSink
-from tests.harness.tls import TlsAuthority
-from tests.test_sending import (
+from tests.harness.relay import mime, relay_account, submit
+from tests.harness.sending import (
     SENDER,
     SENDING_DOMAIN,
     dkim_verifies,
@@ -40,6 +38,9 @@ from tests.test_sending import (
     route_mail,
     wait_for_status,
 )
+from tests.harness.service import SMTP_HOST, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 
 RAW = (
     f"From: Hello <{SENDER}>\r\n"
@@ -89,42 +90,6 @@ async def test_queued_raw_mail_is_delivered_signed_and_completed(
 
 
 # -- Submission over smtplib --------------------------------------------------------------
-
-
-async def relay_account(service: Service, dns_server: DnsServer) -> tuple[Account, dict[str, Any]]:
-    """An account with a verified domain, a sender and an SMTP credential for the domain."""
-    account = await ready_account(service, dns_server)
-    route_mail(dns_server, "customer.example")
-    [domain] = (await account.client.get("/v1/domains/")).json()
-    created = await account.client.post("/v1/smtp-credentials/", json={"domain_id": domain["id"]})
-    assert created.status_code == 201
-    return account, created.json()
-
-
-def mime(subject: str, to: str = "ann@customer.example", sender: str = SENDER) -> str:
-    return f"From: Hello <{sender}>\r\nTo: {to}\r\nSubject: {subject}\r\n\r\nHello there.\r\n"
-
-
-def submit(
-    service: Service,
-    tls_ca: TlsAuthority,
-    credential: dict[str, Any],
-    recipients: list[str],
-    message: str,
-    *,
-    mechanism: str = "PLAIN",
-    mail_from: str = SENDER,
-) -> dict[str, tuple[int, bytes]]:
-    """Send one message through the relay as a mail client does (blocking: run in a thread)."""
-    host, port = service.submission_address
-    with smtplib.SMTP(host, port, timeout=15) as smtp:
-        smtp.starttls(context=tls_ca.client_context())
-        smtp.ehlo()
-        smtp.user, smtp.password = credential["username"], credential["password"]
-        method = smtp.auth_plain if mechanism == "PLAIN" else smtp.auth_login
-        smtp.auth(mechanism, method, initial_response_ok=mechanism == "PLAIN")
-        refused: dict[str, tuple[int, bytes]] = smtp.sendmail(mail_from, recipients, message)
-        return refused
 
 
 async def test_submission_with_auth_plain_and_login_arrives_dkim_signed(
@@ -389,7 +354,7 @@ async def test_smuggled_end_of_data_never_yields_a_second_message(
     assert [code for code, _ in replies] == [250, 250, 354, 554, 250, 250, 354, 250, 221]
     [received] = await smtp_sink.wait_for_messages(1)
     assert b"Subject: honest" in received.data
-    await trio.sleep(0.5)  # nothing else arrives
+    await service.settled()  # nothing else arrives
     assert len(smtp_sink.messages) == 1
     assert [item["subject"] for item in (await account.client.get("/v1/emails/")).json()] == [
         "honest"

@@ -20,11 +20,11 @@ from trio.testing import MockClock
 from engine.mail.address_list import addresses
 from relay.listener import S421_TOO_MANY_FROM_CLIENT
 from tests.harness.dns_server import DnsServer
+from tests.harness.relay import relay_account, submit
+from tests.harness.sending import SENDER, SENDING_DOMAIN, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_relay import relay_account, submit
-from tests.test_sending import SENDER, SENDING_DOMAIN, wait_for_status
 
 OTHER_DOMAIN = "other-tenant.example"
 FOREIGN = f"ceo@{OTHER_DOMAIN}"  # another workspace's sender, where a test registers it

@@ -10,11 +10,11 @@ from typing import Any
 import trio
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.relay import mime, relay_account
+from tests.harness.sending import SENDER, message
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_relay import mime, relay_account
-from tests.test_sending import SENDER, message
 
 
 def keyed(key: str, subject: str) -> str:
@@ -53,7 +53,7 @@ async def test_same_key_and_message_answers_the_first_id_and_sends_once(
         partial(transact, service, tls_ca, credential, [keyed("order-1", "Receipt")])
     )
     assert later == first
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(smtp_sink.messages) == 1
     listed = (await account.client.get("/v1/emails/")).json()
     assert [item["id"] for item in listed] == [first[1].decode().rsplit(" ", 1)[1]]

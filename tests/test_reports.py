@@ -8,10 +8,10 @@ from typing import Any
 
 from engine.mail import reports
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import poll, send_inbound
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_inbound import poll, send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 RECIPIENT = "ann@customer.example"
 

@@ -14,13 +14,13 @@ import trio
 from engine.smtp.server import MailFrom, MessageData, ServerPolicy, SmtpServer
 from tests import test_mta_sts
 from tests.harness import service as harness
+from tests.harness.relay import mime, relay_account
+from tests.harness.sending import SENDER, wait_for_email
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 from tests.test_dane import MX, _publish, _sink, _spki_sha256
 from tests.test_mta_sts import DOMAIN, _delivered, _events, _Loopback
-from tests.test_relay import mime, relay_account
-from tests.test_sending import SENDER, wait_for_email
 from tests.test_smtp_server import authenticated, codes, run
 
 # The peers of test_mta_sts.py (a DNS server, an HTTPS policy server, the test CA).

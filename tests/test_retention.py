@@ -16,11 +16,18 @@ from storage.retention import EXPIRED_JOB_ERROR
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import (
+    DESTINATION,
+    SOURCE,
+    forwarding_account,
+    letter,
+    poll,
+    rule,
+    send_inbound,
+)
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_forwards import SOURCE, forwarding_account, rule
-from tests.test_inbound import DESTINATION, letter, poll, send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 DAY = 86400
 
@@ -127,13 +134,13 @@ def _copy_state(tx: Tx, workspace_id: str) -> list[tuple[bool, int]]:
     ]
 
 
-async def _sweep_until(clock: MockClock, db: Any, done: Any) -> bool:
+async def _sweep_until(service: Service, done: Any) -> bool:
     """Move time an hour at a time (a sweep each) until the inbound state is `done`."""
     for _ in range(10):
-        await trio.sleep(0.3)  # what the last jump woke runs
-        if done(await db.read(_inbound_state)):
+        await service.settled()  # what the last jump woke runs
+        if done(await service.running.runtime.db.read(_inbound_state)):
             return True
-        clock.jump(3600)
+        service.clock.jump(3600)
     return False
 
 
@@ -161,7 +168,7 @@ async def test_inbound_copies_past_the_workspaces_own_period_are_deleted(
     assert await db.read(_copy_state, account.workspace_id) == [(False, 1)]
 
     clock.jump(2 * DAY)
-    assert await _sweep_until(clock, db, lambda state: state[0] == 0)
+    assert await _sweep_until(service, lambda state: state[0] == 0)
     _, [(status, error)] = await db.read(_inbound_state)
     assert (status, error) == ("failed", EXPIRED_JOB_ERROR)
     assert await db.read(_copy_state, account.workspace_id) == [(True, 0)]
@@ -173,9 +180,9 @@ async def test_inbound_copies_past_the_workspaces_own_period_are_deleted(
     await https_receiver.wait_for_requests(2)
     for _ in range(3):  # three sweeps: the new message is within its day
         clock.jump(3600)
-        await trio.sleep(0.3)
+        await service.settled()
     messages, jobs = await db.read(_inbound_state)
     assert messages == 1 and sorted(status for status, _ in jobs) == ["failed", "retrying"]
     assert await db.read(_copy_state, account.workspace_id) == [(True, 0), (False, 1)]
     clock.jump(DAY)  # and past it, it goes too
-    assert await _sweep_until(clock, db, lambda state: state[0] == 0)
+    assert await _sweep_until(service, lambda state: state[0] == 0)

@@ -25,11 +25,17 @@ from storage.sandbox import SigningKey
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.inbound import send_inbound
+from tests.harness.sending import (
+    message,
+    ready_account,
+    route_mail,
+    wait_for_email,
+    wait_for_status,
+)
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_inbound import send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_email, wait_for_status
 
 DOMAIN = "shop.example"
 SENDER = f"hello@{DOMAIN}"
@@ -435,7 +441,7 @@ async def test_webhooks_forwards_and_transfer_notices_of_a_sandbox_never_leave(
         page = await browser.get(f"/sandbox/requests/{by_kind['webhook']['id']}")
         assert page.status_code == 200 and hooked["signature"] in page.text
 
-    await trio.sleep(0.5)  # anything on its way out would have arrived by now
+    await service.settled()  # anything on its way out would have arrived by now
     assert https_receiver.requests == []
     assert smtp_sink.messages == []
 

@@ -18,10 +18,10 @@ from engine.domains.checker import GIVE_UP_AFTER, INTERVAL, SYSTEM_ACTOR
 from storage import domains, migrations
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDING_DOMAIN, message, ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.test_sandbox import sandbox_account
-from tests.test_sending import SENDING_DOMAIN, message, ready_account, route_mail
 from tests.test_transfers import DAY, initiate, login, wait_for_transfer
 
 VICTIM = "bank-victim.example"

@@ -21,8 +21,8 @@ from trio.testing import MockClock
 
 from api.send_edge import send_edge
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail
 from tests.harness.service import Account, Service
-from tests.test_sending import message, ready_account, route_mail
 
 GENERATED = ("id", "message_id")
 
@@ -228,7 +228,7 @@ async def _cut_short(service: Service, api_key: str, chunked: bool) -> bytes:
             + start
             + b'{"from_": '
         )
-        await trio.sleep(0.2)  # the request is read and waiting for the rest of its body
+        await service.settled()  # the request is read and waiting for the rest of its body
         service.clock.jump(61)
         answer = b""
         with trio.fail_after(10):

@@ -3,83 +3,24 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import dkim
-import dns.message
-import dns.query
 import trio
 from trio.testing import MockClock
 
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Account, Service
+from tests.harness.sending import (
+    SENDER,
+    SENDING_DOMAIN,
+    dkim_verifies,
+    message,
+    ready_account,
+    route_mail,
+    wait_for_email,
+    wait_for_status,
+)
+from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-
-SENDING_DOMAIN = "mail.example.org"
-SENDER = f"hello@{SENDING_DOMAIN}"
-FINAL = ("delivered", "bounced", "failed", "rejected", "cancelled")
-
-
-async def ready_account(service: Service, dns_server: DnsServer, plan: str = "starter") -> Account:
-    """An account with a verified domain and a registered sender."""
-    account = await service.account(plan)
-    domain = (await account.client.post("/v1/domains/", json={"name": SENDING_DOMAIN})).json()
-    dkim_record = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-    dns_server.set(dkim_record["host"], "TXT", [dkim_record["value"]])
-    verified = await account.client.post(f"/v1/domains/{domain['id']}/verify")
-    assert verified.json()["status"] == "verified"
-    created = await account.client.post("/v1/senders/", json={"email": SENDER, "name": "Hello"})
-    assert created.status_code == 201
-    return account
-
-
-def route_mail(dns_server: DnsServer, domain: str) -> None:
-    dns_server.set(domain, "MX", [f"10 mx.{domain}."])
-    dns_server.set(f"mx.{domain}", "A", ["127.0.0.1"])
-
-
-def message(to: str | list[str], **extra: Any) -> dict[str, Any]:
-    recipients = [to] if isinstance(to, str) else to
-    body: dict[str, Any] = {
-        "from_": {"email": SENDER, "name": "Hello"},
-        "to": [{"email": r} for r in recipients],
-        "subject": "Your receipt",
-        "text": "Thanks for your order.",
-        "html": "<p>Thanks for your <b>order</b>.</p>",
-    }
-    body.update(extra)
-    return body
-
-
-async def wait_for_email(
-    account: Account, email_id: str, done: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    """Poll the email's detail until `done` says so (the engine works in the background)."""
-    with trio.fail_after(15):
-        while True:
-            email: dict[str, Any] = (await account.client.get(f"/v1/emails/{email_id}")).json()
-            if done(email):
-                return email
-            await trio.sleep(0.05)
-
-
-async def wait_for_status(
-    account: Account, email_id: str, wanted: tuple[str, ...] = FINAL
-) -> dict[str, Any]:
-    return await wait_for_email(account, email_id, lambda email: email["status"] in wanted)
-
-
-def dkim_verifies(data: bytes, dns_server: DnsServer, index: int = 0) -> bool:
-    """Whether dkimpy verifies the message's DKIM signature number `index` (0: the top one)."""
-
-    def lookup(name: bytes, timeout: int = 5) -> bytes:
-        query = dns.message.make_query(name.decode().rstrip("."), "TXT")
-        answer = dns.query.tcp(query, dns_server.host, port=dns_server.port, timeout=timeout)
-        return b"".join(b"".join(rdata.strings) for rrset in answer.answer for rdata in rrset)
-
-    return bool(dkim.DKIM(data).verify(idx=index, dnsfunc=lookup))
 
 
 async def test_sent_email_arrives_signed_and_is_delivered(
@@ -162,7 +103,7 @@ async def test_temporary_failures_for_72_hours_fail_the_recipient(
     await wait_for_status(account, sent["id"], ("deferred",))
     for _ in range(40):
         clock.jump(8 * 3600)
-        await trio.sleep(0.1)
+        await service.settled()
         email = (await account.client.get(f"/v1/emails/{sent['id']}")).json()
         if email["status"] == "failed":
             break
@@ -312,7 +253,7 @@ async def test_scheduled_email_is_sent_at_its_time(
     assert sent["status"] == "scheduled"
     listed = (await account.client.get("/v1/emails/scheduled")).json()
     assert [e["id"] for e in listed] == [sent["id"]]
-    await trio.sleep(0.3)
+    await service.settled()
     assert smtp_sink.messages == []
     clock.jump(2 * 3600 + 1)
     await smtp_sink.wait_for_messages(1)
@@ -346,7 +287,7 @@ async def test_cancel_and_send_now(
     assert (await account.client.post(f"/v1/emails/{second['id']}/send-now")).status_code == 404
 
     clock.jump(2 * 86400)
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(smtp_sink.messages) == 1  # the cancelled one never went out
     events = (await account.client.get(f"/v1/emails/{first['id']}/events")).json()
     assert [e["event_type"] for e in events] == ["scheduled", "cancelled"]

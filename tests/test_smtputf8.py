@@ -14,11 +14,8 @@ import trio
 
 from engine.mail.international import CannotDowngrade, downgrade
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import Account, Service
-from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
-from tests.harness.tls import TlsAuthority
-from tests.test_relay import relay_account
-from tests.test_sending import (
+from tests.harness.relay import relay_account
+from tests.harness.sending import (
     SENDER,
     SENDING_DOMAIN,
     dkim_verifies,
@@ -26,7 +23,10 @@ from tests.test_sending import (
     ready_account,
     route_mail,
 )
-from tests.test_sending import wait_for_status as final_status
+from tests.harness.sending import wait_for_status as final_status
+from tests.harness.service import Account, Service
+from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
+from tests.harness.tls import TlsAuthority
 
 SUBJECT = "R\u00e9union \u4f1a\u8b70 \U0001f600 " + " ".join(["d\u00e9j\u00e0 vu"] * 8)  # folds
 LOCAL = "j\u00f6s\u00e9@customer.example"  # a UTF-8 local part: only SMTPUTF8 carries it

@@ -23,16 +23,15 @@ from typing import Any
 import pytest
 import trio
 
+from tests.harness.broadcasts import sender_id
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import SOURCE, forwarding_account, letter, rule, send_inbound
+from tests.harness.relay import relay_account
+from tests.harness.sending import SENDER, route_mail
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_bulk_send import sender_id
-from tests.test_contacts import add_contact, create_list
-from tests.test_forwards import SOURCE, forwarding_account, rule
-from tests.test_inbound import letter, send_inbound
-from tests.test_relay import relay_account
-from tests.test_sending import SENDER, route_mail
 
 SPAMASSASSIN = "/usr/bin/spamassassin"
 # The storage engine does not shape a message: SQLite only keeps the SpamAssassin run single.

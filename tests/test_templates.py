@@ -7,11 +7,11 @@ import email.policy
 from email.message import EmailMessage
 from typing import Any
 
+from tests.harness.contacts import MISSING
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_contacts import MISSING
-from tests.test_sending import SENDER, ready_account, route_mail
 
 TEMPLATE_FIELDS = {
     "id",

@@ -34,10 +34,10 @@ from storage.tls_rpt import Sessions
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_email
 from tests.harness.service import REPO, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail, wait_for_email
 
 YESTERDAY = datetime.now(UTC).date() - timedelta(days=1)
 GOOD = "customer.example"  # MTA-STS enforce; the sink's certificate names its MX
@@ -252,7 +252,7 @@ async def test_reports_are_mailed_to_a_mailto_rua_with_what_delivery_recorded_on
             "left_for_later": 0,
         }
         service.running.runtime.wakeups.deliver([f"mail:{REPORTS}"])
-        await trio.sleep(0.5)
+        await service.settled()
         assert len([m for m in sink.messages if m.rcpt_to == (f"tls@{REPORTS}",)]) == 2
         assert len(receiver.requests) == 1
 

@@ -13,11 +13,8 @@ import trio
 
 from engine.mail.trace import Arrival, received_field
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import SMTP_HOST, Service
-from tests.harness.smtp_sink import SmtpSink
-from tests.harness.tls import TlsAuthority
-from tests.test_relay import mime, relay_account
-from tests.test_sending import (
+from tests.harness.relay import mime, relay_account
+from tests.harness.sending import (
     SENDER,
     dkim_verifies,
     message,
@@ -25,6 +22,9 @@ from tests.test_sending import (
     route_mail,
     wait_for_status,
 )
+from tests.harness.service import SMTP_HOST, Service
+from tests.harness.smtp_sink import SmtpSink
+from tests.harness.tls import TlsAuthority
 
 
 def _submit_as(

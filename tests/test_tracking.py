@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 PUBLIC = "http://postroom.test"
 

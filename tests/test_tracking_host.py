@@ -10,9 +10,15 @@ import re
 from typing import Any
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import (
+    SENDING_DOMAIN,
+    message,
+    ready_account,
+    route_mail,
+    wait_for_status,
+)
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import SENDING_DOMAIN, message, ready_account, route_mail, wait_for_status
 
 PUBLIC_HOST = "postroom.test"  # the tests' POSTROOM_PUBLIC_URL is http://postroom.test
 LINKS = f"links.{SENDING_DOMAIN}"

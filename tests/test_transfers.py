@@ -25,12 +25,12 @@ from postroom.service import serve
 from storage import broadcasts
 from storage.codec import new_id
 from tests.harness import service as harness
+from tests.harness.broadcasts import left_sending
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import SENDER, SENDING_DOMAIN, message, ready_account, route_mail
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_bulk_send import left_sending
-from tests.test_sending import SENDER, SENDING_DOMAIN, message, ready_account, route_mail
 
 DAY = 24 * 3600
 ACCEPT_LINK = re.compile(r"/v1/domain-transfers/([A-Za-z0-9_-]{20,})/accept")
@@ -150,7 +150,7 @@ async def test_accept_then_stop_within_the_window_reverses(
     again = await service.client().post(f"/v1/domain-transfers/{token}/accept")
     assert_error(again, 404, "not_found")
     clock.jump(2 * DAY)
-    await trio.sleep(0.1)
+    await service.settled()
     assert (await source.client.get(f"/v1/domains/{domain}")).status_code == 200
     assert (await target.client.get(f"/v1/domains/{domain}")).status_code == 404
     [outgoing] = (await source.client.get("/v1/domain-transfers/outgoing")).json()

@@ -13,13 +13,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from engine.mail.link_security import http_warning, unsubscribe_is_https
+from tests.harness.broadcasts import body, parsed, part, sender_id
+from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.inbound import send_inbound
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
-from tests.test_bulk_send import body, parsed, part, sender_id
-from tests.test_contacts import add_contact, create_list
-from tests.test_inbound import send_inbound
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 DOMAIN = "reader.example"
 ANN, BOB, CY = f"ann@{DOMAIN}", f"bob@{DOMAIN}", f"cy@{DOMAIN}"

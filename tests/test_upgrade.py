@@ -34,9 +34,9 @@ from tests.harness.cluster import (
     until_arrived,
 )
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import dkim_verifies
 from tests.harness.service import REPO
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import dkim_verifies
 
 RELEASES = Path(__file__).with_name("releases.txt")
 EMAILS = 20

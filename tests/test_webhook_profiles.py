@@ -14,9 +14,9 @@ from engine.webhooks import profiles
 from engine.webhooks.outbox import EVENT_TYPES, payload
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 from tests.test_webhooks import _verified
 
 # listmonk's bounce webhook body (https://listmonk.app/docs/bounces/, "POST /webhooks/bounce").

@@ -65,7 +65,7 @@ async def test_bulk_replay_requeues_the_dead_deliveries_in_the_window(
         replay_url, json={"event_types": ["email.bounced"], "dry_run": True}
     )
     assert other_type.json()["matched"] == 0
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(https_receiver.requests) == 24  # a dry run sends nothing
 
     done = await account.client.post(replay_url, json=window)

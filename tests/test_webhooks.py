@@ -23,10 +23,10 @@ from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_sending import message, ready_account, route_mail, wait_for_status
 
 EVENTS = [
     "email.sent",
@@ -117,7 +117,7 @@ async def test_failing_receiver_walks_the_schedule_then_dies_and_replay_delivers
         # Virtual time also runs at real speed while the test polls: a margin of seconds keeps
         # "not yet" true on a busy machine.
         clock.jump(delay - 5)
-        await trio.sleep(0.5)
+        await service.settled()
         assert len(https_receiver.requests) == count, f"retried before {delay} s"
         clock.jump(5)
         await https_receiver.wait_for_requests(count + 1)
@@ -125,14 +125,14 @@ async def test_failing_receiver_walks_the_schedule_then_dies_and_replay_delivers
     item = await _recorded(account, hook["id"], attempts=8)
     assert item["status"] == "dead" and item["attempt"] == 8 and item["response_status"] == 500
     clock.jump(5 * 86400)
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(https_receiver.requests) == 8  # dead letters are not retried
 
     https_receiver.respond(200)
     replayed = await account.client.post(f"/v1/webhook-deliveries/{item['id']}/replay")
     assert replayed.status_code == 200
     await https_receiver.wait_for_requests(9)
-    await trio.sleep(0.3)
+    await service.settled()
     detail = (await account.client.get(f"/v1/webhook-deliveries/{item['id']}")).json()
     assert detail["status"] == "delivered"
     assert detail["payload"]["event"] == "email.delivered"
@@ -166,7 +166,7 @@ async def test_paused_webhook_gets_nothing_new(
     route_mail(dns_server, "quiet.example")
     sent = (await account.client.post("/v1/emails/", json=message("q@quiet.example"))).json()
     await wait_for_status(account, sent["id"])
-    await trio.sleep(0.5)
+    await service.settled()
     assert https_receiver.requests == []
     await account.client.patch(f"/v1/webhooks/{hook['id']}", json={"is_active": True})
     sent = (await account.client.post("/v1/emails/", json=message("r@quiet.example"))).json()
@@ -183,7 +183,7 @@ async def test_only_subscribed_events_are_sent(
     sent = (await account.client.post("/v1/emails/", json=message("s@sub.example"))).json()
     await wait_for_status(account, sent["id"])
     [request] = await https_receiver.wait_for_requests(1)
-    await trio.sleep(0.3)
+    await service.settled()
     assert len(https_receiver.requests) == 1
     assert json.loads(request.body)["event"] == "email.delivered"
 
@@ -197,7 +197,7 @@ async def test_deliveries_log_pages_filters_and_counts(
     for _ in range(3):
         await account.client.post(f"/v1/webhooks/{hook['id']}/test")
     await https_receiver.wait_for_requests(3)
-    await trio.sleep(0.5)
+    await service.settled()
     url = f"/v1/webhooks/{hook['id']}/deliveries"
     everything = (await account.client.get(url)).json()
     assert everything["total"] == 3 and everything["page"] == 0 and everything["limit"] == 20
@@ -238,7 +238,7 @@ async def test_webhook_rules_and_workspace_scoping(
     hook = await _webhook(account, https_receiver)
     await account.client.post(f"/v1/webhooks/{hook['id']}/test")
     await https_receiver.wait_for_requests(1)
-    await trio.sleep(0.3)
+    await service.settled()
     [item] = (await account.client.get(f"/v1/webhooks/{hook['id']}/deliveries")).json()["items"]
     for method, path in (
         ("PATCH", f"/v1/webhooks/{hook['id']}"),

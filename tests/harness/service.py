@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Seconds a `postroom serve` process gets to answer /healthz: generous, since a busy 2-core
 # machine running four test workers can take that long to start several processes.
 START_TIMEOUT = 90.0
+SETTLE_TIMEOUT = 15.0  # seconds `Service.settled` waits, as the sending helpers' waits do
 
 
 def _postgres_admin_url() -> str | None:
@@ -292,6 +293,23 @@ class Service:
         return Account(
             created.user_id, created.workspace_id, email, password, plan, created.api_key, client
         )
+
+    async def settled(self) -> None:
+        """Return once what the test set off is done: the engine has nothing under way
+        (`RunningService.idle`) and every task of the test's run (the service's, the peers')
+        is waiting, twice in a row with no unit of work written between. Work due later (a
+        retry, a scheduled email) is not waited for: the test moves the clock to it."""
+        cushion = 0.01  # real seconds with no task to run and no I/O: a loopback send landed
+        db = self.running.runtime.db
+        with trio.fail_after(SETTLE_TIMEOUT):
+            while True:
+                await trio.testing.wait_all_tasks_blocked(cushion)
+                if not self.running.idle():
+                    continue
+                written = db.writer_statistics().units
+                await trio.testing.wait_all_tasks_blocked(cushion)
+                if self.running.idle() and db.writer_statistics().units == written:
+                    return
 
     async def aclose(self) -> None:
         for client in self._clients:
