@@ -19,11 +19,11 @@ from storage import egress
 from storage.egress import Member, Pool
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account, route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.test_delivery_policies import _domain_id, _move_to, _next_minute, _now, _settled
 from tests.test_delivery_policies import _schedule as schedule
-from tests.test_sending import message, ready_account, route_mail
 from tests.test_sessions import assert_error
 
 SOURCES = "/v1/admin/egress/sources"

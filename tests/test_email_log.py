@@ -12,8 +12,8 @@ from trio.testing import MockClock
 from engine.sending import email_log
 from storage import emails
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import message, ready_account
 from tests.harness.service import Account, Service
-from tests.test_sending import message, ready_account
 
 
 async def _listed(account: Account, **params: str | int) -> tuple[list[str], int]:

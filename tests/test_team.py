@@ -21,9 +21,9 @@ from api.app import create_app
 from api.permissions import BLUEPRINT_AREAS, ENDPOINT_AREAS, area_of
 from engine.accounts import roles
 from tests.harness.dns_server import DnsServer
+from tests.harness.sending import route_mail
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sending import route_mail
 from tests.test_sessions import SAME_ORIGIN, assert_error, session_token, with_cookie
 from tests.test_transfers import domain_id, initiate, mail_to, setup, text_of
 
