@@ -6,7 +6,8 @@ window.addEventListener("DOMContentLoaded", () => {
   SwaggerUIBundle({
     url: document.body.dataset.openapi,
     dom_id: "#swagger-ui",
-    deepLinking: true,
+    // Deep links put a link inside each operation's toggle button (nested controls).
+    deepLinking: false,
     layout: "BaseLayout",
     presets: [SwaggerUIBundle.presets.apis, SwaggerUIBundle.SwaggerUIStandalonePreset],
   });
