@@ -61,6 +61,7 @@ async def docs_page() -> Response:
     body = await render_template_string(DOCS_PAGE, asset=asset)
     return Response(body, content_type="text/html; charset=utf-8")
 
+
 ERROR_SCHEMA = {
     "type": "object",
     "description": "The body of every error.",
@@ -198,7 +199,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Creates a key for the workspace; its secret is shown in this answer only.",
     ),
     "api_keys.list_keys": ("List API keys", "The workspace's keys, without their secrets."),
-    "api_keys.delete": ("Revoke an API key", "Revokes the key: requests made with it fail from now on."),
+    "api_keys.delete": (
+        "Revoke an API key",
+        "Revokes the key: requests made with it fail from now on.",
+    ),
     "audit_log.audit_log": (
         "Read the activity log",
         "Who changed what in the workspace, newest first, filtered by category and time.",
@@ -211,7 +215,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Upload a BIMI logo",
         "Stores the domain's logo as SVG Tiny PS after checking it runs and loads nothing.",
     ),
-    "bimi.enable": ("Enable BIMI", "Turns BIMI on for the domain once its logo and DMARC allow it."),
+    "bimi.enable": (
+        "Enable BIMI",
+        "Turns BIMI on for the domain once its logo and DMARC allow it.",
+    ),
     "bimi.logo": (
         "A domain's BIMI logo",
         "The public SVG logo mailbox providers fetch through the domain's BIMI record.",
@@ -238,7 +245,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "What Gmail, Yahoo and Microsoft require of bulk senders, met or not, with what to do.",
     ),
     "contacts.create": ("Create a contact list", "Creates an empty contact list."),
-    "contacts.list_lists": ("List contact lists", "The workspace's contact lists with their sizes."),
+    "contacts.list_lists": (
+        "List contact lists",
+        "The workspace's contact lists with their sizes.",
+    ),
     "contacts.read": ("Get a contact list", "One contact list with a page of its contacts."),
     "contacts.update": ("Rename a contact list", "Changes the contact list's name."),
     "contacts.delete": ("Delete a contact list", "Deletes the list and its contacts."),
@@ -261,7 +271,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Limits how fast and over how many connections mail goes to a destination.",
     ),
     "delivery.get_policy": ("Get a destination policy", "One destination policy."),
-    "delivery.update_policy": ("Change a destination policy", "Changes a destination policy's limits."),
+    "delivery.update_policy": (
+        "Change a destination policy",
+        "Changes a destination policy's limits.",
+    ),
     "delivery.delete_policy": (
         "Delete a destination policy",
         "Removes the policy: the destination gets the default limits again.",
@@ -276,7 +289,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     ),
     "delivery.get_ramp": ("Get a warm-up ramp", "One warm-up ramp with today's cap."),
     "delivery.update_ramp": ("Change a warm-up ramp", "Changes a warm-up ramp's schedule."),
-    "delivery.delete_ramp": ("Delete a warm-up ramp", "Removes the ramp: its domain's volume is no longer capped."),
+    "delivery.delete_ramp": (
+        "Delete a warm-up ramp",
+        "Removes the ramp: its domain's volume is no longer capped.",
+    ),
     "delivery.delivery_forecast": (
         "Forecast the backlog",
         "When the queued mail should have gone, destination by destination, under the current limits.",
@@ -297,14 +313,23 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Add a sending domain",
         "Adds a domain and answers the DNS records (SPF, DKIM, DMARC) to publish for it.",
     ),
-    "domains.list_domains": ("List sending domains", "The workspace's domains with their verification state."),
+    "domains.list_domains": (
+        "List sending domains",
+        "The workspace's domains with their verification state.",
+    ),
     "domains.get": ("Get a sending domain", "One domain with its DNS records and their state."),
-    "domains.update": ("Change a sending domain", "Changes the domain's settings, such as open and click tracking."),
+    "domains.update": (
+        "Change a sending domain",
+        "Changes the domain's settings, such as open and click tracking.",
+    ),
     "domains.verify": (
         "Verify a sending domain",
         "Looks up the domain's DNS records now and answers which are found.",
     ),
-    "domains.delete": ("Delete a sending domain", "Removes the domain: mail can no longer be sent from it."),
+    "domains.delete": (
+        "Delete a sending domain",
+        "Removes the domain: mail can no longer be sent from it.",
+    ),
     "domains.resume_marketing": (
         "Resume marketing mail",
         "Lets the domain send marketing mail again after the complaint guard stopped it.",
@@ -329,46 +354,91 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Send a batch of emails",
         "Queues up to 100 emails in one request; each entry is validated and answered on its own.",
     ),
-    "emails.saved_searches": ("List saved searches", "The email-log searches saved for the workspace."),
-    "emails.replace_saved_searches": ("Replace saved searches", "Replaces the workspace's saved email-log searches."),
+    "emails.saved_searches": (
+        "List saved searches",
+        "The email-log searches saved for the workspace.",
+    ),
+    "emails.replace_saved_searches": (
+        "Replace saved searches",
+        "Replaces the workspace's saved email-log searches.",
+    ),
     "emails.list_scheduled": ("List scheduled emails", "Emails waiting for their scheduled time."),
     "emails.cancel": ("Cancel a scheduled email", "Cancels an email that has not been sent yet."),
-    "emails.send_now": ("Send a scheduled email now", "Sends a scheduled email at once instead of at its time."),
+    "emails.send_now": (
+        "Send a scheduled email now",
+        "Sends a scheduled email at once instead of at its time.",
+    ),
     "emails.list_emails": ("List emails", "The email log, newest first, by page."),
     "emails.get": ("Get an email", "One email with its recipients' states and its content."),
-    "emails.events": ("List an email's events", "What happened to the email, in order: queued, sent, delivered, opened..."),
+    "emails.events": (
+        "List an email's events",
+        "What happened to the email, in order: queued, sent, delivered, opened...",
+    ),
     "emails.retry": ("Retry an email", "Sends a failed or bounced email again as a new email."),
-    "forwards.logs": ("Forwarding log", "Inbound messages the forwarding rules handled, newest first."),
-    "forwards.logs_count": ("Count forwarded messages", "How many entries of the forwarding log match the filter."),
-    "forwards.stats": ("Forwarding statistics", "How many inbound messages were forwarded, refused or failed."),
+    "forwards.logs": (
+        "Forwarding log",
+        "Inbound messages the forwarding rules handled, newest first.",
+    ),
+    "forwards.logs_count": (
+        "Count forwarded messages",
+        "How many entries of the forwarding log match the filter.",
+    ),
+    "forwards.stats": (
+        "Forwarding statistics",
+        "How many inbound messages were forwarded, refused or failed.",
+    ),
     "forwards.create": (
         "Create a forwarding rule",
         "Forwards mail received for an address to a mailbox or a URL.",
     ),
-    "forwards.list_forwards": ("List forwarding rules", "The workspace's inbound forwarding rules."),
-    "forwards.update": ("Change a forwarding rule", "Changes a forwarding rule's destination or state."),
-    "forwards.delete": ("Delete a forwarding rule", "Removes the rule: mail for its address is refused."),
-    "health.healthz": ("Health check", "Whether the service and its database answer (503 when degraded)."),
+    "forwards.list_forwards": (
+        "List forwarding rules",
+        "The workspace's inbound forwarding rules.",
+    ),
+    "forwards.update": (
+        "Change a forwarding rule",
+        "Changes a forwarding rule's destination or state.",
+    ),
+    "forwards.delete": (
+        "Delete a forwarding rule",
+        "Removes the rule: mail for its address is refused.",
+    ),
+    "health.healthz": (
+        "Health check",
+        "Whether the service and its database answer (503 when degraded).",
+    ),
     "health.metrics": (
         "Prometheus metrics",
         "The service's metrics in Prometheus's text format; needs the metrics token when one is set.",
     ),
-    "mcp_policy.get": ("Read the MCP policy", "What AI agents connected through MCP may do in the workspace."),
+    "mcp_policy.get": (
+        "Read the MCP policy",
+        "What AI agents connected through MCP may do in the workspace.",
+    ),
     "mcp_policy.update": (
         "Change the MCP policy",
         "Changes what MCP agents may do; only a person's signed-in session may, never an API key.",
     ),
-    "nodes.list_nodes": ("List cluster nodes", "The service's nodes with their last heartbeat (operators only)."),
+    "nodes.list_nodes": (
+        "List cluster nodes",
+        "The service's nodes with their last heartbeat (operators only).",
+    ),
     "postmaster_mail.list_mail": (
         "List postmaster mail",
         "Mail received for the domain's postmaster and abuse addresses, newest first.",
     ),
-    "postmaster_mail.get_mail": ("Get postmaster mail", "One message received for the domain's postmaster."),
+    "postmaster_mail.get_mail": (
+        "Get postmaster mail",
+        "One message received for the domain's postmaster.",
+    ),
     "privacy.erase": (
         "Erase an address",
         "Removes one person's address and what was sent to them from the workspace's data.",
     ),
-    "privacy.get_retention": ("Read content retention", "How long the workspace keeps email content."),
+    "privacy.get_retention": (
+        "Read content retention",
+        "How long the workspace keeps email content.",
+    ),
     "privacy.put_retention": (
         "Change content retention",
         "Sets how long the workspace keeps email content, at most its plan's period.",
@@ -377,19 +447,34 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Act on queued mail",
         "Holds, releases, cancels or retries now the mail an email-log search matches; `dry_run` counts only.",
     ),
-    "sandbox.status": ("Sandbox status", "Whether the workspace is in sandbox mode, where no mail leaves."),
-    "sandbox.switch": ("Turn the sandbox on or off", "Switches the workspace in or out of sandbox mode."),
+    "sandbox.status": (
+        "Sandbox status",
+        "Whether the workspace is in sandbox mode, where no mail leaves.",
+    ),
+    "sandbox.switch": (
+        "Turn the sandbox on or off",
+        "Switches the workspace in or out of sandbox mode.",
+    ),
     "sandbox.mark_verified": (
         "Verify a domain in the sandbox",
         "Marks a domain verified without DNS, for trying sending in the sandbox.",
     ),
-    "sandbox.create_test_key": ("Create a test key", "Creates an API key whose mail is always captured, never sent."),
-    "sandbox.messages": ("List captured mail", "The mail the sandbox captured instead of delivering, newest first."),
+    "sandbox.create_test_key": (
+        "Create a test key",
+        "Creates an API key whose mail is always captured, never sent.",
+    ),
+    "sandbox.messages": (
+        "List captured mail",
+        "The mail the sandbox captured instead of delivering, newest first.",
+    ),
     "sandbox.message": (
         "Get captured mail",
         "One captured message with its header fields, parts and DKIM result.",
     ),
-    "sandbox.source": ("Captured message source", "The captured message as sent, signed, in RFC 5322 form."),
+    "sandbox.source": (
+        "Captured message source",
+        "The captured message as sent, signed, in RFC 5322 form.",
+    ),
     "sandbox.captured_requests": (
         "List captured requests",
         "Webhook and forwarding POSTs the sandbox captured instead of sending.",
@@ -401,7 +486,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "senders.create": ("Add a sender address", "Adds a From address on a verified domain."),
     "senders.list_senders": ("List sender addresses", "The workspace's From addresses."),
     "senders.delete": ("Delete a sender address", "Removes a From address."),
-    "sessions.login": ("Sign in", "Starts a console session with an email and password (sets the session cookie)."),
+    "sessions.login": (
+        "Sign in",
+        "Starts a console session with an email and password (sets the session cookie).",
+    ),
     "sessions.logout": ("Sign out", "Ends the caller's session."),
     "sessions.reauth": (
         "Confirm the password",
@@ -412,8 +500,14 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Creates a user name and password for the SMTP relay; the password and the relay's host"
         " and port are in this answer.",
     ),
-    "smtp_credentials.list_credentials": ("List SMTP credentials", "The workspace's SMTP relay credentials."),
-    "smtp_credentials.delete": ("Revoke an SMTP credential", "Revokes the credential: the relay refuses it from now on."),
+    "smtp_credentials.list_credentials": (
+        "List SMTP credentials",
+        "The workspace's SMTP relay credentials.",
+    ),
+    "smtp_credentials.delete": (
+        "Revoke an SMTP credential",
+        "Revokes the credential: the relay refuses it from now on.",
+    ),
     "suppressions.list_suppressions": (
         "List suppressions",
         "Addresses no mail is sent to (bounced, complained, unsubscribed or added), by page.",
@@ -423,15 +517,24 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "templates.create": ("Create a template", "Creates an email template with variables."),
     "templates.list_templates": ("List templates", "The workspace's email templates."),
     "templates.get": ("Get a template", "One email template."),
-    "templates.update": ("Change a template", "Changes a template's subject, content or variables."),
+    "templates.update": (
+        "Change a template",
+        "Changes a template's subject, content or variables.",
+    ),
     "templates.delete": ("Delete a template", "Removes a template."),
     "templates.duplicate": ("Duplicate a template", "Creates a copy of the template."),
     "tls_reports.tls_report_summary": (
         "TLS report summary",
         "What the SMTP TLS reports received for the domain say of its inbound mail's encryption.",
     ),
-    "tracking.opened": ("Open tracking pixel", "The image that records an open (in tracked emails)."),
-    "tracking.clicked": ("Click tracking link", "Records a click and sends the reader on to the link's target."),
+    "tracking.opened": (
+        "Open tracking pixel",
+        "The image that records an open (in tracked emails).",
+    ),
+    "tracking.clicked": (
+        "Click tracking link",
+        "Records a click and sends the reader on to the link's target.",
+    ),
     "tracking.unsubscribe_page": ("Unsubscribe page", "The page a reader unsubscribes on."),
     "tracking.unsubscribe": (
         "Unsubscribe",
@@ -441,7 +544,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Start a domain transfer",
         "Invites another workspace to take over the domain; the invitation carries a token.",
     ),
-    "transfers.incoming": ("Incoming domain transfers", "Transfers offered to the caller's workspaces."),
+    "transfers.incoming": (
+        "Incoming domain transfers",
+        "Transfers offered to the caller's workspaces.",
+    ),
     "transfers.outgoing": ("Outgoing domain transfers", "Transfers the workspace started."),
     "transfers.accept_eligibility": (
         "Which workspaces may accept",
@@ -452,15 +558,27 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Accepts with the invitation's token, which is the credential; a signed-in caller must be"
         " its recipient.",
     ),
-    "transfers.accept_by_id": ("Accept a domain transfer", "Accepts a transfer offered to the caller."),
-    "transfers.decline": ("Decline a domain transfer", "Declines a transfer offered to the caller."),
+    "transfers.accept_by_id": (
+        "Accept a domain transfer",
+        "Accepts a transfer offered to the caller.",
+    ),
+    "transfers.decline": (
+        "Decline a domain transfer",
+        "Declines a transfer offered to the caller.",
+    ),
     "transfers.cancel": ("Cancel a domain transfer", "Withdraws a transfer the workspace started."),
     "transfers.stop": (
         "Stop a domain transfer",
         "Stops a transfer with the stop token sent to the domain's owner; no sign-in needed.",
     ),
-    "unsubscribe_footer.get": ("Read the unsubscribe footer", "The footer added to marketing mail."),
-    "unsubscribe_footer.update": ("Change the unsubscribe footer", "Changes the footer added to marketing mail."),
+    "unsubscribe_footer.get": (
+        "Read the unsubscribe footer",
+        "The footer added to marketing mail.",
+    ),
+    "unsubscribe_footer.update": (
+        "Change the unsubscribe footer",
+        "Changes the footer added to marketing mail.",
+    ),
     "verify.verify": (
         "Verify an address",
         "Checks an address by syntax, MX and an SMTP probe; nothing is sent.",
@@ -471,14 +589,23 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "Posts the chosen events to a URL, signed with the endpoint's secret.",
     ),
     "webhooks.update": ("Change a webhook", "Changes a webhook's URL, events or state."),
-    "webhooks.delete": ("Delete a webhook", "Removes the endpoint: no more events are posted to it."),
+    "webhooks.delete": (
+        "Delete a webhook",
+        "Removes the endpoint: no more events are posted to it.",
+    ),
     "webhooks.send_test": ("Send a test event", "Posts a test event to the endpoint."),
     "webhooks.replay_matching": (
         "Replay deliveries",
         "Posts again the endpoint's deliveries that match the filter.",
     ),
-    "webhooks.deliveries": ("List a webhook's deliveries", "The endpoint's deliveries with their outcome, newest first."),
-    "webhooks.delivery_of_webhook": ("Get a webhook's delivery", "One delivery of the endpoint with its request and answer."),
+    "webhooks.deliveries": (
+        "List a webhook's deliveries",
+        "The endpoint's deliveries with their outcome, newest first.",
+    ),
+    "webhooks.delivery_of_webhook": (
+        "Get a webhook's delivery",
+        "One delivery of the endpoint with its request and answer.",
+    ),
     "webhooks.delivery": ("Get a webhook delivery", "One delivery with its request and answer."),
     "webhooks.replay": ("Replay a delivery", "Posts the delivery's event again."),
 }

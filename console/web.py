@@ -200,9 +200,7 @@ async def refused(exc: EngineError) -> Response:
 @blueprint.get("/favicon.ico")
 @public
 async def favicon() -> Response:
-    return Response(
-        FAVICON, content_type="image/svg+xml", headers={"Cache-Control": FAVICON_CACHE}
-    )
+    return Response(FAVICON, content_type="image/svg+xml", headers={"Cache-Control": FAVICON_CACHE})
 
 
 @blueprint.app_errorhandler(NoRoute)

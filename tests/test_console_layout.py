@@ -10,7 +10,7 @@ four combinations (a viewport and `prefers-color-scheme` change without a reload
 from __future__ import annotations
 
 from importlib import resources as package_files
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -24,7 +24,7 @@ from tests.test_console import console_routes, resources, sign_in
 
 DESKTOP: ViewportSize = {"width": 1366, "height": 900}
 PHONE: ViewportSize = {"width": 390, "height": 844}
-SCHEMES = ("light", "dark")
+SCHEMES: tuple[Literal["light", "dark"], ...] = ("light", "dark")
 # axe-core, as the axe-playwright-python package ships it (a dev dependency).
 AXE = (package_files.files("axe_playwright_python") / "axe.min.js").read_text()
 # The innermost elements that reach past the window's right edge, to say what is too wide.
@@ -67,7 +67,7 @@ def check_everywhere(page: Page) -> list[str]:
     return wrong
 
 
-async def _more_resources(console: RunningService, api: httpx.AsyncClient) -> dict[str, str]:
+async def _more_resources(api: httpx.AsyncClient) -> dict[str, str]:
     """Besides `resources`: a suppression (a table of its own), a broadcast and the sandbox's
     captured message."""
     added = await api.post("/v1/suppressions/", json={"email": "someone-long@customer.example"})
@@ -105,7 +105,7 @@ async def test_every_page_fits_a_phone_and_passes_axe_in_both_schemes(
     key = {"Authorization": f"Bearer {created.api_key}"}
     async with httpx.AsyncClient(base_url=console.api_url, headers=key) as api:
         ids = await resources(api)
-        ids |= await _more_resources(console, api)
+        ids |= await _more_resources(api)
     paths = [
         path
         for method, path in console_routes(ids)
@@ -154,9 +154,7 @@ async def test_the_phone_navigation_folds_behind_a_menu_button(
         expect(menu).to_have_attribute("aria-expanded", "true")
         nav.get_by_role("link", name="Domains").click()
         expect(page.get_by_role("heading", name="Domains", exact=True)).to_be_visible()
-        expect(page.get_by_role("button", name="Menu")).to_have_attribute(
-            "aria-expanded", "false"
-        )
+        expect(page.get_by_role("button", name="Menu")).to_have_attribute("aria-expanded", "false")
         # At a desktop's width there is no menu button: every link shows.
         page.set_viewport_size(DESKTOP)
         expect(page.get_by_role("button", name="Menu")).to_be_hidden()

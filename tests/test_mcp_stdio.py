@@ -93,7 +93,7 @@ async def test_stdio_bridge_without_a_service_says_so_and_stays_up(tmp_path: Pat
 
 
 # A local client's first exchange, written by hand: the bridge answers each line on stdout.
-_HANDSHAKE_AND_TWO_CALLS = [
+_HANDSHAKE_AND_TWO_CALLS: list[dict[str, Any]] = [
     {
         "jsonrpc": "2.0",
         "id": 1,

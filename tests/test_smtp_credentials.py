@@ -10,8 +10,8 @@ import trio
 from engine.accounts import users as accounts
 from postroom import config
 from postroom.service import RunningService, serve
-from tests.harness.dns_server import DnsServer
 from tests.harness import service as harness
+from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Account, Service
 
 
