@@ -5,8 +5,8 @@ than on each route: most follow from what a route is (authenticated: 401; an uns
 session may call: 403 for a foreign Origin; a path id: 404; a JSON body: 413, 415, 422; a
 query model: 422), and the rest, the refusals particular to a route (plan gates, conflicts,
 rate limits), are listed in `DECLARED` by endpoint. Each operation's summary and description
-come from `OPERATIONS` and its tag from its blueprint (`TAGS`); its security says whether it
-needs a credential. Operation ids are made unique. Files (the console's assets) are not API
+come from `OPERATIONS` (or the route's docstring), its tag from its blueprint (`TAGS`); its
+security says whether it needs a credential. `/docs` is Swagger UI in a page of ours. Operation ids are made unique. Files (the console's assets) are not API
 operations and are left out.
 """
 
@@ -186,9 +186,10 @@ TAGS: dict[str, str] = {
     "webhooks": "webhooks",
 }
 
-# Each operation's summary and description, by endpoint (blueprint.function): the routes carry
-# no docstrings for this, so the words people read in /docs live here, beside the errors.
-# tests/test_openapi.py checks that every operation has one and that each names a route.
+# Each operation's summary and description, by endpoint (blueprint.function), where its route
+# has no docstring of a summary line and a description (quart-schema reads those): the words
+# people read in /docs, beside the errors. tests/test_openapi.py checks that every operation
+# has both and that each entry names a route.
 OPERATIONS: dict[str, tuple[str, str]] = {
     "admin.force_transfer": (
         "Force a domain transfer",
@@ -239,10 +240,6 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "complaint_guard.update": (
         "Change the complaint guard",
         "Sets the complaint rate at which broadcasts pause and a domain's marketing mail stops.",
-    ),
-    "compliance.report": (
-        "Compliance report of a domain",
-        "What Gmail, Yahoo and Microsoft require of bulk senders, met or not, with what to do.",
     ),
     "contacts.create": ("Create a contact list", "Creates an empty contact list."),
     "contacts.list_lists": (
@@ -668,11 +665,11 @@ class ErrorDocumentingProvider(OpenAPIProvider):
         paths, components = super().build_paths(rule)
         view = self._app.view_functions[rule.endpoint]
         statuses = _implied(rule, view) | set(DECLARED.get(rule.endpoint, ()))
-        summary, description = OPERATIONS[rule.endpoint]
+        words = OPERATIONS.get(rule.endpoint)
         for operations in paths.values():
             for method, operation in operations.items():
-                operation["summary"] = summary
-                operation["description"] = description
+                if words is not None:  # else quart-schema's, from the route's docstring
+                    operation["summary"], operation["description"] = words
                 operation["tags"] = [TAGS[rule.endpoint.split(".", 1)[0]]]
                 operation["security"] = _security(rule, view)
                 # quart-schema shares one `responses` dict among a rule's methods (copy
