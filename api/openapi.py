@@ -176,10 +176,13 @@ TAGS: dict[str, str] = {
     "delivery_incidents": "delivery-control",
     "dmarc_reports": "domains",
     "domains": "domains",
+    "egress": "egress",
     "emails": "emails",
     "forwards": "forwards",
     "health": "health",
+    "invitations": "team",
     "mcp_policy": "mcp",
+    "members": "team",
     "nodes": "admin",
     "postmaster_mail": "domains",
     "privacy": "privacy",
@@ -203,6 +206,122 @@ TAGS: dict[str, str] = {
 # people read in /docs, beside the errors. tests/test_openapi.py checks that every operation
 # has both and that each entry names a route.
 OPERATIONS: dict[str, tuple[str, str]] = {
+    "egress.list_sources": (
+        "List egress sources",
+        "The operator's egress sources: a bind address and an EHLO name each (platform admins).",
+    ),
+    "egress.create_source": (
+        "Create an egress source",
+        "Adds a local address mail may leave from, with the name its connections greet with (platform admins).",
+    ),
+    "egress.get_source": (
+        "Get an egress source",
+        "One egress source (platform admins).",
+    ),
+    "egress.update_source": (
+        "Update an egress source",
+        "Changes a source's name, bind address or EHLO name (platform admins).",
+    ),
+    "egress.delete_source": (
+        "Delete an egress source",
+        "Removes a source no pool uses; 409 source_in_use while one does (platform admins).",
+    ),
+    "egress.list_pools": (
+        "List egress pools",
+        "The operator's pools of weighted egress sources (platform admins).",
+    ),
+    "egress.create_pool": (
+        "Create an egress pool",
+        "A named pool picking among its sources by weight (platform admins).",
+    ),
+    "egress.get_pool": (
+        "Get an egress pool",
+        "One pool with its weighted sources (platform admins).",
+    ),
+    "egress.update_pool": (
+        "Update an egress pool",
+        "Changes a pool's name or its weighted sources (platform admins).",
+    ),
+    "egress.delete_pool": (
+        "Delete an egress pool",
+        "Removes a pool no workspace or domain is assigned; 409 pool_in_use otherwise (platform admins).",
+    ),
+    "egress.workspace_pool": (
+        "Get a workspace's egress pool",
+        "The pool a workspace's mail leaves from, or null for the default (platform admins).",
+    ),
+    "egress.assign_workspace_pool": (
+        "Assign a workspace's egress pool",
+        "Sets (or clears with null) the pool a workspace's mail leaves from (platform admins).",
+    ),
+    "egress.domain_pool": (
+        "Get a sending domain's egress pool",
+        "The pool a sending domain's mail leaves from, or null (platform admins).",
+    ),
+    "egress.assign_domain_pool": (
+        "Assign a sending domain's egress pool",
+        "Sets (or clears with null) the pool a domain's mail leaves from; it wins over the workspace's (platform admins).",
+    ),
+    "emails.export": (
+        "Export the email log as CSV",
+        "The log filtered as the list is (q, source, created_from, created_before), newest first, at most 50,000 rows.",
+    ),
+    "invitations.list_invitations": (
+        "List pending invitations",
+        "The workspace's invitations not yet accepted, revoked or expired.",
+    ),
+    "invitations.invite": (
+        "Invite someone to the workspace",
+        "Mails a one-time link (7 days) granting admin, developer or viewer; 409 invitation_pending for an address already invited.",
+    ),
+    "invitations.revoke": (
+        "Revoke an invitation",
+        "The link stops working at once.",
+    ),
+    "invitations.accept": (
+        "Accept an invitation",
+        "The signed-in person joins the workspace with the invitation's token.",
+    ),
+    "invitations.accept_by_id": (
+        "Accept an invitation by id",
+        "The signed-in person joins without the link, when the invitation names their address.",
+    ),
+    "invitations.sign_up": (
+        "Create an account from an invitation",
+        "Creates an account with the invitation's token and a password, and joins the workspace.",
+    ),
+    "members.list_members": (
+        "List the workspace's members",
+        "Every member with their role.",
+    ),
+    "members.change_role": (
+        "Change a member's role",
+        "admin, developer or viewer; the owner's role moves only by hand-over.",
+    ),
+    "members.remove": (
+        "Remove a member",
+        "Their access to the workspace ends at their next request; the owner cannot be removed.",
+    ),
+    "members.leave": (
+        "Leave the workspace",
+        "The signed-in member leaves; the owner cannot (hand the workspace over first).",
+    ),
+    "members.hand_over": (
+        "Hand the workspace over",
+        "Makes another member the owner; the old owner becomes an admin.",
+    ),
+    "sandbox.pending_outcomes": (
+        "List pending sandbox outcomes",
+        "Scripted outcomes that happen later (complaint or bounce after a while), optionally for one email.",
+    ),
+    "sandbox.fast_forward": (
+        "Fast-forward sandbox outcomes",
+        "Makes pending scripted outcomes due now (all, or one email's); they happen within 15 s.",
+    ),
+    "sandbox.inject_inbound": (
+        "Send a message in (sandbox)",
+        "Passes a message to the workspace's forwarding rules as the MX would; sandbox only.",
+    ),
     "admin.force_transfer": (
         "Force a domain transfer",
         "Moves a domain to another workspace at once, without the owner's consent (operators only).",

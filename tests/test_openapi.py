@@ -80,6 +80,7 @@ PUBLIC = {
     ("post", "/v1/auth/login"),
     ("get", "/v1/bimi/{domain_id}/logo.svg"),
     ("post", "/v1/domain-transfers/stop/{stop_token}"),  # the token is the credential
+    ("post", "/v1/workspace/invitations/sign-up"),  # so is the invitation's
 }
 
 
