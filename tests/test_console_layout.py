@@ -36,8 +36,8 @@ TOO_WIDE = """[...document.querySelectorAll("body *")]
 CLIPPED = """[...document.querySelectorAll("main button")]
   .filter(b => b.offsetParent !== null && b.getBoundingClientRect().right > window.innerWidth)
   .map(b => b.textContent.trim())"""
-# Not pages: the framed email HTML and a message's raw source.
-NOT_PAGES = ("/html", "/source")
+# Not pages: the framed email and preview HTML, a message's raw source, the CSV export.
+NOT_PAGES = ("/html", "/source", "/preview.html", "/export")
 
 # Layout is the browser's and the stylesheet's, the same on either engine.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
