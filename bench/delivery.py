@@ -29,13 +29,19 @@ stock and tuned (started beforehand, idle meanwhile) each relay N messages injec
 the sink and their CPU per message (every Postfix process, smtpd's receiving included,
 which Postroom's delivery figure leaves out: the CPU Postroom spent accepting the batches
 is printed beside it), and the ratios Postroom / Postfix of that run, so a noisy machine
-weighs on both sides of a ratio alike.
+weighs on both sides of a ratio alike. With `--profile DIR`, py-spy (`--gil`: the samples say
+where the interpreter's time goes) records every process of the service from just before a
+run falls due until the sink has it all, into DIR/<sink>/<engine>-run<N>-<pid>.txt (collapsed
+stacks).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +67,7 @@ from bench.peers import (
 )
 from bench.postfix import CSink, tree_cpu_seconds
 from bench.stats import median, median_run
+from bench.wrk import process_tree
 from engine.delivery.policies import DEFAULT_CONNECTIONS
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
@@ -139,6 +146,27 @@ Peers = Callable[[trio.Nursery], AbstractAsyncContextManager[tuple[DnsServer, Si
 SINKS: dict[str, Peers] = {"python": loopback_mail, "c": c_sink_mail}
 
 
+def _spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
+    """py-spy on `pid` and each of its descendants, 100 samples/s, until SIGINT."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    record = [spy, "record", "--gil", "--nonblocking", "-r", "100", "-f", "raw"]
+    return [
+        subprocess.Popen(
+            [*record, "-p", str(member), "-o", f"{prefix}-{member}.txt"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for member in process_tree(pid)
+    ]
+
+
+def _stop(spies: list[subprocess.Popen[bytes]]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled
+    for spy in spies:
+        spy.wait(timeout=60)
+
+
 async def postfix_run(instance: postfix.Instance, sink: Sink, count: int) -> dict[str, float]:
     """`count` messages injected with smtp-source into `instance`: the rate from the first
     injected to the last at the sink, CPU ms per message, and smtpd's accept rate."""
@@ -163,12 +191,14 @@ async def delivery_cpu(
     after: Callable[[httpx.AsyncClient], Awaitable[None]] | None = None,
     versus: tuple[str, ...] = (),
     settings: dict[str, str] | None = None,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """CPU milliseconds of the service per delivered email, and the delivery rate; the mail
     goes to the sink `peers` starts (the plain loopback one by default), `settings` are more
     POSTROOM_* values for the service, and `after(api)` checks what was delivered. `versus`
     names Postfix settings ("stock", "tuned") each relaying `count` messages to the same
-    sink after each run (see the module's header)."""
+    sink after each run (see the module's header); with `profile`, py-spy records each run
+    into that folder."""
     per_email, rates, accept_ms = [], [], []
     theirs: dict[str, list[dict[str, float]]] = {name: [] for name in versus}
     async with (
@@ -225,9 +255,12 @@ async def delivery_cpu(
                 if ahead < 0:
                     print(f"  run {run + 1} fell due before the last one was over", flush=True)
                 await trio.sleep(max(ahead, 0))
+                prefix = profile / f"{engine}-run{run + 1}" if profile else None
+                spies = _spies(service.pid, prefix) if prefix else []
                 cpu = tree_cpu_seconds(service.pid)
                 await _arrived(sink, before + count, spacing.total_seconds())
                 cpu = tree_cpu_seconds(service.pid) - cpu
+                await trio.to_thread.run_sync(_stop, spies)
                 seconds = (datetime.now(UTC) - due).total_seconds()
                 delivered = received(sink) - before
                 per_email.append(1000 * cpu / max(delivered, 1))
@@ -368,11 +401,14 @@ def main() -> None:
         "--delivery-cpu", type=int, metavar="N", help="CPU per email delivering N emails"
     )
     parser.add_argument("--sinks", default="python", help="python, c or python,c")
+    parser.add_argument("--profile", type=Path, help="--delivery-cpu: py-spy each run into DIR")
     args = parser.parse_args()
     versus = () if args.no_postfix or postfix.missing() else POSTFIX_SETTINGS
     if not args.no_postfix and postfix.missing():
         print(postfix.missing(), flush=True)
     for sink in args.sinks.split(","):
+        if args.profile:
+            (args.profile / sink).mkdir(parents=True, exist_ok=True)
         if args.delivery_cpu:
             for engine in args.engines.split(","):
                 r = trio.run(
@@ -383,6 +419,7 @@ def main() -> None:
                         args.delivery_cpu,
                         peers=SINKS[sink],
                         versus=versus,
+                        profile=args.profile / sink if args.profile else None,
                     )
                 )
                 print(
