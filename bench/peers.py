@@ -1,10 +1,11 @@
 """Postroom in a child process for the benchmarks, with the test peers it talks to.
 
 `loopback_mail()` runs the project's test DNS server and SMTP sink in this process, with
-`dest.example` routed to the sink; `c_sink_mail()` the same with Postfix's C smtp-sink. `postroom_process(engine, ...)` creates a database on the
-engine, a Business account with the CLI, starts `postroom serve` in a child process (so
-server and load client each get a core) and yields its URL, API key and pid; it stops the
-process with SIGTERM, as systemd would.
+`dest.example` routed to the sink; `c_sink_mail()` the same with Postfix's C smtp-sink.
+`postroom_process(engine, ...)` creates a database on the engine, a Business account with
+the CLI, starts `postroom serve` in a child process (so server and load client each get a
+core) and yields its URL, API key and pid; it stops the process with SIGTERM, as systemd
+would.
 """
 
 from __future__ import annotations
