@@ -92,7 +92,7 @@ message_size_limit = 52428800
 """
 
 
-def _tuned(connections: int) -> str:
+def _tuned(connections: int, sink_port: int) -> str:
     """main.cf lines of a relay tuned for throughput, each with why."""
     settings = {
         # Stock smtpd sleeps up to 1 s per message while the queue manager is behind: a
@@ -108,7 +108,8 @@ def _tuned(connections: int) -> str:
         "smtp_destination_rate_delay": "0s",
         # Reuse each connection for the next message, as Postroom does, not only when a
         # backlog happens to build up (on demand).
-        "smtp_connection_cache_destinations": "[127.0.0.1]",
+        # (the next hop as relayhost names it, port included)
+        "smtp_connection_cache_destinations": f"[127.0.0.1]:{sink_port}",
         # The queue manager takes in as many messages as a run holds at once.
         "qmgr_message_active_limit": "50000",
         "qmgr_message_recipient_limit": "50000",
@@ -188,7 +189,7 @@ def postfix_instance(
     folder = Path(tempfile.mkdtemp(prefix="postroom-postfix-"))
     folder.chmod(0o755)  # the postfix user reaches its queue through it
     port = _free_port()
-    main_cf = _main_cf(folder, sink_port) + (_tuned(connections) if tuned else "")
+    main_cf = _main_cf(folder, sink_port) + (_tuned(connections, sink_port) if tuned else "")
     (folder / "main.cf").write_text(main_cf)
     (folder / "master.cf").write_text(_master_cf(port))
     config = ["-c", str(folder)]
