@@ -11,7 +11,7 @@ from quart_trio import QuartTrio
 
 from api import auth, errors, responses
 from api.converters import IdConverter
-from api.openapi import ErrorDocumentingProvider
+from api.openapi import ErrorDocumentingProvider, docs
 from api.routes import (
     admin,
     api_keys,
@@ -91,9 +91,6 @@ BLUEPRINTS = (
     members.blueprint,
     invitations.blueprint,
 )
-# Swagger UI for /docs, the version quart-schema names, shipped in api/static/docs (served by
-# Quart's static route): the page works offline and runs no script from a third party.
-DOCS_ASSETS = "/static/docs"
 
 # Registered only when POSTROOM_DOMAIN_TRANSFERS is on: off, the paths do not exist (404).
 TRANSFER_BLUEPRINTS = (transfers.blueprint, admin.blueprint)
@@ -113,10 +110,9 @@ def create_app(
     app.extensions["postroom.metrics"] = metrics
     app.extensions["postroom.metrics_token"] = metrics_token
     app.extensions["postroom.supervisor"] = supervisor
-    app.config["QUART_SCHEMA_SWAGGER_JS_URL"] = f"{DOCS_ASSETS}/swagger-ui-bundle.js"
-    app.config["QUART_SCHEMA_SWAGGER_CSS_URL"] = f"{DOCS_ASSETS}/swagger-ui.css"
     QuartSchema(
         app,
+        swagger_ui_path=None,  # /docs is api/openapi.py's page, from the package's files
         redoc_ui_path=None,  # ReDoc and Scalar would load floating versions from a CDN
         scalar_ui_path=None,
         info={"title": "Postroom", "version": "1"},
@@ -125,6 +121,7 @@ def create_app(
         openapi_provider_class=ErrorDocumentingProvider,  # adds each operation's errors
     )
     responses.install(app)
+    app.register_blueprint(docs)
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     for blueprint in TRANSFER_BLUEPRINTS if rt.domain_transfers else ():

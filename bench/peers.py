@@ -1,10 +1,11 @@
 """Postroom in a child process for the benchmarks, with the test peers it talks to.
 
 `loopback_mail()` runs the project's test DNS server and SMTP sink in this process, with
-`dest.example` routed to the sink. `postroom_process(engine, ...)` creates a database on the
-engine, a Business account with the CLI, starts `postroom serve` in a child process (so
-server and load client each get a core) and yields its URL, API key and pid; it stops the
-process with SIGTERM, as systemd would.
+`dest.example` routed to the sink; `c_sink_mail()` the same with Postfix's C smtp-sink.
+`postroom_process(engine, ...)` creates a database on the engine, a Business account with
+the CLI, starts `postroom serve` in a child process (so server and load client each get a
+core) and yields its URL, API key and pid; it stops the process with SIGTERM, as systemd
+would.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import trio
 
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from bench.postfix import CSink
 from bench.wrk import process_tree
 from tests.harness.dns_server import DnsServer
 from tests.harness.smtp_sink import SmtpSink
@@ -121,3 +123,14 @@ async def postroom_process(
             if waited.cancelled_caught:
                 server.kill()
                 await server.wait()
+
+
+@asynccontextmanager
+async def c_sink_mail(nursery: trio.Nursery) -> AsyncIterator[tuple[DnsServer, CSink]]:
+    """As `loopback_mail`, with Postfix's C smtp-sink as the MX instead of the Python sink."""
+    dns_server, sink = DnsServer(), CSink()
+    await nursery.start(dns_server.run)
+    await nursery.start(sink.run)
+    dns_server.set(RECIPIENT_DOMAIN, "MX", [f"10 mx.{RECIPIENT_DOMAIN}."])
+    dns_server.set(f"mx.{RECIPIENT_DOMAIN}", "A", ["127.0.0.1"])
+    yield dns_server, sink

@@ -1,11 +1,18 @@
 """Postfix as the yardstick: a private instance on loopback and Postfix's own SMTP load client.
 
-`private_postfix(sink_port)` writes a config directory of its own (main.cf and master.cf in a
-temporary folder, its own queue and data directories), starts it with `postfix -c DIR`, and
-yields the loopback port its smtpd listens on. It relays every message to the sink at
-`127.0.0.1:sink_port` (relayhost) and delivers nothing locally. The system's own Postfix, if
+`postfix_instance(sink_port, tuned, connections)` writes a config directory of its own
+(main.cf and master.cf in a temporary folder, its own queue and data directories), starts it
+with `postfix -c DIR`, and yields it (its smtpd's loopback port, the CPU its processes spent);
+`private_postfix(sink_port)` yields the port of a stock one. It relays every message to the
+sink at `127.0.0.1:sink_port` (relayhost) and delivers nothing locally. Stock is Postfix's
+defaults; tuned is a relay set for throughput (TUNED: no inflow delay, the delivery
+concurrency matched to Postroom's connections, see `_tuned`). The system's own Postfix, if
 any, is not touched. Postfix runs its daemons as root then drops to the `postfix` user, so
 this needs root, as installing Postfix did.
+
+`CSink` is Postfix's `smtp-sink`, a C SMTP server that accepts and discards every message
+and counts them: the receiving MX that costs next to nothing, where the project's Python
+test sink takes a share of this machine's cores.
 
 `smtp_source(port, count, sessions)` drives an SMTP server with `smtp-source`, the C load
 client shipped with Postfix (no AUTH, so Postfix only). `relay_client(port, ...)` drives it
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -26,19 +34,21 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
 POSTFIX = "/usr/sbin/postfix"
 SMTP_SOURCE = "/usr/sbin/smtp-source"
+SMTP_SINK = "/usr/sbin/smtp-sink"
 DAEMONS = "/usr/lib/postfix/sbin"
 MESSAGE_BYTES = 1500  # about the size of a Postroom test email with its DKIM signature
 
 
 def missing() -> str | None:
     """Why Postfix cannot be the yardstick here, or None when it can."""
-    for tool in (POSTFIX, SMTP_SOURCE):
+    for tool in (POSTFIX, SMTP_SOURCE, SMTP_SINK):
         if not Path(tool).exists():
             return f"{tool} is not installed (apt-get install postfix): Postfix figures skipped"
     if os.geteuid() != 0:
@@ -82,6 +92,33 @@ message_size_limit = 52428800
 """
 
 
+def _tuned(connections: int, sink_port: int) -> str:
+    """main.cf lines of a relay tuned for throughput, each with why."""
+    settings = {
+        # Stock smtpd sleeps up to 1 s per message while the queue manager is behind: a
+        # brake on inflow that flatters a ratio against it.
+        "in_flow_delay": "0",
+        # Headroom for 50 injecting sessions plus the delivery agents (stock 100).
+        "default_process_limit": "200",
+        # As many connections to the MX as Postroom opens to one destination, from the
+        # first message (stock starts at 5 and may grow to 20).
+        "smtp_destination_concurrency_limit": str(connections),
+        "initial_destination_concurrency": str(connections),
+        # One recipient per message here; no per-destination pacing.
+        "smtp_destination_rate_delay": "0s",
+        # Reuse each connection for the next message, as Postroom does, not only when a
+        # backlog happens to build up (on demand).
+        # (the next hop as relayhost names it, port included)
+        "smtp_connection_cache_destinations": f"[127.0.0.1]:{sink_port}",
+        # The queue manager takes in as many messages as a run holds at once.
+        "qmgr_message_active_limit": "50000",
+        "qmgr_message_recipient_limit": "50000",
+        # No reverse lookup of 127.0.0.1 for every injecting connection.
+        "smtpd_peername_lookup": "no",
+    }
+    return "".join(f"{name} = {value}\n" for name, value in settings.items())
+
+
 def _master_cf(smtpd_port: int) -> str:
     # The stock services, with smtpd moved to a loopback port of our own; postlog writes the log.
     services = [
@@ -110,13 +147,50 @@ def _master_cf(smtpd_port: int) -> str:
     return "\n".join(services) + "\n"
 
 
+@dataclass(frozen=True, slots=True)
+class Instance:
+    port: int  # its smtpd, on 127.0.0.1
+    folder: Path  # main.cf, master.cf, the queue
+
+    def main_cf(self) -> str:
+        return (self.folder / "main.cf").read_text()
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU of master and every daemon, those that ended and were reaped
+        included (smtpd ends after 100 sessions: its CPU then counts in master's)."""
+        master = int((self.folder / "queue" / "pid" / "master.pid").read_text().split()[0])
+        return tree_cpu_seconds(master, reaped=True)
+
+
+def tree_cpu_seconds(pid: int, reaped: bool = False) -> float:
+    """User and system CPU seconds of a process and every descendant; with `reaped`, also
+    the CPU of the children they waited for (cutime and cstime)."""
+    ticks = 0
+    pending = [pid]
+    while pending:
+        process = pending.pop()
+        try:
+            # The fields after the command name's ")": utime, stime, cutime, cstime are the
+            # 12th to the 15th.
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(field) for field in fields[11 : 15 if reaped else 13])
+            for task in Path(f"/proc/{process}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:  # it ended meanwhile
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def private_postfix(sink_port: int) -> Iterator[int]:
-    """A Postfix of our own relaying to the sink; yields its smtpd port."""
+def postfix_instance(
+    sink_port: int, tuned: bool = False, connections: int = 4
+) -> Iterator[Instance]:
+    """A Postfix of our own relaying to the sink, stock or tuned (with `connections` to it)."""
     folder = Path(tempfile.mkdtemp(prefix="postroom-postfix-"))
     folder.chmod(0o755)  # the postfix user reaches its queue through it
     port = _free_port()
-    (folder / "main.cf").write_text(_main_cf(folder, sink_port))
+    main_cf = _main_cf(folder, sink_port) + (_tuned(connections, sink_port) if tuned else "")
+    (folder / "main.cf").write_text(main_cf)
     (folder / "master.cf").write_text(_master_cf(port))
     config = ["-c", str(folder)]
     (folder / "queue").mkdir(mode=0o755)  # postfix makes its subfolders and data/ itself
@@ -130,11 +204,65 @@ def private_postfix(sink_port: int) -> Iterator[int]:
                 break
             except OSError:
                 time.sleep(0.1)
-        yield port
+        yield Instance(port, folder)
     finally:
         subprocess.run([POSTFIX, *config, "stop"], capture_output=True)
         time.sleep(0.5)  # master takes its children down
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def private_postfix(sink_port: int) -> Iterator[int]:
+    """A stock Postfix of our own relaying to the sink; yields its smtpd port."""
+    with postfix_instance(sink_port) as instance:
+        yield instance.port
+
+
+class CSink:
+    """Postfix's smtp-sink on a loopback port: accepts every message, keeps none, counts."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.received = 0
+        self._arrived = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        # -c: counters on stdout, "sess=N quit=N mesg=N" ending in \r, at each "." received.
+        command = [SMTP_SINK, "-c", f"127.0.0.1:{self.port}", "1024"]
+        if os.geteuid() == 0:
+            command[1:1] = ["-u", "nobody"]  # it refuses to keep root
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
+        assert process.stdout is not None
+        try:
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        break
+                except OSError:
+                    await trio.sleep(0.05)
+            task_status.started(self.port)
+            tail = b""
+            while chunk := await process.stdout.receive_some(65536):
+                tail = (tail + chunk)[-256:]
+                counts = re.findall(rb"mesg=(\d+)\r", tail)  # whole records only
+                if counts and int(counts[-1]) != self.received:
+                    self.received = int(counts[-1])
+                    self._arrived.set()
+                    self._arrived = trio.Event()
+        finally:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+    async def wait_for_messages(
+        self,
+        n: int,
+        timeout: float = 10,  # noqa: ASYNC109 - as the Python sink's
+    ) -> None:
+        """Wait until at least `n` messages were received in all."""
+        with trio.fail_after(timeout):
+            while self.received < n:
+                await self._arrived.wait()
 
 
 def smtp_source(

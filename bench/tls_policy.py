@@ -116,7 +116,7 @@ async def main() -> None:
                         args.count,
                         peers=_peers(mode, ca, policy_server),
                         after=_applied(mode),
-                        **settings,
+                        settings=settings,
                     )
                 nursery.cancel_scope.cancel()
             base = figures["opportunistic"]["delivered_per_s"]

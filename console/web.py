@@ -17,14 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pydantic
 from quart import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
+from werkzeug.exceptions import NotFound as NoRoute
 
 from api import permissions
 from api.auth import check_same_origin, runtime
-from api.errors import status_of
+from api.errors import error_response, http_error_code, status_of
 from api.validation import problem_message
 from engine.accounts import users, workspaces
 from engine.accounts.auth import authenticate_session
@@ -56,6 +58,9 @@ WORKSPACE_COOKIE = "postroom_workspace"
 # The widths (CSS pixels) HTML previews are shown at, side by side: a desktop mail client's
 # reading pane and a phone's screen.
 PREVIEW_WIDTHS = (("Desktop", 640), ("Phone", 390))
+# Browsers ask for /favicon.ico whatever the page says; it changes with a release at most.
+FAVICON = (Path(__file__).parent / "static" / "favicon.svg").read_bytes()
+FAVICON_CACHE = "public, max-age=31536000, immutable"
 
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -222,3 +227,26 @@ async def refused(exc: EngineError) -> Response:
     if status == 401:
         return go("console.auth.login")
     return await page("error.html", status=status, detail=exc.detail, code=exc.code)
+
+
+@blueprint.get("/favicon.ico")
+@public
+async def favicon() -> Response:
+    return Response(FAVICON, content_type="image/svg+xml", headers={"Cache-Control": FAVICON_CACHE})
+
+
+@blueprint.app_errorhandler(NoRoute)
+async def no_such_page(exc: NoRoute) -> Response:
+    """An address nothing serves: the console's 404 page for a browser, the API's error body
+    for anything else (and always under `/v1/`)."""
+    wants_page = request.accept_mimetypes.best_match(["application/json", "text/html"])
+    if request.path.startswith("/v1/") or wants_page != "text/html":
+        return error_response(404, http_error_code(404), exc.description or exc.name)
+    response = await page(
+        "error.html",
+        status=404,
+        title="Page not found",
+        detail=f"Nothing is at {request.path}: it may have moved, or the link is mistyped.",
+        code="not_found",
+    )
+    return await security_headers(response)

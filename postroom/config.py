@@ -27,6 +27,9 @@ DEFAULTS: dict[str, str] = {
     "submission_listen": "127.0.0.1:2587",
     "inbound_listen": "127.0.0.1:2525",
     "smtp_host": "localhost",
+    # The port the relay is reached at, told with each SMTP credential; empty: the port of
+    # submission_listen (a container maps 587 to its 2587 and says 587).
+    "smtp_port": "",
     "public_url": "http://127.0.0.1:8080",
     "dns_servers": "",
     # on: the resolvers validate DNSSEC, their AD bit is trusted and DANE enforced
@@ -80,6 +83,7 @@ class Settings:
     submission_listen: Address
     inbound_listen: Address
     smtp_host: str
+    smtp_port: int
     public_url: str
     dns_servers: list[Address] | None
     delivery_port: int
@@ -277,12 +281,15 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
     if (tls_cert is None) != (tls_key is None):
         raise SettingsError("POSTROOM_TLS_CERT and POSTROOM_TLS_KEY must be set together")
     smtp_host = _smtp_host(raw["smtp_host"])
+    submission_listen = parse_address("submission_listen", raw["submission_listen"])
+    smtp_port = raw["smtp_port"]
     return Settings(
         database_url=_database_url(raw["database_url"]),
         api_listen=parse_address("api_listen", raw["api_listen"]),
-        submission_listen=parse_address("submission_listen", raw["submission_listen"]),
+        submission_listen=submission_listen,
         inbound_listen=parse_address("inbound_listen", raw["inbound_listen"]),
         smtp_host=smtp_host,
+        smtp_port=_port("smtp_port", smtp_port, smtp_port) if smtp_port else submission_listen[1],
         public_url=_public_url(raw["public_url"]),
         dns_servers=dns_servers or None,
         delivery_port=_port("delivery_port", raw["delivery_port"], raw["delivery_port"]),

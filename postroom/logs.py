@@ -28,7 +28,9 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "asctime",
     "taskName",
 }
-QUIET = ("httpx", "httpcore", "hpack")  # request lines can carry secrets in URLs; noise
+# Request lines can carry secrets in URLs, and are noise (httpx2: the MCP SDK's client, whose
+# every request `postroom mcp --stdio` would log).
+QUIET = ("httpx", "httpcore", "httpx2", "httpcore2", "hpack")
 
 
 def _scrub(value: Any) -> Any:

@@ -325,6 +325,13 @@ async def _front_doors(
             _serve_http, app, _hypercorn_config(), sock, shutdown, requests
         )
         log.info("API listening on %s", binds[0])
+        log.info(
+            "Open the console at %s/ in a browser; %s",
+            settings.public_url.rstrip("/"),
+            "the sandbox is on: new workspaces capture their mail and nothing leaves this machine"
+            if settings.sandbox
+            else "the sandbox is off: mail is delivered",
+        )
         submission_address, inbound_address = [
             await front_doors.start(listener.run) for listener in smtp_listeners
         ]

@@ -40,6 +40,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         dnssec=settings.dnssec,
         secret_key=secret_key,
         smtp_host=settings.smtp_host,
+        smtp_port=settings.smtp_port,
         public_url=settings.public_url,
         key_cache=key_cache,
         wakeups=WakeupHub(key_cache),

@@ -12,8 +12,10 @@ find_python() {
   return 1
 }
 
+# `ensure_venv dev` adds pyproject.toml's `dev` extra; `ensure_venv` alone installs the service.
 ensure_venv() {
-  local extras="$1" stamp=".venv/.installed-$1"
+  local extras="${1:-}" stamp=".venv/.installed-${1:-service}" target="."
+  if [ -n "$extras" ]; then target=".[$extras]"; fi
   if [ ! -x .venv/bin/python ]; then
     echo "postroom: creating .venv" >&2
     "$(find_python)" -m venv .venv
@@ -23,7 +25,7 @@ ensure_venv() {
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "postroom: installing dependencies into .venv" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$target"
     echo "$want" >"$stamp"
   fi
 }

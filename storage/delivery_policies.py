@@ -420,6 +420,8 @@ class Backlog:
     recipient_domain: str
     domain_id: str
     waiting: int
+    # The latest next attempt among them: a deferred recipient leaves no earlier.
+    next_attempt_at: datetime | None = None
 
 
 def backlog(
@@ -436,14 +438,23 @@ def backlog(
         )
         params |= {"d": within[0], "start": timestamp(within[1]), "end": timestamp(within[2])}
     rows = tx.all(
-        "SELECT r.domain AS domain, e.domain_id AS domain_id, COUNT(*) AS n"
+        "SELECT r.domain AS domain, e.domain_id AS domain_id, COUNT(*) AS n,"
+        " MAX(r.next_attempt_at) AS next_at"
         " FROM email_recipients r JOIN emails e ON e.id = r.email_id"
         " WHERE e.workspace_id = :ws AND r.status IN ('queued', 'deferred')"
         # Scheduled mail is not waiting yet: it leaves at its time.
         " AND e.status <> 'scheduled'" + extra + " GROUP BY r.domain, e.domain_id ORDER BY n DESC",
         params,
     )
-    return [Backlog(row["domain"], row["domain_id"], int(row["n"])) for row in rows]
+    return [
+        Backlog(
+            row["domain"],
+            row["domain_id"],
+            int(row["n"]),
+            None if row["next_at"] is None else parse_timestamp(row["next_at"]),
+        )
+        for row in rows
+    ]
 
 
 def recent_outcomes(tx: Tx, workspace_id: str, since: datetime) -> dict[str, tuple[int, int]]:

@@ -245,7 +245,7 @@ async def test_another_workspaces_domain_is_not_found(
     ]["get"]
     assert operation["summary"].startswith("The domain against Gmail, Yahoo and Microsoft")
     assert "0.3%" in operation["description"]
-    assert operation["tags"] == ["Deliverability"]
+    assert operation["tags"] == ["domains"]
     assert {"200", "401", "404"} <= set(operation["responses"])
 
 

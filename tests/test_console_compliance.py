@@ -144,6 +144,7 @@ async def test_badges_per_provider_and_resuming_what_the_guard_stopped(
         expect(page.get_by_role("region", name="Marketing stopped")).to_be_visible()
         _checked(page)
 
+        page.get_by_role("button", name="Menu").click()  # the phone's navigation is folded
         page.get_by_role("link", name="Broadcasts", exact=True).click()
         row = page.get_by_role("row").filter(has_text="Summer news")
         expect(row).to_contain_text("paused")
@@ -161,6 +162,7 @@ async def test_badges_per_provider_and_resuming_what_the_guard_stopped(
         expect(page.get_by_role("status")).to_contain_text("Marketing mail resumed")
         expect(page.get_by_role("region", name="Marketing stopped")).to_have_count(0)
 
+        page.get_by_role("button", name="Menu").click()
         page.get_by_role("link", name="Broadcasts", exact=True).click()
         page.once("dialog", lambda dialog: dialog.accept())
         page.get_by_role("button", name="Resume Summer news").click()

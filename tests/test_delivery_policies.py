@@ -397,6 +397,27 @@ async def test_the_forecast_says_when_the_last_throttled_message_leaves(
     assert missing.status_code == 404
 
 
+async def test_the_forecast_waits_for_a_deferred_recipients_next_attempt(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "later.example")
+    smtp_sink.fail_first("ann@later.example", 1)  # 451: tried again after a back-off
+    sent = await account.client.post("/v1/emails/", json=message("ann@later.example"))
+    assert sent.status_code == 202, sent.text
+    email = await wait_for_email(
+        account, sent.json()["id"], lambda e: e["recipients"][0]["status"] == "deferred"
+    )
+    next_attempt = datetime.fromisoformat(email["recipients"][0]["next_attempt_at"])
+    assert next_attempt > _now(service) + timedelta(seconds=30)
+    forecast = (await account.client.get("/v1/delivery/forecast")).json()
+    [destination] = forecast["destinations"]
+    # No policy limits it and nothing was accepted lately: only the retry time bounds it.
+    assert destination["limits"] == []
+    assert datetime.fromisoformat(destination["last_leaves_at"]) == next_attempt
+    assert datetime.fromisoformat(forecast["last_leaves_at"]) == next_attempt
+
+
 async def test_a_broadcasts_forecast_counts_only_its_own_emails(
     service: Service, dns_server: DnsServer
 ) -> None:

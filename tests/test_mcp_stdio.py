@@ -6,6 +6,7 @@ stdout; the bridge holds only the API key and acts through the service's `/mcp`.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
@@ -88,3 +90,57 @@ async def test_stdio_bridge_without_a_service_says_so_and_stays_up(tmp_path: Pat
                 await client.list_tools()
             assert raised.value.data["code"] == "unreachable"
             assert url in raised.value.data["detail"]
+
+
+# A local client's first exchange, written by hand: the bridge answers each line on stdout.
+_HANDSHAKE_AND_TWO_CALLS: list[dict[str, Any]] = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "quiet-agent", "version": "1"},
+        },
+    },
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+]
+
+
+def _talk(url: str, api_key: str, cwd: Path) -> tuple[list[dict[str, Any]], str]:
+    """Run the bridge through `_HANDSHAKE_AND_TWO_CALLS`: its answers and its stderr."""
+    params = bridge(url, api_key, cwd)
+    bridged = subprocess.Popen(
+        [params.command, *params.args],
+        env=params.env,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert bridged.stdin is not None and bridged.stdout is not None
+    answers = []
+    for message in _HANDSHAKE_AND_TWO_CALLS:
+        bridged.stdin.write(json.dumps(message) + "\n")
+        bridged.stdin.flush()
+        if "id" in message:
+            answers.append(json.loads(bridged.stdout.readline()))
+    _, stderr = bridged.communicate(timeout=30)  # closes stdin: the bridge ends
+    return answers, stderr
+
+
+async def test_stdio_bridge_does_not_log_each_request(
+    service: Service, dns_server: DnsServer, tmp_path: Path
+) -> None:
+    account = await ready_account(service, dns_server)
+    url = f"{service.url}/mcp"
+    answers, stderr = await trio.to_thread.run_sync(_talk, url, account.api_key, tmp_path)
+    assert [a["id"] for a in answers] == [1, 2, 3]
+    assert all("result" in a for a in answers), answers
+    # Its stderr is the local client's log pane: three calls to /mcp leave no line there.
+    assert "HTTP Request" not in stderr
+    assert url not in stderr

@@ -14,7 +14,7 @@ import httpx
 import jsonschema
 from openapi_spec_validator import validate
 
-from api.openapi import DECLARED
+from api.openapi import DECLARED, OPERATIONS, TAGS
 from tests.harness.service import Service
 
 # No input and no credential: nothing a client can get wrong (503 when degraded is a 5xx).
@@ -67,6 +67,52 @@ async def test_every_operation_documents_its_errors_with_the_error_body(service:
     assert (
         "Retry-After" in document["paths"]["/v1/auth/login"]["post"]["responses"]["429"]["headers"]
     )
+
+
+# Paths a caller reaches without a credential: the document must not show them locked.
+PUBLIC = {
+    ("get", "/healthz"),
+    ("get", "/metrics"),  # its own token, when one is set
+    ("get", "/t/o/{token}"),
+    ("get", "/t/c/{token}"),
+    ("get", "/t/u/{token}"),
+    ("post", "/t/u/{token}"),
+    ("post", "/v1/auth/login"),
+    ("get", "/v1/bimi/{domain_id}/logo.svg"),
+    ("post", "/v1/domain-transfers/stop/{stop_token}"),  # the token is the credential
+    ("post", "/v1/workspace/invitations/sign-up"),  # so is the invitation's
+}
+
+
+async def test_every_operation_has_a_summary_a_description_a_tag_and_its_security(
+    service: Service,
+) -> None:
+    document = await _document(service)
+    assert document["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
+    public = set()
+    for method, path, operation in _operations(document):
+        assert operation["summary"].strip(), (method, path)
+        assert operation["description"].strip(), (method, path)
+        assert operation["description"] != operation["summary"], (method, path)
+        [tag] = operation["tags"]
+        assert tag in set(TAGS.values()) and tag != "default", (method, path)
+        if operation["security"] == []:
+            public.add((method, path))
+        else:
+            assert {"apiKey": []} in operation["security"], (method, path)
+    assert public == PUBLIC
+    emails = document["paths"]["/v1/emails/"]
+    assert emails["post"]["tags"] == ["emails"] and emails["post"]["summary"] == "Send an email"
+    assert document["paths"]["/v1/api-keys/"]["get"]["tags"] == ["api-keys"]
+    assert document["paths"]["/v1/domains/"]["get"]["tags"] == ["domains"]
+
+
+def test_each_documented_operation_names_a_route_that_exists() -> None:
+    for endpoint in OPERATIONS:
+        blueprint, function = endpoint.split(".")
+        module = "incidents" if blueprint == "delivery_incidents" else blueprint
+        assert callable(getattr(importlib.import_module(f"api.routes.{module}"), function, None))
+        assert blueprint in TAGS, endpoint
 
 
 def test_each_declared_error_names_a_route_that_exists() -> None:

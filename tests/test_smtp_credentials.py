@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+import trio
+
 from engine.accounts import users as accounts
+from postroom import config
+from postroom.service import RunningService, serve
+from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.service import SMTP_HOST, Account, Service
 
@@ -49,6 +55,38 @@ async def test_created_credential_shows_its_password_once(
         }
     ]
     assert body["password"] not in listed.text
+
+
+async def test_the_credential_names_the_relays_configured_host_and_port(
+    nursery: trio.Nursery, database_url: str, dns_server: DnsServer, clock: trio.testing.MockClock
+) -> None:
+    settings = harness.test_settings(
+        database_url, dns_server, smtp_host="relay.postroom.example", smtp_port="2625"
+    )
+    running: RunningService = await nursery.start(serve, settings)
+    service = Service(running, clock)
+    try:
+        account = await service.account("starter")
+        domain = await add_domain(account, dns_server, "relay.example.org")
+        created = await account.client.post(
+            "/v1/smtp-credentials/", json={"domain_id": domain["id"]}
+        )
+        assert created.status_code == 201
+        assert (created.json()["smtp_host"], created.json()["smtp_port"]) == (
+            "relay.postroom.example",
+            2625,
+        )
+    finally:
+        await service.aclose()
+        running.stop()
+
+
+def test_the_relays_port_is_the_submission_listeners_unless_set() -> None:
+    environ = {"POSTROOM_SUBMISSION_LISTEN": "0.0.0.0:2587"}
+    assert config.load(environ).smtp_port == 2587
+    assert config.load(environ | {"POSTROOM_SMTP_PORT": "587"}).smtp_port == 587
+    with pytest.raises(config.SettingsError, match="POSTROOM_SMTP_PORT"):
+        config.load(environ | {"POSTROOM_SMTP_PORT": "submission"})
 
 
 async def test_workspaces_made_back_to_back_have_distinct_relay_username_prefixes(

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Literal
 
 from quart import Blueprint
-from quart_schema import document_response, tag
+from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import Out
@@ -48,7 +48,6 @@ class ComplianceReport(Out):
 
 
 @blueprint.get("/<id:domain_id>/compliance")
-@tag(["Deliverability"])
 @document_response(ComplianceReport)
 async def report(domain_id: str) -> dict[str, object]:
     """The domain against Gmail, Yahoo and Microsoft bulk-sender rules, judged now.

@@ -1,7 +1,7 @@
 """`/v1/smtp-credentials/`: relay credentials, one active per verified domain.
 
-The password is in the create response only, with where to connect ({smtp_host}, 587,
-STARTTLS); the list shows every credential, deactivated ones with `is_active` false.
+The password is in the create response only, with where to connect (the relay's smtp_host and
+smtp_port, STARTTLS); the list shows every credential, deactivated ones with `is_active` false.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ async def create(body: CreateSmtpCredential) -> tuple[dict[str, object], int]:
         username=credential.username,
         password=created.password,
         smtp_host=rt.smtp_host,
-        smtp_port=smtp_credentials.SUBMISSION_PORT,
+        smtp_port=rt.smtp_port,
         created_at=credential.created_at,
     )
     return out.model_dump(mode="json"), 201

@@ -203,7 +203,7 @@ async def create_credential(domain_id: str) -> Response:
         domain_id,
         created=created,
         smtp_host=rt().smtp_host,
-        smtp_port=smtp_credentials.SUBMISSION_PORT,
+        smtp_port=rt().smtp_port,
         notice="SMTP credential created: copy the password now, it is not shown again.",
     )
 

@@ -1,4 +1,5 @@
-// The console's only script besides htmx: copy buttons, confirmations and upload progress.
+// The console's only script besides htmx: the phone's menu, copy buttons, confirmations and
+// upload progress.
 // Loaded from the service itself; the pages carry no inline script (their CSP forbids it).
 "use strict";
 
@@ -41,6 +42,17 @@ document.addEventListener("click", async (event) => {
   } catch (error) {
     announce("Copying failed: select the text and copy it by hand");
   }
+});
+
+// At a phone's width the navigation is folded (console.css); the Menu button unfolds it.
+document.addEventListener("click", (event) => {
+  const menu = event.target.closest("button.menu-button");
+  if (!menu) {
+    return;
+  }
+  const open = menu.getAttribute("aria-expanded") !== "true";
+  menu.setAttribute("aria-expanded", String(open));
+  document.body.classList.toggle("menu-open", open);
 });
 
 document.addEventListener("submit", (event) => {

@@ -25,7 +25,6 @@ from storage.codec import new_id
 from storage.smtp_credentials import RelayLogin, SmtpCredential
 from storage.tx import Tx
 
-SUBMISSION_PORT = 587  # what users are told to dial; the listener's port may differ
 _PASSWORD_BYTES = 24
 _MAX_USERNAME = 320  # a local part of 8 and a domain name of at most 253 fit easily
 

@@ -7,7 +7,8 @@ ramp, operator caps) with what their current windows have spent give the time th
 message fits a budget; the recent acceptance rate (recipients accepted among those tried in
 the last hour) inflates the count, since a deferred attempt spends budget too. A group under
 no rate limit is estimated from the pace at which its destination accepted mail in the last
-hour, else as leaving now (connections are then the only bound).
+hour, else as leaving now (connections are then the only bound). No group finishes before
+the latest next attempt among its recipients: one deferred until later leaves no sooner.
 
 Each group is forecast on its own: two sending domains under one workspace-wide rule share
 its budget, so their true finish can be later than either forecast says.
@@ -118,6 +119,7 @@ class _Group:
     domains: list[str] = field(default_factory=list)
     hosts: tuple[str, ...] = ()
     waiting: int = 0
+    next_attempt_at: datetime | None = None  # the latest among its recipients
 
 
 async def forecast(
@@ -146,6 +148,8 @@ async def forecast(
             group.hosts = mx_hosts
         group.domains.append(item.recipient_domain)
         group.waiting += item.waiting
+        if item.next_attempt_at is not None:
+            group.next_attempt_at = max(group.next_attempt_at or now, item.next_attempt_at)
     plans: dict[tuple[str, str], tuple[list[Limit], Ramp | None, str | None]] = {}
     for (key, domain_id), group in groups.items():
         applicable = policies.ordered(rules, domain_id, group.domains[0], group.hosts)
@@ -187,6 +191,8 @@ async def forecast(
         if not finishes and ok:
             # No budget to go by: the pace the destination took our mail at lately.
             finishes.append(now + RECENT * (spending / ok))
+        if group.next_attempt_at is not None:
+            finishes.append(group.next_attempt_at)
         found.append(
             DestinationForecast(
                 destination=key,

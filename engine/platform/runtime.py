@@ -48,6 +48,8 @@ class Runtime:
     faults: FaultLog = field(default_factory=FaultLog)
     # Argon2 work, on threads of its own so logins never hold up storage's threads.
     passwords: PasswordHashing = field(default_factory=PasswordHashing)
+    # POSTROOM_SMTP_PORT: the relay's port, with smtp_host what SMTP credentials are told to dial.
+    smtp_port: int = 587
     # POSTROOM_SANDBOX: new workspaces start in sandbox mode (engine/sandbox).
     sandbox: bool = False
     # POSTROOM_DELIVERY_MAX_*: operator-wide caps on every destination policy.

@@ -211,6 +211,7 @@ def test_settings(
         "POSTROOM_SUBMISSION_LISTEN": "127.0.0.1:0",
         "POSTROOM_INBOUND_LISTEN": "127.0.0.1:0",
         "POSTROOM_SMTP_HOST": SMTP_HOST,
+        "POSTROOM_SMTP_PORT": "587",  # what credentials say; the relay's own port is ephemeral
         "POSTROOM_PUBLIC_URL": PUBLIC_URL,
         "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
         # One master key per database, kept out of the checkout (for PostgreSQL the default
