@@ -175,7 +175,7 @@ async def test_rates_count_people_and_machines_apart(
 async def test_a_range_without_mail_has_no_groups_and_rates_need_a_denominator(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
 ) -> None:
-    account, broadcast_id, _ = await _broadcast(service, dns_server, smtp_sink)
+    account, _, _ = await _broadcast(service, dns_server, smtp_sink)
     clock.jump(2 * 86400)
     found = (await account.client.get("/v1/stats/rates", params={"range": "24h"})).json()
     assert found["groups"] == []
