@@ -10,15 +10,17 @@ them and never in a rate. A rate without a denominator is None, not zero.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from engine import overview
 from engine.platform.errors import NotFound
 from engine.platform.runtime import Principal, Runtime
 from storage import broadcasts, mail_stats
 from storage.mail_stats import Counts, Grouping
 from storage.tx import Tx
 
-RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+# The overview's ranges, so its chart and its rates cover the same mail.
+RANGES = {name: spec[0] for name, spec in overview.RANGES.items()}
 GROUPINGS: tuple[Grouping, ...] = ("domain", "tag", "broadcast")
 HUMAN, MACHINE = "human", "machine"
 
@@ -85,16 +87,27 @@ class Rates:
     since: datetime
     until: datetime
     groups: list[tuple[str, Figures]]  # (domain name, tag or broadcast id), most sent first
+    names: dict[str, str]  # broadcast id -> its name, when grouped by broadcast
+
+
+def _grouped(
+    tx: Tx, workspace_id: str, by: Grouping, since: datetime, until: datetime
+) -> tuple[Counts, dict[str, str]]:
+    counts = mail_stats.grouped(tx, workspace_id, by, since, until)
+    if by != "broadcast":
+        return counts, {}
+    ids = sorted({key[0] for key in counts})
+    return counts, mail_stats.broadcast_names(tx, workspace_id, ids)
 
 
 async def rates(rt: Runtime, who: Principal, by: Grouping, range_name: str) -> Rates:
     """The workspace's figures per `by` for its emails created in the last `range_name`."""
     until = rt.clock.now()
     since = until - RANGES[range_name]
-    counts = await rt.db.read(mail_stats.grouped, who.workspace_id, by, since, until)
+    counts, names = await rt.db.read(_grouped, who.workspace_id, by, since, until)
     found = [(group, _figures(counts, group)) for group in {key[0] for key in counts}]
     found.sort(key=lambda item: (-item[1].sent, -item[1].delivered, item[0]))
-    return Rates(by, range_name, since, until, found)
+    return Rates(by, range_name, since, until, found, names)
 
 
 def _of_broadcast(tx: Tx, workspace_id: str, broadcast_id: str) -> Counts | None:

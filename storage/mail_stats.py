@@ -81,3 +81,16 @@ def of_broadcast(tx: Tx, workspace_id: str, broadcast_id: str) -> Counts:
     """Recipients reached per event type and audience by one broadcast's emails."""
     where = "m.broadcast_id = :b AND m.workspace_id = :ws"
     return _counts(tx, "m.broadcast_id", "", where, {"ws": workspace_id, "b": broadcast_id})
+
+
+def broadcast_names(tx: Tx, workspace_id: str, broadcast_ids: list[str]) -> dict[str, str]:
+    """The names (subjects as written) of the workspace's broadcasts among `broadcast_ids`."""
+    if not broadcast_ids:
+        return {}
+    marks = ", ".join(f":b{i}" for i in range(len(broadcast_ids)))
+    params = {f"b{i}": b for i, b in enumerate(broadcast_ids)} | {"ws": workspace_id}
+    rows = tx.all(
+        f"SELECT id, subject FROM broadcasts WHERE workspace_id = :ws AND id IN ({marks})",
+        params,
+    )
+    return {str(row["id"]): str(row["subject"]) for row in rows}
