@@ -113,7 +113,7 @@ async def rates(rt: Runtime, who: Principal, by: Grouping, range_name: str) -> R
 def _of_broadcast(tx: Tx, workspace_id: str, broadcast_id: str) -> Counts | None:
     if broadcasts.get(tx, workspace_id, broadcast_id) is None:
         return None
-    return mail_stats.of_broadcast(tx, workspace_id, broadcast_id)
+    return mail_stats.of_broadcast(tx, broadcast_id)
 
 
 async def of_broadcast(rt: Runtime, who: Principal, broadcast_id: str) -> Figures:

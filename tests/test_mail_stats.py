@@ -5,11 +5,13 @@ real sends through the loopback sink and real tracking hits, opens and clicks by
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from trio.testing import MockClock
 
+from engine.sending.tracking import Hit, audience
 from tests.harness.broadcasts import body, parsed, part, sender_id
 from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
@@ -202,3 +204,22 @@ async def test_another_workspaces_broadcast_has_no_figures(
     response = await stranger.client.get(f"/v1/broadcasts/{broadcast_id}/stats")
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("hit", "since_delivery", "burst", "verdict"),
+    [
+        (Hit("GET", MAIL_APP), timedelta(minutes=5), False, ("human", None)),
+        (Hit("GET", MAIL_APP), None, False, ("human", None)),
+        (Hit("HEAD", MAIL_APP), timedelta(minutes=5), False, ("machine", "head_request")),
+        (Hit("GET", "  "), timedelta(minutes=5), False, ("machine", "no_user_agent")),
+        (Hit("GET", "curl/8.5.0"), timedelta(minutes=5), False, ("machine", "scanner_user_agent")),
+        (Hit("GET", SCANNER), timedelta(minutes=5), False, ("machine", "scanner_user_agent")),
+        (Hit("GET", MAIL_APP), timedelta(seconds=2), False, ("machine", "fetched_on_delivery")),
+        (Hit("GET", MAIL_APP), timedelta(minutes=5), True, ("machine", "every_link_at_once")),
+    ],
+)
+def test_what_a_request_shows_decides_who_made_it(
+    hit: Hit, since_delivery: timedelta | None, burst: bool, verdict: tuple[str, str | None]
+) -> None:
+    assert audience(hit, since_delivery, burst) == verdict
