@@ -191,6 +191,7 @@ TAGS: dict[str, str] = {
     "senders": "senders",
     "sessions": "sessions",
     "smtp_credentials": "smtp-credentials",
+    "stats": "stats",
     "suppressions": "suppressions",
     "templates": "templates",
     "tls_reports": "domains",
@@ -360,6 +361,11 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "The workspace's broadcasts to contact lists, newest first, with their progress.",
     ),
     "broadcasts.get": ("Get a broadcast", "One broadcast with its progress and, if paused, why."),
+    "broadcasts.stats": (
+        "A broadcast's figures",
+        "Recipients sent, delivered, bounced, complained, opened and clicked (people and"
+        " machines apart), and the rates they make, over all the broadcast's emails.",
+    ),
     "broadcasts.resume": (
         "Resume a broadcast",
         "Resumes a broadcast the complaint guard paused, unless its domain's marketing mail is stopped.",
@@ -510,6 +516,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "forwards.logs_count": (
         "Count forwarded messages",
         "How many entries of the forwarding log match the filter.",
+    ),
+    "stats.rates": (
+        "Rates per domain, tag or broadcast",
+        "Delivery, bounce, complaint, open and click rates of the workspace's mail created in"
+        " the range, per sending domain, tag or broadcast; opens and clicks by machines"
+        " (privacy proxies, link scanners) are counted apart and in no rate.",
     ),
     "forwards.stats": (
         "Forwarding statistics",

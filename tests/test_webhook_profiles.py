@@ -166,7 +166,10 @@ def test_sendgrid_events_match_the_event_webhook_reference() -> None:
     [delivered] = _ours("sendgrid", "email.delivered", smtp_response="250 2.0.0 OK")
     _same_shape(delivered, SENDGRID_DELIVERED)
     assert delivered["response"] == "250 2.0.0 OK"
-    assert _ours("sendgrid", "email.opened")[0]["event"] == "open"
+    [opened] = _ours("sendgrid", "email.opened", audience="human")
+    assert opened["event"] == "open" and opened["sg_machine_open"] is False
+    [prefetched] = _ours("sendgrid", "email.opened", audience="machine", reason="head_request")
+    assert prefetched["sg_machine_open"] is True
 
 
 def test_ses_notification_matches_the_sns_delivered_example() -> None:

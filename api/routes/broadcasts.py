@@ -1,5 +1,6 @@
-"""`/v1/broadcasts/`: the bulk sends of the workspace, newest first, and resuming one the
-complaint-rate guard paused (engine/contacts/complaint_guard.py)."""
+"""`/v1/broadcasts/`: the bulk sends of the workspace, newest first, each one's figures
+(engine/mail_stats.py), and resuming one the complaint-rate guard paused
+(engine/contacts/complaint_guard.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from quart_schema import document_response
 
 from api.auth import principal, runtime
 from api.models import Out, PageQuery
+from api.routes.stats import FiguresOut, figures
 from api.validation import query_args
+from engine import mail_stats
 from engine.contacts import bulk_send, complaint_guard
 
 blueprint = Blueprint("broadcasts", __name__, url_prefix="/v1/broadcasts")
@@ -47,6 +50,13 @@ async def list_broadcasts(query: PageQuery) -> list[dict[str, object]]:
 async def get(broadcast_id: str) -> dict[str, object]:
     found = await bulk_send.broadcast(runtime(), principal(), broadcast_id)
     return BroadcastOut.model_validate(found).model_dump(mode="json")
+
+
+@blueprint.get("/<id:broadcast_id>/stats")
+@document_response(FiguresOut)
+async def stats(broadcast_id: str) -> dict[str, object]:
+    found = await mail_stats.of_broadcast(runtime(), principal(), broadcast_id)
+    return FiguresOut.model_validate(figures(found)).model_dump(mode="json")
 
 
 @blueprint.post("/<id:broadcast_id>/resume")

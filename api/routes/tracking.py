@@ -21,8 +21,9 @@ PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRA
 _NO_STORE = {"Cache-Control": "no-store, private"}
 
 
-def _client() -> tuple[str, str]:
-    return request.headers.get("User-Agent", "")[:512], request.remote_addr or ""
+def _hit() -> tracking.Hit:
+    """What the request shows of its maker, to tell a person from a machine; not stored."""
+    return tracking.Hit(request.method, request.headers.get("User-Agent", "")[:512])
 
 
 def _page(title: str, body: str) -> Response:
@@ -36,14 +37,14 @@ def _page(title: str, body: str) -> Response:
 @blueprint.get("/o/<token>")
 @public
 async def opened(token: str) -> Response:
-    await tracking.opened(runtime(), token, *_client())
+    await tracking.opened(runtime(), token, _hit())
     return Response(PIXEL, content_type="image/gif", headers=_NO_STORE)
 
 
 @blueprint.get("/c/<token>")
 @public
 async def clicked(token: str) -> Response:
-    url = await tracking.clicked(runtime(), token, *_client())
+    url = await tracking.clicked(runtime(), token, _hit())
     return Response(b"", status=302, headers={"Location": url, **_NO_STORE})
 
 

@@ -18,6 +18,7 @@ from quart import Blueprint, Response, request
 from api.errors import status_of
 from api.routes.contacts import AddContact, BulkSendBody, CreateList
 from console.web import form, framed_html, go, page, parse, problems_of, rt, who
+from engine import mail_stats
 from engine.contacts import bulk_send, complaint_guard, csv_import, preview
 from engine.contacts import lists as contacts
 from engine.domains import registry, senders
@@ -238,6 +239,7 @@ async def broadcasts() -> Response:
 
 async def _broadcast(broadcast_id: str, status: int = 200, **extra: Any) -> Response:
     found = await bulk_send.broadcast(rt(), who(), broadcast_id)
+    figures = await mail_stats.of_broadcast(rt(), who(), broadcast_id)
     lists = {c.id: c for c in await contacts.list_lists(rt(), who())}
     template = (
         "_broadcast_progress.html"
@@ -250,6 +252,7 @@ async def _broadcast(broadcast_id: str, status: int = 200, **extra: Any) -> Resp
         status=status,
         title=found.name,
         broadcast=found,
+        figures=figures,
         contact_list=lists.get(found.contact_list_id),
         **extra,
     )

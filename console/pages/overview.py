@@ -1,6 +1,6 @@
 """The overview: sent, delivered, bounced and complained as a chart (server-rendered SVG),
-the recipients waiting per recipient domain with the delivery forecast, dead webhook
-deliveries, and health."""
+the rates per sending domain, tag or broadcast over the same range, the recipients waiting
+per recipient domain with the delivery forecast, dead webhook deliveries, and health."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from quart import Blueprint, Response, current_app, request
 
 from console.web import page, rt, who
-from engine import overview
+from engine import mail_stats, overview
 from engine.delivery import forecast
 from engine.platform.supervisor import Supervisor
+from storage.mail_stats import Grouping
 
 blueprint = Blueprint("overview", __name__)
 
@@ -51,6 +52,9 @@ async def index() -> Response:
     if range_name not in overview.RANGES:
         range_name = "7d"
     found = await overview.read(rt(), who(), range_name)
+    wanted = request.args.get("by")
+    by: Grouping = next((g for g in mail_stats.GROUPINGS if g == wanted), "domain")
+    rates = await mail_stats.rates(rt(), who(), by, range_name)
     # Only with a backlog: the forecast looks up the MX hosts of the waiting domains.
     upcoming = await forecast.forecast(rt(), who()) if found.backlog else None
     supervisor: Supervisor = current_app.extensions["postroom.supervisor"]
@@ -63,6 +67,8 @@ async def index() -> Response:
         forecast=upcoming,
         size=(WIDTH, HEIGHT, MARGIN),
         ranges=list(overview.RANGES),
+        rates=rates,
+        groupings=mail_stats.GROUPINGS,
         actors_running=supervisor.running,
         storage_full=None if storage_full is None else storage_full.reason,
     )

@@ -35,8 +35,8 @@ from storage.tx import Tx
 POLL = timedelta(seconds=15)  # outcomes fall due a minute or more after they are stored
 IN_FLIGHT = 50
 BATCH = 100
-USER_AGENT = "Postroom-Sandbox/1"
-READER_ADDRESS = "127.0.0.1"
+# The scripted reader, a minute or more after delivery: counted as a human.
+READER = tracking.Hit("GET", "Postroom-Sandbox/1")
 _FIRST_LINK = re.compile(r"""<a\b[^>]*?\bhref\s*=\s*["'](https?://[^"'\s]+)["']""", re.IGNORECASE)
 
 
@@ -107,13 +107,13 @@ class SandboxOutcomes:
         if item.kind == COMPLAINT:
             await rt.db.write(_complain, item, rt.clock.now(), rt.complaint_limits)
         elif item.kind == OPEN:
-            await tracking.opened(rt, token_of(links.open), USER_AGENT, READER_ADDRESS)
+            await tracking.opened(rt, token_of(links.open), READER)
             await rt.db.write(sandbox.finish, item.id, rt.clock.now())
         elif item.kind == CLICK:
             html = await rt.db.read(_email_html, item.email_id)
             found = _FIRST_LINK.search(html or "")
             url = found.group(1) if found else rt.public_url + "/"
-            await tracking.clicked(rt, token_of(links.click(url)), USER_AGENT, READER_ADDRESS)
+            await tracking.clicked(rt, token_of(links.click(url)), READER)
             await rt.db.write(sandbox.finish, item.id, rt.clock.now())
         else:
             raise ValueError(f"unknown sandbox outcome {item.kind!r}")

@@ -18,6 +18,11 @@ the address back.
 Releases before sealing signed readable tokens (`<base64 JSON>.<HMAC>`); those already in
 people's mailboxes are honoured while their email is younger than `LEGACY_LINKS`, then
 refused: the service makes no new ones, so after that no valid one is left.
+
+Opens and clicks are told apart as human or machine when they are recorded, from what the
+request shows (`audience`): privacy proxies (Apple Mail Privacy Protection) and security
+scanners fetch a message's images and links on delivery, not when a person reads it. Only
+the verdict and its reason are kept, never the requester's address or user agent.
 """
 
 from __future__ import annotations
@@ -52,6 +57,37 @@ from storage.tx import Tx
 
 OPEN, CLICK, UNSUBSCRIBE = "o", "c", "u"
 LEGACY_LINKS = timedelta(days=90)
+# No person opens a message, or follows its links, this soon after it reached the mailbox;
+# a proxy or scanner fetching everything on arrival does.
+ON_DELIVERY = timedelta(seconds=10)
+# A click this close to one on another link of the same copy: a scanner following them all.
+LINK_BURST = timedelta(seconds=3)
+# User agents of the link and attachment scanners of mail security gateways and of HTTP
+# libraries (lowercase substrings); a mail reader's own never contains them.
+SCANNER_AGENTS = (
+    "barracuda",
+    "mimecast",
+    "proofpoint",
+    "messagelabs",
+    "symantec",
+    "forcepoint",
+    "trendmicro",
+    "sophos",
+    "fortiguard",
+    "safelinks",
+    "bot",
+    "spider",
+    "crawler",
+    "scanner",
+    "python-requests",
+    "python-httpx",
+    "curl/",
+    "wget/",
+    "go-http-client",
+    "java/",
+    "okhttp",
+    "headlesschrome",
+)
 _HREF = re.compile(r"""(<a\b[^>]*?\bhref\s*=\s*)(["'])(https?://[^"']+)\2""", re.IGNORECASE)
 # A click answers with the link's URL as its Location header, which a control character
 # breaks (a CR or LF would split it): such a link is not tracked, and such a token refused.
@@ -162,6 +198,51 @@ def instrument_html(html: str, links: Links, *, opens: bool, clicks: bool) -> st
     return html
 
 
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """What a followed tracking link's request shows of its maker: read, never stored."""
+
+    method: str
+    user_agent: str
+
+
+def audience(
+    hit: Hit, since_delivery: timedelta | None, other_link_just_clicked: bool
+) -> tuple[str, str | None]:
+    """("human", None) or ("machine", why) for an open or click: `since_delivery` is how long
+    after its recipient's delivery it came (None if not known), `other_link_just_clicked`
+    whether the same copy's recipient clicked another link within LINK_BURST."""
+    agent = hit.user_agent.strip().lower()
+    if hit.method == "HEAD":
+        return "machine", "head_request"
+    if not agent:
+        return "machine", "no_user_agent"
+    if any(name in agent for name in SCANNER_AGENTS):
+        return "machine", "scanner_user_agent"
+    if since_delivery is not None and since_delivery < ON_DELIVERY:
+        return "machine", "fetched_on_delivery"
+    if other_link_just_clicked:
+        return "machine", "every_link_at_once"
+    return "human", None
+
+
+def _classify(
+    tx: Tx, email_id: str, recipient: str, hit: Hit, url: str | None, now: datetime
+) -> dict[str, Any]:
+    """The verdict on an open (`url` None) or click, from the recipient's events so far."""
+    mine = [e for e in emails.events_of(tx, email_id) if e.recipient == recipient]
+    delivered = [e.created_at for e in mine if e.event_type == "delivered"]
+    since = now - min(delivered) if delivered else None
+    burst = url is not None and any(
+        e.event_type == "clicked"
+        and e.metadata.get("url") != url
+        and now - e.created_at < LINK_BURST
+        for e in mine
+    )
+    verdict, reason = audience(hit, since, burst)
+    return {"audience": verdict} if reason is None else {"audience": verdict, "reason": reason}
+
+
 def _event(email: Email, kind: str, recipient: str, meta: dict[str, Any], now: datetime) -> Event:
     metadata = {"subject": email.subject, "tags": email.tags, **meta}
     return Event(new_id(), email.id, email.workspace_id, kind, recipient, metadata, now)
@@ -175,7 +256,9 @@ class _Link:
     legacy: bool
 
 
-def _record(tx: Tx, link: _Link, meta: dict[str, Any], now: datetime) -> None:
+def _record(
+    tx: Tx, link: _Link, meta: dict[str, Any], now: datetime, hit: Hit | None = None
+) -> None:
     payload = link.payload
     found = emails.by_ids(tx, [payload["e"]])
     email = found.get(payload["e"])
@@ -185,6 +268,8 @@ def _record(tx: Tx, link: _Link, meta: dict[str, Any], now: datetime) -> None:
     if recipient not in {r.address for r in emails.recipients_of(tx, email.id)}:
         return  # erased since the link was made: recording it would write the address back
     kind = {OPEN: "opened", CLICK: "clicked", UNSUBSCRIBE: "unsubscribed"}[payload["k"]]
+    if hit is not None:
+        meta = meta | _classify(tx, email.id, recipient, hit, meta.get("url"), now)
     outbox.record(tx, [_event(email, kind, recipient, meta, now)])
     if payload["k"] == UNSUBSCRIBE:
         suppressions.add(
@@ -200,12 +285,12 @@ def _link(rt: Runtime, token: str, kind: str) -> _Link:
     return _Link(payload, legacy)
 
 
-async def opened(rt: Runtime, token: str, user_agent: str, ip: str) -> None:
+async def opened(rt: Runtime, token: str, hit: Hit) -> None:
     link = _link(rt, token, OPEN)
-    await rt.db.write(_record, link, {"user_agent": user_agent, "ip": ip}, rt.clock.now())
+    await rt.db.write(_record, link, {}, rt.clock.now(), hit)
 
 
-async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
+async def clicked(rt: Runtime, token: str, hit: Hit) -> str:
     """Record the click; the URL to send the reader on to.
 
     InvalidRequest when the URL holds a control character: such links are not tracked, but
@@ -219,9 +304,7 @@ async def clicked(rt: Runtime, token: str, user_agent: str, ip: str) -> str:
         raise NotFound("unknown link")
     if _URL_CONTROL.search(url):
         raise InvalidRequest("the link's URL contains a control character", code="invalid_link")
-    await rt.db.write(
-        _record, link, {"url": url, "user_agent": user_agent, "ip": ip}, rt.clock.now()
-    )
+    await rt.db.write(_record, link, {"url": url}, rt.clock.now(), hit)
     return url
 
 

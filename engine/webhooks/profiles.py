@@ -113,6 +113,9 @@ def _sendgrid(event: dict[str, Any], meta: dict[str, Any]) -> Any:
             item["type"] = "bounce"
     elif name == "click":
         item["url"] = meta.get("url", "")
+    elif name == "open":
+        # SendGrid's flag for opens by privacy proxies (engine/sending/tracking.py's verdict).
+        item["sg_machine_open"] = meta.get("audience") == "machine"
     return [item]
 
 
