@@ -1,6 +1,7 @@
 """The console's Delivery page in Chromium (tests/harness/browser.py): creating and deleting a
 destination policy and a warm-up ramp, resolving a destination incident, and a queue action's
-dry run then the real one, each first refused with the API's own error for bad input."""
+dry run then the real one, each first refused with the API's own error for bad input; and the
+domain page's tracking host and bounce domain with their state."""
 
 from __future__ import annotations
 
@@ -145,4 +146,23 @@ async def test_delivery_controls_on_a_page_with_the_apis_rules(
     await tab.do(ramps)
     await tab.do(incident)
     await tab.do(queue)
+
+    def domain_page(page: Page) -> None:
+        page.goto(f"/domains/{domain_id}")
+        expect(page.get_by_role("heading", name="Bulk-sender rules")).to_be_visible()
+        expect(page.locator("#bounce-state")).to_contain_text("No bounce domain")
+        page.get_by_label("Tracking host").fill("links.elsewhere.example")
+        page.get_by_role("button", name="Save", exact=True).click()
+        expect(page.locator("#f-tracking_host-error")).to_contain_text(
+            f"tracking_host must be a host name under {DOMAIN}"
+        )
+        page.get_by_label("Tracking host").fill(f"links.{DOMAIN}")
+        page.get_by_role("button", name="Save", exact=True).click()
+        expect(page.get_by_role("status")).to_contain_text("Tracking settings saved")
+        expect(page.locator("#tracking-state")).to_contain_text(
+            f"Links stay on the service's host until links.{DOMAIN} resolves to it"
+        )
+        expect(page.get_by_role("row", name=re.compile(r"^tracking"))).to_contain_text("pending")
+
+    await tab.do(domain_page)
     await tab.close()
