@@ -102,6 +102,7 @@ MEANING = {
 # The refusals particular to a route, by endpoint (blueprint.function), beyond those its
 # shape implies; tests/test_openapi.py checks that each names a route that exists.
 DECLARED: dict[str, tuple[int, ...]] = {
+    "delivery_incidents.resolve_incident": (409,),
     "health.metrics": (401,),
     "tracking.clicked": (400, 404),
     "tracking.opened": (404,),
@@ -438,6 +439,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "delivery_incidents.list_incidents": (
         "List destination incidents",
         "Destinations that are blocking or slowing the workspace's sending domains, and since when.",
+    ),
+    "delivery_incidents.resolve_incident": (
+        "Resolve a destination incident",
+        "Ends an open incident's pause at once, once what the destination complained of is fixed.",
     ),
     "dmarc_reports.dmarc": (
         "DMARC report summary",

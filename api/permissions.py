@@ -46,7 +46,7 @@ BLUEPRINT_AREAS = {
     "admin": roles.SELF,
     "egress": roles.SELF,
     "nodes": roles.SELF,
-    # The console's pages.
+    # The console's pages (the Delivery page's blueprint is "delivery", as the API's is).
     "auth": roles.SELF,
     "workspaces": roles.SELF,
     "keys": roles.KEYS,

@@ -44,6 +44,7 @@ _CATEGORY_OF_RESOURCE = {
     "queue": "Send",  # queue actions by search: hold, release, cancel, retry now
     "delivery_policy": "Send",
     "delivery_ramp": "Send",
+    "delivery_incident": "Send",
     "unsubscribe_footer": "Send",
     "complaint_guard": "Send",
     "email": "Send",  # only the emails an agent sends, one by one (engine/sending/intake.py)
@@ -72,6 +73,7 @@ _TARGET_TYPE = {
     "queue": "Delivery queue",
     "delivery_policy": "Delivery policy",
     "delivery_ramp": "Warm-up ramp",
+    "delivery_incident": "Destination incident",
     "unsubscribe_footer": "Unsubscribe footer",
     "complaint_guard": "Complaint-rate guard",
     "email": "Email",

@@ -143,6 +143,27 @@ def of_workspace(tx: Tx, workspace_id: str, state: str, limit: int) -> list[Inci
     return [_incident(row) for row in rows]
 
 
+def get(tx: Tx, workspace_id: str, incident_id: str) -> Incident | None:
+    row = tx.one(
+        "SELECT * FROM delivery_incidents WHERE workspace_id = :ws AND id = :id",
+        {"ws": workspace_id, "id": incident_id},
+    )
+    return None if row is None else _incident(row)
+
+
+def resolve(tx: Tx, incident: Incident, now: datetime) -> bool:
+    """Resolve an open incident (its pause ends with it, and the destination's queue wakes
+    on every node); False when it was resolved already."""
+    done = tx.execute(
+        "UPDATE delivery_incidents SET resolved_at = :now WHERE workspace_id = :ws"
+        " AND id = :id AND resolved_at IS NULL",
+        {"now": timestamp(now), "ws": incident.workspace_id, "id": incident.id},
+    )
+    if done:
+        tx.notify(f"mail:{incident.destination}")
+    return done > 0
+
+
 def open_counts(tx: Tx) -> dict[tuple[str, str], int]:
     """Open incidents of every workspace, by (destination, kind): for /metrics."""
     rows = tx.all(

@@ -18,7 +18,10 @@ import trio
 from playwright.sync_api import Page, ViewportSize, expect
 
 from engine.accounts import users
+from engine.delivery.incidents import pause_for
 from postroom.service import RunningService
+from storage import incidents
+from storage.incidents import Hit
 from tests.harness.browser import PASSWORD, Browsing, new_email
 from tests.test_console import console_routes, resources, sign_in
 
@@ -74,13 +77,18 @@ def check_everywhere(page: Page) -> list[str]:
 
 
 async def _more_resources(api: httpx.AsyncClient) -> dict[str, str]:
-    """Besides `resources`: a suppression (a table of its own), a broadcast and the sandbox's
-    captured message."""
+    """Besides `resources`: a suppression (a table of its own), a destination policy and a
+    warm-up ramp (the Delivery page's tables), a broadcast and the sandbox's captured
+    message."""
     added = await api.post("/v1/suppressions/", json={"email": "someone-long@customer.example"})
     assert added.status_code == 201, added.text
     [listed] = (await api.get("/v1/contacts/")).json()
     await api.post(f"/v1/contacts/{listed['id']}/contacts", json={"email": "ann@customer.example"})
     [sender] = (await api.get("/v1/senders/")).json()
+    policy = {"match": "*.outlook.com", "per_minute": 300, "per_day": 50000}
+    assert (await api.post("/v1/delivery/policies", json=policy)).status_code == 201
+    ramp = {"domain_id": sender["domain_id"], "first_day": 200, "target_per_day": 20000}
+    assert (await api.post("/v1/delivery/ramps", json=ramp)).status_code == 201
     sent = await api.post(
         f"/v1/contacts/{listed['id']}/send",
         json={
@@ -112,6 +120,16 @@ async def test_every_page_fits_a_phone_and_passes_axe_in_both_schemes(
     async with httpx.AsyncClient(base_url=console.api_url, headers=key) as api:
         ids = await resources(api)
         ids |= await _more_resources(api)
+    # A destination incident (the Delivery page's table of them), as a delivery round records it.
+    hit = Hit("blocked", "odd.example", "550 5.7.1 Service unavailable; client host blocked")
+    await console.runtime.db.write(
+        incidents.record_round,
+        "blocked.example",
+        {(created.workspace_id, ids["domain_id"]): hit},
+        set(),
+        console.runtime.clock.now(),
+        pause_for,
+    )
     paths = [
         path
         for method, path in console_routes(ids)

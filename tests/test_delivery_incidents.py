@@ -167,3 +167,31 @@ def test_the_pause_widens_on_each_repeat_up_to_its_ceiling(kind: str, pauses: li
         timedelta(minutes=m) for m in pauses
     ]
     assert pause_for(kind, 10_000) == timedelta(minutes=pauses[-1])
+
+
+async def test_a_person_resolves_an_incident_and_the_paused_mail_goes_at_once(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    route_mail(dns_server, "blocked.example")
+    smtp_sink.fail_first("ann@blocked.example", 1, code=550, text=REPUTATION_BLOCK)
+    first = (await account.client.post("/v1/emails/", json=message("ann@blocked.example"))).json()
+    await wait_for_status(account, first["id"], ("deferred",))
+    [incident] = await incidents(account)
+    waiting = (await account.client.post("/v1/emails/", json=message("bob@blocked.example"))).json()
+    await service.settled()
+    assert smtp_sink.messages == []
+
+    resolve = f"/v1/delivery/incidents/{incident['id']}/resolve"
+    stranger = await service.account("starter")
+    assert (await stranger.client.post(resolve)).status_code == 404
+    resolved = await account.client.post(resolve)
+    assert resolved.status_code == 200, resolved.text
+    assert (resolved.json()["status"], resolved.json()["id"]) == ("resolved", incident["id"])
+    # Mail paused behind it goes without waiting out the pause (the clock stands still).
+    assert (await wait_for_status(account, waiting["id"]))["status"] == "delivered"
+    again = await account.client.post(resolve)
+    assert again.status_code == 409 and again.json()["code"] == "incident_resolved"
+    assert await incidents(account) == []
+    log = (await account.client.get("/v1/audit-log", params={"category": "Send"})).json()
+    assert "delivery_incident.resolved" in [e["action"] for e in log["items"]]

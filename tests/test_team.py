@@ -60,6 +60,7 @@ def test_every_route_that_changes_something_has_its_area_named() -> None:
     assert unsafe >= set(ENDPOINT_AREAS)
     assert area_of("console.account.change_mcp_policy") == roles.MCP_POLICY
     assert area_of("domains.create") == roles.DOMAINS
+    assert area_of("console.delivery.resolve_incident") == roles.DELIVERY
     assert area_of("later.added") == roles.WORKSPACE
 
 

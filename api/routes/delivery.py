@@ -132,7 +132,7 @@ def _policy(rule: Rule) -> dict[str, Any]:
     return out.model_dump(mode="json")
 
 
-def _ramp(ramp: Ramp) -> dict[str, Any]:
+def ramp_out(ramp: Ramp) -> dict[str, Any]:
     today = runtime().clock.now().date()
     allowed = policies.allowance(ramp, today)
     out = RampOut(
@@ -220,7 +220,7 @@ async def delete_policy(policy_id: str) -> Response:
 @blueprint.get("/delivery/ramps")
 @document_response(list[RampOut])
 async def list_ramps() -> list[dict[str, Any]]:
-    return [_ramp(r) for r in await controls.list_ramps(runtime(), principal())]
+    return [ramp_out(r) for r in await controls.list_ramps(runtime(), principal())]
 
 
 @blueprint.post("/delivery/ramps")
@@ -236,13 +236,13 @@ async def create_ramp(body: CreateRamp) -> tuple[dict[str, Any], int]:
         body.target_per_day,
         body.starts_on,
     )
-    return _ramp(ramp), 201
+    return ramp_out(ramp), 201
 
 
 @blueprint.get("/delivery/ramps/<id:ramp_id>")
 @document_response(RampOut)
 async def get_ramp(ramp_id: str) -> dict[str, Any]:
-    return _ramp(await controls.get_ramp(runtime(), principal(), ramp_id))
+    return ramp_out(await controls.get_ramp(runtime(), principal(), ramp_id))
 
 
 @blueprint.patch("/delivery/ramps/<id:ramp_id>")
@@ -259,7 +259,7 @@ async def update_ramp(ramp_id: str, body: UpdateRamp) -> dict[str, Any]:
                 if v is None
             ],
         )
-    return _ramp(await controls.update_ramp(runtime(), principal(), ramp_id, fields))
+    return ramp_out(await controls.update_ramp(runtime(), principal(), ramp_id, fields))
 
 
 @blueprint.delete("/delivery/ramps/<id:ramp_id>")

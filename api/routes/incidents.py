@@ -1,4 +1,5 @@
-"""`/v1/delivery/incidents`: destinations blocking or slowing the workspace's sending domains."""
+"""`/v1/delivery/incidents`: destinations blocking or slowing the workspace's sending domains,
+and resolving one by hand."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from api.auth import principal, runtime
 from api.models import In
 from api.validation import query_args
 from engine.delivery import incidents
+from storage.incidents import Incident
 
 blueprint = Blueprint("delivery_incidents", __name__, url_prefix="/v1/delivery")
 
@@ -40,25 +42,32 @@ class IncidentList(BaseModel):
     items: list[IncidentOut]
 
 
+def incident_out(i: Incident) -> IncidentOut:
+    return IncidentOut(
+        id=i.id,
+        destination=i.destination,
+        sending_domain=i.sending_domain,
+        kind=i.kind,
+        status="open" if i.resolved_at is None else "resolved",
+        strikes=i.strikes,
+        sample_reply=i.sample_reply,
+        first_seen_at=i.first_seen_at,
+        last_seen_at=i.last_seen_at,
+        paused_until=i.paused_until,
+        resolved_at=i.resolved_at,
+    )
+
+
 @blueprint.get("/incidents")
 @query_args(IncidentQuery)
 @document_response(IncidentList)
 async def list_incidents(query: IncidentQuery) -> dict[str, Any]:
     found = await incidents.listed(runtime(), principal(), query.status, query.limit)
-    items = [
-        IncidentOut(
-            id=i.id,
-            destination=i.destination,
-            sending_domain=i.sending_domain,
-            kind=i.kind,
-            status="open" if i.resolved_at is None else "resolved",
-            strikes=i.strikes,
-            sample_reply=i.sample_reply,
-            first_seen_at=i.first_seen_at,
-            last_seen_at=i.last_seen_at,
-            paused_until=i.paused_until,
-            resolved_at=i.resolved_at,
-        )
-        for i in found
-    ]
-    return IncidentList(items=items).model_dump(mode="json")
+    return IncidentList(items=[incident_out(i) for i in found]).model_dump(mode="json")
+
+
+@blueprint.post("/incidents/<id:incident_id>/resolve")
+@document_response(IncidentOut)
+async def resolve_incident(incident_id: str) -> dict[str, Any]:
+    resolved = await incidents.resolve(runtime(), principal(), incident_id)
+    return incident_out(resolved).model_dump(mode="json")

@@ -1,7 +1,7 @@
 """Domains: add one, the DNS records to publish (with copy buttons and each record's status),
 verify now (or, in the sandbox, mark verified without DNS), the live bulk-sender report per
 provider, resuming marketing mail the complaint-rate guard stopped, senders, tracking
-switches, the bounce domain, the SMTP credential (its password shown once), BIMI, and
+switches and the domain's own tracking host, the bounce domain (each with its state), the SMTP credential (its password shown once), BIMI, and
 transfer offers.
 """
 
@@ -15,13 +15,21 @@ from quart import Blueprint, Response, request
 
 from api.errors import status_of
 from api.models import EmailText
-from api.routes.domains import CreateDomain
+from api.routes.domains import CreateDomain, UpdateDomain
 from api.routes.senders import CreateSender
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine import plans
 from engine.accounts import smtp_credentials
 from engine.contacts import complaint_guard
-from engine.domains import bimi, bounce_domain, provider_rules, registry, senders, spf
+from engine.domains import (
+    bimi,
+    bounce_domain,
+    provider_rules,
+    registry,
+    senders,
+    spf,
+    tracking_host,
+)
 from engine.platform.errors import EngineError
 from engine.sandbox import mode as sandbox
 from engine.transfers import actions as transfers
@@ -131,6 +139,8 @@ async def _detail(domain_id: str, status: int = 200, **extra: Any) -> Response:
         transfers_on=runtime.domain_transfers,
         sandboxed=state.enabled,
         sandbox_verified=domain.name in state.sandbox_verified_domains,
+        tracking_state=domain.record_status.get(tracking_host.PURPOSE, registry.PENDING),
+        bounce_in_use=bounce_domain.in_use(domain),
         **extra,
     )
 
@@ -161,9 +171,24 @@ async def sandbox_verify(domain_id: str) -> Response:
 
 @blueprint.post("/domains/<id:domain_id>/tracking")
 async def tracking(domain_id: str) -> Response:
+    """Open and click tracking, and the domain's own tracking host, by the API's model (an
+    empty host: links stay on the service's public URL)."""
     values = await form()
-    opens, clicks = bool(values.get("open_tracking")), bool(values.get("click_tracking"))
-    return await _act(domain_id, registry.update(rt(), who(), domain_id, opens, clicks), "tracking")
+    body, problems = parse(
+        UpdateDomain,
+        {
+            "open_tracking": bool(values.get("open_tracking")),
+            "click_tracking": bool(values.get("click_tracking")),
+            "tracking_host": values.get("tracking_host", "").strip() or None,
+        },
+    )
+    if body is None:
+        return await _detail(domain_id, 422, problems=problems)
+    options = registry.MailOptions(tracking_host=body.tracking_host, set_tracking_host=True)
+    action = registry.update(
+        rt(), who(), domain_id, body.open_tracking, body.click_tracking, options
+    )
+    return await _act(domain_id, action, "tracking")
 
 
 @blueprint.post("/domains/<id:domain_id>/bounce-domain")
