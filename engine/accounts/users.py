@@ -197,7 +197,9 @@ def _open_password_session(
     tx: Tx, user: User, session: Session, attempt: login_limits.Attempt, now: datetime
 ) -> list[Workspace] | None:
     if totp.is_enabled(tx, user.id):
-        return None  # the password alone opens nothing
+        # The password alone opens nothing, and forgives no failures: only the second factor
+        # does, or a known password would buy fresh guesses at the code each time.
+        return None
     return open_session(tx, user, session, attempt, now)
 
 
