@@ -215,6 +215,10 @@ async def test_an_owner_requires_it_of_every_member_but_not_of_keys(
     assert_error(await member.get("/v1/domains/"), 403, "two_factor_required")
     assert (await owner.client.get("/v1/domains/")).status_code == 200
     assert (await member.get("/v1/auth/totp/")).json()["required"] is True
+    # The console sends them to the enrol page.
+    sent = await member.get("/domains")
+    assert sent.status_code == 303 and sent.headers["Location"].endswith("/account/two-factor")
+    assert (await member.get("/account/two-factor")).status_code == 200
     await enrolled(service, member)
     assert (await member.get("/v1/domains/")).status_code == 200
     # While required, the member cannot turn it off.
