@@ -215,6 +215,9 @@ async def test_an_owner_requires_it_of_every_member_but_not_of_keys(
     assert_error(await member.get("/v1/domains/"), 403, "two_factor_required")
     assert (await owner.client.get("/v1/domains/")).status_code == 200
     assert (await member.get("/v1/auth/totp/")).json()["required"] is True
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    mcp = await member.post("/mcp", json=call, headers={"Accept": "application/json"})
+    assert mcp.status_code == 403 and "two_factor_required" in mcp.text, mcp.text
     # The console sends them to the enrol page.
     sent = await member.get("/domains")
     assert sent.status_code == 303 and sent.headers["Location"].endswith("/account/two-factor")
