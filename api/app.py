@@ -44,6 +44,7 @@ from api.routes import (
     suppressions,
     templates,
     tls_reports,
+    totp,
     tracking,
     transfers,
     unsubscribe_footer,
@@ -92,6 +93,7 @@ BLUEPRINTS = (
     egress.blueprint,
     members.blueprint,
     invitations.blueprint,
+    totp.blueprint,
 )
 
 # Registered only when POSTROOM_DOMAIN_TRANSFERS is on: off, the paths do not exist (404).

@@ -123,6 +123,7 @@ def install(app: Quart, rt: Runtime) -> None:
             raise Unauthorized("authentication required: send an API key or log in")
         check_same_origin(rt)
         session = await authenticate_session(rt, token, request.headers.get("X-Workspace-Id"))
+        permissions.require_two_factor(session.two_factor_missing, endpoint or "")
         if request.method not in _SAFE_METHODS:
             permissions.authorise_change(session.principal, endpoint or "")
         g.principal = session.principal

@@ -89,7 +89,9 @@ MEANING = {
     400: "The request cannot be carried out as asked (see `code`).",
     401: "Missing or invalid credentials (code unauthorized).",
     403: "Not allowed: the plan's gate or limit (plan_feature, plan_limit), the caller's role,"
-    " or a session request whose Origin is not the service's (csrf_failed).",
+    " a session request whose Origin is not the service's (csrf_failed), or a session in a"
+    " workspace that requires two-factor sign-in the caller has not set up"
+    " (two_factor_required).",
     404: "Not found, or not this workspace's (code not_found).",
     409: "Conflicts with the current state of the resource (see `code`).",
     410: "No longer available (code expired).",
@@ -110,6 +112,11 @@ DECLARED: dict[str, tuple[int, ...]] = {
     "tracking.unsubscribe": (400,),
     "sessions.login": (401, 429),
     "sessions.reauth": (401, 429),
+    "totp.enrol": (409,),
+    "totp.confirm": (409, 429),
+    "totp.disable": (409, 429),
+    "totp.login": (401, 429),
+    "totp.set_requirement": (409,),
     "api_keys.create": (403,),
     "domains.create": (403, 409),
     "domains.verify": (409,),
@@ -196,6 +203,7 @@ TAGS: dict[str, str] = {
     "suppressions": "suppressions",
     "templates": "templates",
     "tls_reports": "domains",
+    "totp": "sessions",
     "tracking": "tracking",
     "transfers": "domain-transfers",
     "unsubscribe_footer": "workspace",
@@ -633,9 +641,41 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "senders.delete": ("Delete a sender address", "Removes a From address."),
     "sessions.login": (
         "Sign in",
-        "Starts a console session with an email and password (sets the session cookie).",
+        "Starts a console session with an email and password (sets the session cookie); for"
+        " a person with two-factor sign-in it answers 202 with a pending-login token for"
+        " `POST /v1/auth/totp/login` instead.",
     ),
     "sessions.logout": ("Sign out", "Ends the caller's session."),
+    "totp.status": (
+        "Two-factor sign-in status",
+        "Whether the signed-in person has two-factor sign-in, how many recovery codes are left,"
+        " and whether the workspace requires it.",
+    ),
+    "totp.enrol": (
+        "Enrol in two-factor sign-in",
+        "Creates a TOTP secret, shown once as text and as an otpauth:// URI; it counts once"
+        " confirmed with a first code.",
+    ),
+    "totp.confirm": (
+        "Confirm two-factor sign-in",
+        "Turns two-factor sign-in on with a first code; the answer holds ten single-use"
+        " recovery codes, never shown again.",
+    ),
+    "totp.disable": (
+        "Turn two-factor sign-in off",
+        "Needs a current code (or a recovery code) or the password.",
+    ),
+    "totp.login": (
+        "Finish signing in with a code",
+        "The second step of a login: the pending-login token of a 202 login and a code or a"
+        " recovery code open the session (sets the session cookie).",
+    ),
+    "totp.set_requirement": (
+        "Require two-factor sign-in",
+        "The owner requires two-factor sign-in of every member of the workspace, or stops;"
+        " members without it can use the workspace only once enrolled. API keys are"
+        " unaffected.",
+    ),
     "sessions.reauth": (
         "Confirm the password",
         "Confirms the signed-in person's password before a sensitive change.",
@@ -755,17 +795,15 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "webhooks.replay": ("Replay a delivery", "Posts the delivery's event again."),
 }
 
-_UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
 
 def _implied(rule: Rule, view: Any) -> set[int]:
     """The errors a route gives by its shape (see the module's header)."""
     statuses: set[int] = set()
     authenticated = rule.rule.startswith("/v1/") and not getattr(view, "_postroom_public", False)
     if authenticated:
-        statuses.add(401)
-        if _UNSAFE & set(rule.methods or ()):
-            statuses.add(403)
+        # 403 on any method: a session in a workspace that requires two-factor sign-in the
+        # caller has not set up (two_factor_required), besides roles and Origin on changes.
+        statuses |= {401, 403}
     if rule.arguments:
         statuses.add(404)
     if getattr(view, QUART_SCHEMA_REQUEST_ATTRIBUTE, None) is not None:

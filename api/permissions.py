@@ -9,11 +9,13 @@ refused to developers and viewers until someone decides otherwise. Reads are eve
 from __future__ import annotations
 
 from engine.accounts import roles
+from engine.platform.errors import Forbidden
 from engine.platform.runtime import Principal
 
 BLUEPRINT_AREAS = {
     # The API's blueprints.
     "sessions": roles.SELF,
+    "totp": roles.SELF,
     "emails": roles.SEND,
     "broadcasts": roles.SEND,
     "templates": roles.SEND,
@@ -66,6 +68,11 @@ ENDPOINT_AREAS = {
     "team.accept": roles.SELF,
     "team.accept_by_id": roles.SELF,
     "team.hand_over": roles.OWNERSHIP,
+    "totp.set_requirement": roles.SECURITY,
+    "account.two_factor_enrol": roles.SELF,
+    "account.two_factor_confirm": roles.SELF,
+    "account.two_factor_disable": roles.SELF,
+    "account.two_factor_requirement": roles.SECURITY,
 }
 
 
@@ -81,3 +88,35 @@ def area_of(endpoint: str) -> str:
 def authorise_change(who: Principal, endpoint: str) -> None:
     """Forbidden `role_forbidden` unless the caller's role may change what `endpoint` does."""
     roles.require(who.role, area_of(endpoint))
+
+
+# What a member without two-factor sign-in may still do in a workspace that requires it:
+# enrol, and sign out. Everything else answers 403 `two_factor_required` (the console sends
+# them to the enrol page).
+WITHOUT_TWO_FACTOR = frozenset(
+    {
+        "totp.status",
+        "totp.enrol",
+        "totp.confirm",
+        "sessions.logout",
+        "account.two_factor",
+        "account.two_factor_enrol",
+        "account.two_factor_confirm",
+        "auth.sign_out",
+    }
+)
+
+
+def allowed_without_two_factor(endpoint: str) -> bool:
+    return endpoint.removeprefix("console.") in WITHOUT_TWO_FACTOR
+
+
+def require_two_factor(missing: bool, endpoint: str) -> None:
+    """Forbidden `two_factor_required` when the caller's workspace requires two-factor sign-in
+    they have not set up, unless `endpoint` is one that sets it up."""
+    if missing and not allowed_without_two_factor(endpoint):
+        raise Forbidden(
+            "this workspace requires two-factor sign-in: set it up at /v1/auth/totp/enrol"
+            " (or on the console's account page) first",
+            code="two_factor_required",
+        )

@@ -120,6 +120,8 @@ async def authenticate() -> Response | None:
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
     g.principal = session.principal
+    if session.two_factor_missing and not permissions.allowed_without_two_factor(endpoint):
+        return go("console.account.two_factor")
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         permissions.authorise_change(session.principal, endpoint)
     return None

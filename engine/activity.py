@@ -27,6 +27,7 @@ _CATEGORY_OF_RESOURCE = {
     "webhook": "Security",
     "session": "Security",
     "password": "Security",
+    "two_factor": "Security",  # a user's TOTP, and a workspace requiring it
     "domain": "Domain",
     "sender": "Domain",
     "transfer": "Domain",
@@ -56,6 +57,7 @@ _TARGET_TYPE = {
     "webhook": "Webhook",
     "session": "Session",
     "password": "User",
+    "two_factor": "Two-factor sign-in",
     "domain": "Domain",
     "sender": "Sender",
     "transfer": "Domain transfer",

@@ -26,6 +26,7 @@ import trio
 
 from api.auth import origin_of
 from api.errors import status_of
+from api.permissions import require_two_factor
 from engine.accounts.auth import authenticate_key, authenticate_session
 from engine.accounts.users import SESSION_COOKIE
 from engine.agents import clients
@@ -272,4 +273,6 @@ class HttpDoor:
                 code="csrf_failed",
             )
         session = await authenticate_session(rt, token, request.headers.get("x-workspace-id"))
+        # No tool is one that sets up two-factor sign-in: a workspace requiring it refuses all.
+        require_two_factor(session.two_factor_missing, "mcp")
         return session.principal

@@ -1,5 +1,5 @@
-"""Secrets at rest: DKIM private keys, webhook secrets and the service's own secrets are sealed
-in the database.
+"""Secrets at rest: DKIM private keys, webhook secrets, two-factor secrets and the service's own
+secrets are sealed in the database.
 
 A value is sealed with AES-256-GCM under a key derived (HKDF-SHA256) from the master key and
 stored as `enc:v1:<base64(nonce | ciphertext)>`. Its table, column and row are bound in as
@@ -54,12 +54,14 @@ SERVICE_SECRET = SealedColumn("service_secrets", "value", "name")
 WEBHOOK_BASIC_AUTH = SealedColumn("webhooks", "basic_auth", "id")  # `user:password`
 ED25519_PRIVATE_KEY = SealedColumn("domains", "ed25519_private_key", "id")  # NULL until made
 WEBHOOK_SECRET = SealedColumn("webhooks", "secret", "id")  # the `whsec_…` signing key
+TOTP_SECRET = SealedColumn("user_totp", "secret", "user_id")  # a user's two-factor secret
 SEALED_COLUMNS = (
     DKIM_PRIVATE_KEY,
     SERVICE_SECRET,
     WEBHOOK_BASIC_AUTH,
     ED25519_PRIVATE_KEY,
     WEBHOOK_SECRET,
+    TOTP_SECRET,
 )
 
 

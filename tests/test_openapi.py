@@ -78,6 +78,7 @@ PUBLIC = {
     ("get", "/t/u/{token}"),
     ("post", "/t/u/{token}"),
     ("post", "/v1/auth/login"),
+    ("post", "/v1/auth/totp/login"),
     ("get", "/v1/bimi/{domain_id}/logo.svg"),
     ("post", "/v1/domain-transfers/stop/{stop_token}"),  # the token is the credential
     ("post", "/v1/workspace/invitations/sign-up"),  # so is the invitation's

@@ -1,4 +1,5 @@
-"""`/v1/auth/`: password login to a session cookie, logout, and re-authentication.
+"""`/v1/auth/`: password login to a session cookie, logout, and re-authentication. A user with
+two-factor sign-in gets a pending-login token instead (202), for api/routes/totp.py.
 
 Password attempts are limited per account and per client address (engine.login_limits); the
 address is the connection's peer as hypercorn reports it, never an X-Forwarded-For header,
@@ -49,12 +50,17 @@ class LoginOut(BaseModel):
     expires_at: datetime
 
 
-@blueprint.post("/login")
-@public
-@json_body(Login)
-async def login(body: Login) -> Response:
-    rt = runtime()
-    session = await accounts.login(rt, body.email, body.password, client_address())
+class PendingLoginOut(BaseModel):
+    """A password login of a user with two-factor sign-in: no session yet. Send the token and
+    a code to `POST /v1/auth/totp/login` before `expires_at`."""
+
+    second_factor: str = "totp"
+    pending_token: str
+    expires_at: datetime
+
+
+def login_out(session: accounts.LoggedIn) -> dict[str, object]:
+    """The answer of a login that opened a session."""
     out = LoginOut(
         user_id=session.user.id,
         email=session.user.email,
@@ -62,7 +68,21 @@ async def login(body: Login) -> Response:
         workspaces=[WorkspaceOut(id=w.id, name=w.name, plan=w.plan) for w in session.workspaces],
         expires_at=session.expires_at,
     )
-    response = jsonify(out.model_dump(mode="json"))
+    return out.model_dump(mode="json")
+
+
+@blueprint.post("/login")
+@public
+@json_body(Login)
+async def login(body: Login) -> Response:
+    rt = runtime()
+    session = await accounts.login(rt, body.email, body.password, client_address())
+    if isinstance(session, accounts.SecondFactorNeeded):
+        pending = PendingLoginOut(
+            pending_token=session.pending_token, expires_at=session.expires_at
+        )
+        return Response(pending.model_dump_json(), status=202, content_type="application/json")
+    response = jsonify(login_out(session))
     set_session_cookie(response, rt, session)
     return response
 

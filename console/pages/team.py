@@ -150,6 +150,8 @@ async def sign_up(token: str) -> Response:
         session = await users.login(rt(), email, body.password, client_address())
     except EngineError as exc:
         return await _invitation(token, status_of(exc), problems=problems_of(exc))
+    if not isinstance(session, users.LoggedIn):  # a new account has no second factor
+        return go("console.auth.login")
     response = _enter(workspace_id, go("console.overview.index"))
     set_session_cookie(response, rt(), session)
     return response

@@ -16,7 +16,7 @@ from engine.accounts import roles
 from engine.accounts.passwords import API_KEY_PREFIX, TEST_KEY_PREFIX, same, token_hash
 from engine.platform.errors import Forbidden, NotFound, Unauthorized
 from engine.platform.runtime import Principal, Runtime
-from storage import accounts, api_keys, sandbox
+from storage import accounts, api_keys, sandbox, totp
 from storage.accounts import Membership, Session
 from storage.tx import Tx
 
@@ -63,6 +63,8 @@ class SessionView:
     session: Session
     user_email: str
     memberships: list[Membership]
+    two_factor: bool  # the user signs in with a second factor
+    two_factor_required: frozenset[str]  # their workspaces that require it
 
 
 def _session_view(tx: Tx, session_id: str) -> SessionView | None:
@@ -72,13 +74,23 @@ def _session_view(tx: Tx, session_id: str) -> SessionView | None:
     user = accounts.user_by_id(tx, session.user_id)
     if user is None:
         return None
-    return SessionView(session, user.email, accounts.memberships_of(tx, user.id))
+    return SessionView(
+        session,
+        user.email,
+        accounts.memberships_of(tx, user.id),
+        totp.is_enabled(tx, user.id),
+        totp.required_workspaces(tx, user.id),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SessionPrincipal:
     principal: Principal
     reauthenticated_until: datetime | None
+    # The workspace requires two-factor sign-in and the user has none: the API refuses
+    # (`two_factor_required`) and the console sends them to enrol, but for the routes that
+    # enrol (api/permissions.py).
+    two_factor_missing: bool = False
 
 
 async def authenticate_session(
@@ -115,4 +127,5 @@ async def authenticate_session(
         session_id=session_id,
         role=membership.role,
     )
-    return SessionPrincipal(principal, view.session.reauth_until)
+    missing = not view.two_factor and membership.workspace.id in view.two_factor_required
+    return SessionPrincipal(principal, view.session.reauth_until, missing)

@@ -29,13 +29,14 @@ MCP_POLICY = "mcp_policy"
 WORKSPACE = "workspace"  # sandbox mode, retention and erasure, the unsubscribe footer
 MEMBERS = "members"  # invitations, roles, removing members
 OWNERSHIP = "ownership"  # handing the workspace to another member
+SECURITY = "security"  # requiring two-factor sign-in of every member
 
 _DEVELOPER = frozenset({SELF, SEND, KEYS, WEBHOOKS})
 _ADMIN = _DEVELOPER | {DOMAINS, DELIVERY, MCP_POLICY, WORKSPACE, MEMBERS}
 
 # The table: which areas each role may change. Every role reads everything in the workspace.
 MAY_CHANGE: dict[str, frozenset[str]] = {
-    "owner": _ADMIN | {OWNERSHIP},
+    "owner": _ADMIN | {OWNERSHIP, SECURITY},
     "admin": _ADMIN,
     "developer": _DEVELOPER,
     "viewer": frozenset({SELF}),

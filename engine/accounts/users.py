@@ -1,5 +1,9 @@
 """Accounts: users, their workspaces and plans, and password sessions.
 
+A user with two-factor sign-in (engine/accounts/totp.py) gets no session from a password alone:
+`login` answers with a short-lived pending-login token, which totp.finish_login takes with a
+code.
+
 A user owns one or more workspaces; every resource belongs to a workspace and the plan is the
 workspace's. `create_account` makes the user, a first workspace and a first API key in one
 unit of work, for the `postroom accounts create` command. Password checks (login and
@@ -21,7 +25,7 @@ from engine.activity import Change, record
 from engine.addresses import normalize_email
 from engine.platform.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from engine.platform.runtime import Principal, Runtime
-from storage import accounts, sandbox
+from storage import accounts, sandbox, totp
 from storage.accounts import Session, User, Workspace
 from storage.codec import new_id, new_random_id
 from storage.tx import Tx
@@ -29,6 +33,9 @@ from storage.tx import Tx
 SESSION_LIFETIME = timedelta(days=7)
 REAUTH_WINDOW = timedelta(minutes=5)
 SESSION_COOKIE = "postroom_session"
+# How long a correct password waits for its second factor.
+PENDING_LOGIN_LIFETIME = timedelta(minutes=5)
+PENDING_LOGIN = "pending_login"  # the `typ` claim of a pending-login token
 MIN_PASSWORD_LENGTH = 8
 
 
@@ -164,9 +171,20 @@ async def _password_owner(
     return None
 
 
-def _open_session(
+@dataclass(frozen=True, slots=True)
+class SecondFactorNeeded:
+    """A correct password of a user with two-factor sign-in: no session yet, but a token that
+    totp.finish_login takes with a code until `expires_at`."""
+
+    pending_token: str
+    expires_at: datetime
+
+
+def open_session(
     tx: Tx, user: User, session: Session, attempt: login_limits.Attempt, now: datetime
 ) -> list[Workspace]:
+    """Forgive the account's failed attempts, open `session` and record it; the user's
+    workspaces."""
     login_limits.succeeded(tx, attempt)
     accounts.insert_session(tx, session, now)
     workspaces = accounts.workspaces_of(tx, user.id)
@@ -175,8 +193,21 @@ def _open_session(
     return workspaces
 
 
-async def login(rt: Runtime, email: str, password: str, client: str | None) -> LoggedIn:
-    """Check a password and open a session; Unauthorized on any mismatch.
+def _open_password_session(
+    tx: Tx, user: User, session: Session, attempt: login_limits.Attempt, now: datetime
+) -> list[Workspace] | None:
+    if totp.is_enabled(tx, user.id):
+        # The password alone opens nothing, and forgives no failures: only the second factor
+        # does, or a known password would buy fresh guesses at the code each time.
+        return None
+    return open_session(tx, user, session, attempt, now)
+
+
+async def login(
+    rt: Runtime, email: str, password: str, client: str | None
+) -> LoggedIn | SecondFactorNeeded:
+    """Check a password and open a session, or, for a user with two-factor sign-in, hand out
+    a pending-login token; Unauthorized on any mismatch.
 
     `client` is the caller's peer address, for the per-address limit.
     """
@@ -187,7 +218,22 @@ async def login(rt: Runtime, email: str, password: str, client: str | None) -> L
         raise Unauthorized("wrong email or password")
     now = rt.clock.now()
     session = Session(new_id(), user.id, now + SESSION_LIFETIME, None, revoked=False)
-    workspaces = await rt.db.write(_open_session, user, session, attempt, now)
+    workspaces = await rt.db.write(_open_password_session, user, session, attempt, now)
+    if workspaces is None:
+        expires_at = now + PENDING_LOGIN_LIFETIME
+        pending = jwt.encode(
+            {"typ": PENDING_LOGIN, "sub": user.id, "exp": int(expires_at.timestamp())},
+            rt.secret_key,
+            algorithm="HS256",
+        )
+        return SecondFactorNeeded(pending, expires_at)
+    return session_token(rt, user, session, workspaces)
+
+
+def session_token(
+    rt: Runtime, user: User, session: Session, workspaces: list[Workspace]
+) -> LoggedIn:
+    """The signed session cookie of an opened session."""
     token = jwt.encode(
         {"sid": session.id, "sub": user.id, "exp": int(session.expires_at.timestamp())},
         rt.secret_key,
