@@ -255,11 +255,8 @@ class SmtpEgress:
                         log.info("TLS failed with %s, trying again in plain text: %s", where, exc)
                         tls = None
                         continue
-                    except PermanentFailure as exc:
-                        problems.append(SessionRefused(f"{where}: {exc}", exc.reply))
-                        break
                     except SmtpError as exc:
-                        problems.append(Unreachable(f"{where}: {exc}", exc.reply))
+                        problems.append(_failed(where, exc))
                         break
                     if enforced and not session.tls_active:
                         await _quit(session)
@@ -300,11 +297,8 @@ class SmtpEgress:
             except TlsFailure as exc:
                 problems.append(_refused_by_policy(f"{where}: {exc}", "dane"))
                 continue
-            except PermanentFailure as exc:
-                problems.append(SessionRefused(f"{where}: {exc}", exc.reply))
-                continue
             except SmtpError as exc:
-                problems.append(Unreachable(f"{where}: {exc}", exc.reply))
+                problems.append(_failed(where, exc))
                 continue
             if not session.tls_active:
                 await _quit(session)
@@ -334,6 +328,14 @@ async def _quit(session: SmtpSession) -> None:
     with trio.move_on_after(QUIT_WAIT):
         await session.quit()
     await session.aclose()
+
+
+def _failed(where: str, exc: SmtpError) -> Outcome:
+    """A host that could not be had: it refused the session (5xx greeting or EHLO), or it
+    could not be reached or answered 4xx."""
+    if isinstance(exc, PermanentFailure):
+        return SessionRefused(f"{where}: {exc}", exc.reply)
+    return Unreachable(f"{where}: {exc}", exc.reply)
 
 
 def _refused_by_policy(detail: str, policy: str) -> Unreachable:
