@@ -30,7 +30,8 @@ from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import REPO
 
 # `POSTROOM_CONSOLE_SCREENSHOT=docs/console.png pytest tests/test_console.py -k first_run`
-# writes the README's screenshot of the overview.
+# writes the README's screenshots of the overview: that file, and beside it `-phone.png`
+# (390 px wide, dark colour scheme).
 SCREENSHOT = os.environ.get("POSTROOM_CONSOLE_SCREENSHOT")
 PAGES = (
     "Overview",
@@ -43,6 +44,8 @@ PAGES = (
     "Templates",
     "API keys",
     "Forwards",
+    "Delivery",
+    "Team",
     "Activity",
     "Sandbox",
     "Account",
@@ -147,6 +150,10 @@ async def test_first_run_to_a_delivered_email_in_the_sandbox(
         expect(page.locator(".card").first).to_contain_text("1")
         if SCREENSHOT:
             page.screenshot(path=str(REPO / SCREENSHOT), full_page=True)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.emulate_media(color_scheme="dark")
+            phone = (REPO / SCREENSHOT).with_name(Path(SCREENSHOT).stem + "-phone.png")
+            page.screenshot(path=str(phone), full_page=False)
 
     await tab.do(see_it)
     await tab.close()
