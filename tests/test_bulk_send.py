@@ -264,8 +264,11 @@ async def test_the_recovery_actor_fails_what_a_reaped_node_left_sending(
     await until_failed(account, gone.id, within=5)
     assert {b["id"]: b["status"] for b in await broadcasts(account)}[live.id] == "sending"
 
-    service.clock.jump(11 * 60)  # the actor's own look, at least every 10 minutes
-    await until_failed(account, live.id, within=15 * 60)
+    # The actor's own look, at least every 10 minutes: once it waits again (its round over,
+    # its next look set), 11 minutes pass.
+    await service.settled()
+    service.clock.jump(11 * 60)
+    await until_failed(account, live.id, within=30)
 
 
 async def until_failed(account: Account, broadcast_id: str, within: float) -> None:
