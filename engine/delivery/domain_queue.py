@@ -797,7 +797,7 @@ class _Ready:
                 raise
             claim = prepared.claim
             slots, self._slots = [*self._slots, *claim.slots], []
-            await self.egress.close()
+            self.egress.close()
             written = prepared.outcome.written
             await self._queue.writer.faulted(claim, exc, claim.key, slots, written)
             self._queue.rounds.finish(claim, prepared.token)
@@ -839,7 +839,7 @@ class _Ready:
             outcome.recount(await writer.write_or_keep(claim.key, outcome.take(), released))
         if not keep:
             self._slots = []
-            await self.egress.close()
+            self.egress.close()
         queue.rounds.finish(claim, prepared.token)
         writer.tally(outcome)
 
@@ -854,7 +854,7 @@ class _Ready:
             self._queue.domain,
         )
         self._slots = []
-        await self.egress.close()
+        self.egress.close()
         self._queue.rounds.finish(prepared.claim, prepared.token)
 
     async def _wait_for_slots(self, limit: int) -> None:
@@ -874,7 +874,7 @@ class _Ready:
         if not self._slots:
             return
         slots, self._slots = self._slots, []
-        await self.egress.close()
+        self.egress.close()
         key = self._key or self._queue.domain
         await self._rt.db.write(_release, key, slots, self._rt.node)
 

@@ -1,6 +1,8 @@
 """The delivery router: one `DomainQueue` actor per recipient domain with work, each with
-its own SMTP egress, and the routes that choose another egress for some transfers (the
-sandbox's, for sandboxed workspaces: engine/delivery/egress.py).
+its own SMTP egress, the site pool those egresses leave idle connections in for one another
+(engine/delivery/site_pool.py: per egress source and MX host), and the routes that choose
+another egress for some transfers (the sandbox's, for sandboxed workspaces:
+engine/delivery/egress.py).
 
 On start it wakes a queue for every domain with recipients still to try, so nothing accepted
 before a crash is left behind. Afterwards it wakes (or starts) a domain's queue whenever a
@@ -34,6 +36,7 @@ import trio
 from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, Kept, write_kept
 from engine.delivery.egress import Routes, Selective, Source
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
+from engine.delivery.site_pool import SitePool
 from engine.delivery.smtp_egress import SourcedEgress, opportunistic_tls
 from engine.platform.runtime import Runtime
 from engine.platform.wakeups import RESCAN
@@ -76,6 +79,7 @@ class DeliveryRouter:
         self._queues: dict[str, DomainQueue] = {}
         self._finished = RouterStatistics(0, 0, 0, 0, 0)  # totals of queues that returned
         self._tls = opportunistic_tls()
+        self._sites = SitePool()  # outlives a run: a restart after an outage finds them
         self._latency = LatencyHistogram()
         self._rounds = trio.CapacityLimiter(ROUNDS_IN_FLIGHT)
         self._draining = False
@@ -95,7 +99,15 @@ class DeliveryRouter:
         # Started again after a fault: the recipients and connection slots this node held died
         # with their queues, and its heartbeat would renew those leases for as long as it lives.
         await db.write(nodes.release, self._rt.node, OWN_LEASES)
+        try:
+            await self._route(task_status=task_status)
+        finally:
+            await self._sites.abandon()
+
+    async def _route(self, task_status: trio.TaskStatus[None]) -> None:
+        db = self._rt.db
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._sites.run)
             for domain in await db.read(emails.domains_with_work):
                 self._wake(nursery, domain)
             task_status.started()
@@ -167,6 +179,7 @@ class DeliveryRouter:
         if not self._queues:
             self._drained.set()
         await self._drained.wait()
+        await self._sites.close()
         # Stopping during or just after an outage: what is kept is written if the database
         # takes it now; else it is lost with the process, and those recipients sent again.
         try:
@@ -188,7 +201,8 @@ class DeliveryRouter:
             keep = self._keep.send_nowait
             # Mail of no egress source greets as the service's host, from the address the
             # system picks; each source's connections are its own (engine/delivery/egress.py).
-            egress = SourcedEgress(self._rt, domain, self._tls, Source(self._rt.smtp_host))
+            default = Source(self._rt.smtp_host)
+            egress = SourcedEgress(self._rt, domain, self._tls, default, self._sites)
             queue = DomainQueue(
                 self._rt, domain, egress, self._routes, self._rounds, keep, self._latency
             )

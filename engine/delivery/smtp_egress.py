@@ -9,8 +9,10 @@ plain text) unless the domain's MTA-STS policy demands verified TLS
 passed over, `tls_policy`) or DANE covers the MX host (engine/delivery/dane.py: TLS matching
 its TLSA records or nothing; DANE wins over MTA-STS for the hosts it covers, RFC 8461 2).
 
-It alone holds the connections: those still usable after a round are kept for the next one
-(the ready queue says when to `close` them), unless the TLS policies changed meanwhile. Every
+It alone holds its connections: those still usable after a round are kept for the next one
+while one is ready, unless the TLS policies changed meanwhile; when the ready queue gives them
+back (`close`) they go to the router's site pool (engine/delivery/site_pool.py), where the next
+round of any destination behind the same MX host, from the same source, may take them. Every
 attempt's end is reported as a typed outcome to the round's record (engine/delivery/egress.py),
 each SMTP transaction's as it ends; before each transaction the record is asked whether one
 may start (the node's tenure, a drain, an outage), and a connection sends its next message
@@ -18,8 +20,8 @@ only once its last transaction's outcomes are written.
 
 A `Source` (engine/delivery/egress.py) names what the connections are opened from: the EHLO
 name and the address they are bound to. `SourcedEgress` holds one `SmtpEgress` per source a
-destination's mail leaves from, a connection pool per egress source and MX site, so
-connections of different sources are never shared.
+destination's mail leaves from, so connections of different sources are never shared, and a
+round never has more connections open than its lanes allow, however many sources it uses.
 """
 
 from __future__ import annotations
@@ -43,13 +45,12 @@ from engine.delivery.classify import (
     Unreachable,
 )
 from engine.delivery.egress import Lanes, Record, Source, Transfer
+from engine.delivery.site_pool import Posture, SitePool, quit_session
 from engine.platform import dns as lookups
 from engine.platform import outbound_http
 from engine.platform.runtime import Runtime
 from engine.smtp.errors import PermanentFailure, SmtpError, TlsFailure
 from engine.smtp.session import SmtpSession, connect
-
-QUIT_WAIT = 5.0  # seconds a server gets to answer QUIT
 
 log = logging.getLogger("postroom.delivery")
 
@@ -66,11 +67,14 @@ def opportunistic_tls() -> ssl.SSLContext:
 class SmtpEgress:
     """The SMTP egress of one destination domain, from one source."""
 
-    def __init__(self, rt: Runtime, domain: str, tls: ssl.SSLContext, source: Source) -> None:
+    def __init__(
+        self, rt: Runtime, domain: str, tls: ssl.SSLContext, source: Source, sites: SitePool
+    ) -> None:
         self._rt = rt
         self.domain = domain
         self._tls = tls
         self._source = source
+        self._sites = sites
         self._policies = mta_sts.Policies(rt, domain)
         self._policy: mta_sts.Policy | None = None  # the domain's MTA-STS policy this round
         self._dane: dane.Hosts = {}  # the MX hosts DANE covers this round
@@ -99,7 +103,7 @@ class SmtpEgress:
             policy = await self._policies.current()
             covered = await dane.lookup(rt, targets)  # nothing asked with POSTROOM_DNSSEC off
             if policy != self._policy or covered != self._dane:
-                await self.close()  # kept ones were opened under another policy
+                self.close()  # kept ones were opened under another policy: for whom it fits
             self._policy, self._dane = policy, covered
             applied = "opportunistic" if policy is None else "mta-sts"
             queue = deque(transfers)
@@ -131,19 +135,18 @@ class SmtpEgress:
         (a new one after every `per_connection` transfers); one kept from the round before if
         there is one, else a new one. Before each transfer it asks the record whether one may
         start, and after it reports its outcomes (written while it goes on)."""
-        reused = bool(self._sessions)
-        session = self._sessions.pop() if reused else await self._open(targets)
+        session, sent = await self._session(targets)
         if not isinstance(session, SmtpSession):
             problems.append(session)
             return
-        sent = self._uses.pop(id(session), 0)
+        reused = sent > 0
         mine = 0  # the record's mark of this connection's last transaction
         try:
             while queue:
                 if not await record.may_start():
                     return  # the rest is left: for after the stop or outage, or another node
                 if per_connection is not None and sent >= per_connection:
-                    await _quit(session)
+                    await quit_session(session)
                     reused, sent = False, 0
                     session = await self._open(targets)
                     if not isinstance(session, SmtpSession):
@@ -167,7 +170,7 @@ class SmtpEgress:
                         # A kept connection the server dropped while it waited: the
                         # transfer goes on a new one.
                         queue.appendleft(transfer)
-                        await _quit(session)
+                        await quit_session(session)
                         reused, sent = False, 0
                         session = await self._open(targets)
                         if not isinstance(session, SmtpSession):
@@ -194,7 +197,36 @@ class SmtpEgress:
                     self._sessions.append(session)
                     self._uses[id(session)] = sent
                 else:
-                    await _quit(session)
+                    await quit_session(session)
+
+    async def _session(self, targets: list[mx.MxTarget]) -> tuple[SmtpSession | Outcome, int]:
+        """A session for this round's next connection, with the transactions it has carried:
+        one this egress kept from its last round, else an idle one of the site pool to one of
+        the MX hosts (opened from this source the way this round would open it), else a new
+        one (or why none could be had)."""
+        if self._sessions:
+            session = self._sessions.pop()
+            return session, self._uses.pop(id(session), 0)
+        idle = self._sites.take(self._source, self._postures(targets))
+        if idle is not None:
+            return idle
+        return await self._open(targets), 0
+
+    def _postures(self, targets: list[mx.MxTarget]) -> list[tuple[str, Posture]]:
+        """The MX hosts whose idle connections this round may take, in MX order, each with
+        the TLS posture `_open` would give a new connection to it (none for a host it would
+        pass over, nor for one an MTA-STS policy in testing mode does not list)."""
+        policy, wanted = self._policy, []
+        for target in targets:
+            covered = self._dane.get(target.host)
+            if covered is not None:
+                if not isinstance(covered, str):
+                    wanted.append((target.host, Posture("dane", True)))
+            elif policy is None:
+                wanted.append((target.host, Posture("opportunistic", False)))
+            elif policy.allows(target.host):
+                wanted.append((target.host, Posture("mta-sts", True)))
+        return wanted
 
     async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | Outcome:
         """A session with the first MX host that answers, or why none did.
@@ -259,7 +291,7 @@ class SmtpEgress:
                         problems.append(_failed(where, exc))
                         break
                     if enforced and not session.tls_active:
-                        await _quit(session)
+                        await quit_session(session)
                         problems.append(_refused_by_policy(f"{where} did not start TLS", "mta-sts"))
                         break
                     return session
@@ -301,18 +333,26 @@ class SmtpEgress:
                 problems.append(_failed(where, exc))
                 continue
             if not session.tls_active:
-                await _quit(session)
+                await quit_session(session)
                 problems.append(_refused_by_policy(f"{where} did not start TLS", "dane"))
                 continue
             return session
         return problems
 
-    async def close(self) -> None:
+    async def quit_kept(self) -> None:
         """End the sessions kept for a next round, with QUIT."""
         sessions, self._sessions = self._sessions, []
         self._uses.clear()
         for session in sessions:
-            await _quit(session)
+            await quit_session(session)
+
+    def close(self) -> None:
+        """Give the sessions kept for a next round to the site pool (their outcomes are
+        written: the ready queue closes only then)."""
+        sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            self._sites.put(self._source, session, self._uses.pop(id(session), 0))
+        self._uses.clear()
 
     async def abandon(self) -> None:
         """Stopping: close the kept sessions without waiting on QUIT (at most a second)."""
@@ -321,13 +361,6 @@ class SmtpEgress:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             for session in sessions:
                 await session.aclose()
-
-
-async def _quit(session: SmtpSession) -> None:
-    """End a session with QUIT (then close), waiting at most QUIT_WAIT for the server."""
-    with trio.move_on_after(QUIT_WAIT):
-        await session.quit()
-    await session.aclose()
 
 
 def _failed(where: str, exc: SmtpError) -> Outcome:
@@ -360,21 +393,41 @@ class SourcedEgress:
     """The SMTP egress of one destination: one `SmtpEgress` per egress source, made when mail
     first leaves from it; a round's connections are dealt out among the sources it uses."""
 
-    def __init__(self, rt: Runtime, domain: str, tls: ssl.SSLContext, default: Source) -> None:
+    def __init__(
+        self, rt: Runtime, domain: str, tls: ssl.SSLContext, default: Source, sites: SitePool
+    ) -> None:
         self._rt = rt
         self.domain = domain
         self._tls = tls
         self._default = default
+        self._sites = sites
         self._egresses: dict[Source, SmtpEgress] = {}
 
     async def send(self, transfers: list[Transfer], record: Record, lanes: Lanes) -> None:
-        """Send each source's transfers over connections of its own, all at once."""
+        """Send each source's transfers over connections of its own, never more connections
+        at once than `lanes.connections`."""
         by_source: dict[Source, list[Transfer]] = {}
         for transfer in transfers:
             by_source.setdefault(transfer.source or self._default, []).append(transfer)
         if len(by_source) == 1:  # the usual round: one source, no task of its own
             [(source, batch)] = by_source.items()
             await self._egress(source).send(batch, record, lanes)
+            return
+        if len(by_source) > lanes.connections:
+            # More sources than connections: one connection each, as many sources at a time
+            # as there are connections (the others wait for one to finish).
+            one = replace(lanes, connections=1)
+            turns = trio.CapacityLimiter(lanes.connections)
+
+            async def in_turn(source: Source, batch: list[Transfer]) -> None:
+                async with turns:
+                    egress = self._egress(source)
+                    await egress.send(batch, record, one)
+                    await egress.quit_kept()  # ended before the next source's opens
+
+            async with trio.open_nursery() as nursery:
+                for source, batch in by_source.items():
+                    nursery.start_soon(in_turn, source, batch)
             return
         shares = _shares(lanes.connections, [len(batch) for batch in by_source.values()])
         async with trio.open_nursery() as nursery:
@@ -385,12 +438,14 @@ class SourcedEgress:
     def _egress(self, source: Source) -> SmtpEgress:
         egress = self._egresses.get(source)
         if egress is None:
-            egress = self._egresses[source] = SmtpEgress(self._rt, self.domain, self._tls, source)
+            egress = SmtpEgress(self._rt, self.domain, self._tls, source, self._sites)
+            self._egresses[source] = egress
         return egress
 
-    async def close(self) -> None:
+    def close(self) -> None:
+        """Give the connections kept for a next round to the site pool."""
         for egress in self._egresses.values():
-            await egress.close()
+            egress.close()
 
     async def abandon(self) -> None:
         for egress in self._egresses.values():
@@ -398,8 +453,9 @@ class SourcedEgress:
 
 
 def _shares(connections: int, sizes: list[int]) -> list[int]:
-    """The connections each source's batch opens: `connections` dealt out in turn, each at
-    least one (a source never waits for another's), none more than it has transfers."""
+    """The connections each source's batch opens when there are no more sources than
+    connections: `connections` dealt out in turn, each at least one (a source never waits
+    for another's), none more than it has transfers."""
     counts = [1] * len(sizes)
     spare = connections - len(sizes)
     while spare > 0 and any(c < n for c, n in zip(counts, sizes, strict=True)):

@@ -149,6 +149,9 @@ class SmtpSink(LoopbackPeer):
         self.messages = self._arrivals.items
         self.transcript: list[str] = []  # every command line, all connections, in order
         self.connections = 0
+        # Connections open now (until QUIT, or the end), and the most at one time.
+        self.open_connections = 0
+        self.most_open_connections = 0
         # Transactions (MAIL to the reply after DATA) under way now, and the most at one time:
         # what a sender's per-destination concurrency limit holds.
         self.open_transactions = 0
@@ -223,6 +226,8 @@ class SmtpSink(LoopbackPeer):
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
+        self.open_connections += 1
+        self.most_open_connections = max(self.most_open_connections, self.open_connections)
         session = _Session(self, stream, stream.socket.getpeername()[0])
         # A client hanging up or rejecting our certificate is its business, not a crash of
         # the sink (serve_tcp would otherwise take the whole server down).
@@ -231,6 +236,7 @@ class SmtpSink(LoopbackPeer):
                 await session.run()
         finally:
             session.reset_transaction()
+            session.leave()
 
 
 def _domain_of(address: str) -> str:
@@ -276,6 +282,7 @@ class _Session:
         self.tls = False
         self.greeted = False
         self.done = False
+        self.left = False  # no longer counted in `SmtpSink.open_connections`
         self.mail_from: str | None = None
         self.smtputf8 = False
         self.rcpt_to: list[str] = []
@@ -504,6 +511,13 @@ class _Session:
     async def noop(self, argument: str) -> None:
         await self.reply(250, "2.0.0 OK")
 
+    def leave(self) -> None:
+        """The client is done with this connection: it no longer counts as open (once)."""
+        if not self.left:
+            self.left = True
+            self.sink.open_connections -= 1
+
     async def quit(self, argument: str) -> None:
+        self.leave()  # before the reply: the client may connect again as soon as it has it
         await self.reply(221, "2.0.0 bye")
         self.done = True
