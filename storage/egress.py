@@ -80,9 +80,8 @@ def source_named(tx: Tx, name: str, but: str) -> bool:
     return row is not None
 
 
-def save_source(tx: Tx, source: Source) -> None:
-    """Insert a source, or update the one with its id."""
-    params = {
+def _source_params(source: Source) -> dict[str, str]:
+    return {
         "id": source.id,
         "n": source.name,
         "a": source.bind_address,
@@ -90,17 +89,25 @@ def save_source(tx: Tx, source: Source) -> None:
         "c": timestamp(source.created_at),
         "u": timestamp(source.updated_at),
     }
+
+
+def insert_source(tx: Tx, source: Source) -> None:
+    tx.execute(
+        "INSERT INTO egress_sources (id, name, bind_address, ehlo_name, created_at,"
+        " updated_at) VALUES (:id, :n, :a, :e, :c, :u)",
+        _source_params(source),
+    )
+
+
+def update_source(tx: Tx, source: Source) -> bool:
+    """Update the source with its id; False when there is none (deleted meanwhile: an
+    update never re-creates it)."""
     updated = tx.execute(
         "UPDATE egress_sources SET name = :n, bind_address = :a, ehlo_name = :e,"
         " updated_at = :u WHERE id = :id",
-        params,
+        _source_params(source),
     )
-    if not updated:
-        tx.execute(
-            "INSERT INTO egress_sources (id, name, bind_address, ehlo_name, created_at,"
-            " updated_at) VALUES (:id, :n, :a, :e, :c, :u)",
-            params,
-        )
+    return bool(updated)
 
 
 def pools_using(tx: Tx, source_id: str) -> list[str]:
@@ -168,24 +175,30 @@ def pool_named(tx: Tx, name: str, but: str) -> bool:
     return row is not None
 
 
-def save_pool(tx: Tx, pool: Pool) -> None:
-    """Insert a pool, or update the one with its id, with exactly its sources."""
+def save_pool(tx: Tx, pool: Pool, *, new: bool) -> bool:
+    """Insert a pool (`new`), or update the one with its id, with exactly its sources;
+    False when there is none to update (deleted meanwhile: an update never re-creates it)."""
     params = {
         "id": pool.id,
         "n": pool.name,
         "c": timestamp(pool.created_at),
         "u": timestamp(pool.updated_at),
     }
-    if not tx.execute("UPDATE egress_pools SET name = :n, updated_at = :u WHERE id = :id", params):
+    if new:
         tx.execute(
             "INSERT INTO egress_pools (id, name, created_at, updated_at) VALUES (:id, :n, :c, :u)",
             params,
         )
+    elif not tx.execute(
+        "UPDATE egress_pools SET name = :n, updated_at = :u WHERE id = :id", params
+    ):
+        return False
     tx.execute("DELETE FROM egress_pool_sources WHERE pool_id = :id", {"id": pool.id})
     tx.execute_many(
         "INSERT INTO egress_pool_sources (pool_id, source_id, weight) VALUES (:p, :s, :w)",
         [{"p": pool.id, "s": m.source_id, "w": m.weight} for m in pool.sources],
     )
+    return True
 
 
 def assigned_to(tx: Tx, pool_id: str) -> int:

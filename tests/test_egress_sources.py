@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import httpx
@@ -162,6 +163,25 @@ async def test_egress_sources_and_pools_api_and_its_errors(service: Service) -> 
     await _assign(admin, "workspace", user.workspace_id, None)
     assert (await admin.client.delete(f"{POOLS}/{pool_id}")).status_code == 204
     assert (await admin.client.get(POOLS)).json() == {"items": []}
+
+
+async def test_changes_at_once_are_never_lost_and_never_revive_a_deleted_source(
+    service: Service,
+) -> None:
+    admin = await service.account(admin=True)
+    for n in range(8):
+        source = await _source(admin, f"s{n}", "127.0.0.2")
+        path = f"{SOURCES}/{source['id']}"
+        async with trio.open_nursery() as nursery:
+            for change in ({"name": f"renamed{n}"}, {"ehlo_name": f"new{n}.example.org"}):
+                nursery.start_soon(partial(admin.client.patch, path, json=change))
+        both = (await admin.client.get(path)).json()
+        assert (both["name"], both["ehlo_name"]) == (f"renamed{n}", f"new{n}.example.org")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(admin.client.patch, path, json={"name": f"late{n}"}))
+            nursery.start_soon(admin.client.delete, path)
+        assert_error(await admin.client.get(path), 404, "not_found")
+    assert (await admin.client.get(SOURCES)).json() == {"items": []}
 
 
 async def test_a_weighted_pool_spreads_mail_over_its_sources_and_a_domain_pool_wins(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from engine.accounts.users import require_admin
 from engine.platform.errors import Conflict, NotFound, Unprocessable
@@ -55,26 +56,45 @@ class SourceChange:
     ehlo_name: str | None = None
 
 
-def _save_source(tx: Tx, source: Source) -> Source:
+def _checked_source(change: SourceChange) -> SourceChange:
+    """The change with its address and EHLO name checked and made canonical; 422 else."""
+    return SourceChange(
+        change.name,
+        None if change.bind_address is None else checked_address(change.bind_address),
+        None if change.ehlo_name is None else checked_ehlo(change.ehlo_name),
+    )
+
+
+def _save_source(tx: Tx, source_id: str | None, change: SourceChange, now: datetime) -> Source:
+    """Create a source (`source_id` None) or change one, read and written in one unit of
+    work: two changes at once never lose one, and one racing a delete gets a 404."""
+    if source_id is None:
+        assert change.name and change.bind_address and change.ehlo_name
+        found = Source(new_id(), change.name, change.bind_address, change.ehlo_name, now, now)
+    else:
+        existing = egress.get_source(tx, source_id)
+        if existing is None:
+            raise NotFound("no such egress source")
+        found = existing
+    source = replace(
+        found,
+        name=change.name or found.name,
+        bind_address=change.bind_address or found.bind_address,
+        ehlo_name=change.ehlo_name or found.ehlo_name,
+        updated_at=now,
+    )
     if egress.source_named(tx, source.name, source.id):
         raise Conflict(f"an egress source named {source.name} exists", code="source_exists")
-    egress.save_source(tx, source)
+    if source_id is None:
+        egress.insert_source(tx, source)
+    elif not egress.update_source(tx, source):
+        raise NotFound("no such egress source")
     return source
 
 
 async def create_source(rt: Runtime, who: Principal, change: SourceChange) -> Source:
     await require_admin(rt, who)
-    assert change.name and change.bind_address and change.ehlo_name
-    now = rt.clock.now()
-    source = Source(
-        new_id(),
-        change.name,
-        checked_address(change.bind_address),
-        checked_ehlo(change.ehlo_name),
-        now,
-        now,
-    )
-    return await rt.db.write(_save_source, source)
+    return await rt.db.write(_save_source, None, _checked_source(change), rt.clock.now())
 
 
 async def list_sources(rt: Runtime, who: Principal) -> list[Source]:
@@ -93,17 +113,8 @@ async def get_source(rt: Runtime, who: Principal, source_id: str) -> Source:
 async def update_source(
     rt: Runtime, who: Principal, source_id: str, change: SourceChange
 ) -> Source:
-    found = await get_source(rt, who, source_id)
-    source = replace(
-        found,
-        name=change.name or found.name,
-        bind_address=found.bind_address
-        if change.bind_address is None
-        else checked_address(change.bind_address),
-        ehlo_name=found.ehlo_name if change.ehlo_name is None else checked_ehlo(change.ehlo_name),
-        updated_at=rt.clock.now(),
-    )
-    return await rt.db.write(_save_source, source)
+    await require_admin(rt, who)
+    return await rt.db.write(_save_source, source_id, _checked_source(change), rt.clock.now())
 
 
 def _delete_source(tx: Tx, source_id: str) -> None:
@@ -139,23 +150,42 @@ def _checked_members(members: tuple[Member, ...]) -> tuple[Member, ...]:
     return members
 
 
-def _save_pool(tx: Tx, pool: Pool) -> Pool:
+def _save_pool(tx: Tx, pool_id: str | None, change: PoolChange, now: datetime) -> Pool:
+    """Create a pool (`pool_id` None) or change one, in one unit of work, as `_save_source`."""
+    if pool_id is None:
+        assert change.name and change.sources is not None
+        found = Pool(new_id(), change.name, change.sources, now, now)
+    else:
+        existing = egress.get_pool(tx, pool_id)
+        if existing is None:
+            raise NotFound("no such egress pool")
+        found = existing
+    pool = replace(
+        found,
+        name=change.name or found.name,
+        sources=found.sources if change.sources is None else change.sources,
+        updated_at=now,
+    )
     if egress.pool_named(tx, pool.name, pool.id):
         raise Conflict(f"an egress pool named {pool.name} exists", code="pool_exists")
     known = egress.sources_of(tx, (m.source_id for m in pool.sources))
     missing = [m.source_id for m in pool.sources if m.source_id not in known]
     if missing:
         raise NotFound(f"no such egress source: {', '.join(missing)}")
-    egress.save_pool(tx, pool)
+    if not egress.save_pool(tx, pool, new=pool_id is None):
+        raise NotFound("no such egress pool")
     return pool
+
+
+def _checked_pool(change: PoolChange) -> PoolChange:
+    if change.sources is None:
+        return change
+    return PoolChange(change.name, _checked_members(change.sources))
 
 
 async def create_pool(rt: Runtime, who: Principal, change: PoolChange) -> Pool:
     await require_admin(rt, who)
-    assert change.name and change.sources is not None
-    now = rt.clock.now()
-    pool = Pool(new_id(), change.name, _checked_members(change.sources), now, now)
-    return await rt.db.write(_save_pool, pool)
+    return await rt.db.write(_save_pool, None, _checked_pool(change), rt.clock.now())
 
 
 async def list_pools(rt: Runtime, who: Principal) -> list[Pool]:
@@ -172,14 +202,8 @@ async def get_pool(rt: Runtime, who: Principal, pool_id: str) -> Pool:
 
 
 async def update_pool(rt: Runtime, who: Principal, pool_id: str, change: PoolChange) -> Pool:
-    found = await get_pool(rt, who, pool_id)
-    pool = replace(
-        found,
-        name=change.name or found.name,
-        sources=found.sources if change.sources is None else _checked_members(change.sources),
-        updated_at=rt.clock.now(),
-    )
-    return await rt.db.write(_save_pool, pool)
+    await require_admin(rt, who)
+    return await rt.db.write(_save_pool, pool_id, _checked_pool(change), rt.clock.now())
 
 
 def _delete_pool(tx: Tx, pool_id: str) -> None:
