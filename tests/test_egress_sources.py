@@ -20,7 +20,7 @@ from storage import egress
 from storage.egress import Member, Pool
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
-from tests.harness.sending import message, ready_account, route_mail
+from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
 from tests.test_delivery_policies import _domain_id, _move_to, _next_minute, _now, _settled
@@ -219,6 +219,29 @@ async def test_a_weighted_pool_spreads_mail_over_its_sources_and_a_domain_pool_w
     _move_to(service, clock, _next_minute(send_at))
     later = (await smtp_sink.wait_for_messages(24, timeout=60))[21:]
     assert {(m.peer, m.helo) for m in later} == {("127.0.0.4", "c.out.example.org")}
+
+
+async def test_an_ipv6_source_sends_to_ipv6_addresses_only(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, nursery: trio.Nursery
+) -> None:
+    await nursery.start(smtp_sink.also_on, "::1")
+    account = await ready_account(service, dns_server)
+    admin = await service.account(admin=True)
+    v6 = await _source(admin, "v6", "::1")
+    await _assign(admin, "workspace", account.workspace_id, await _pool(admin, "v6", (v6, 1)))
+    dns_server.set("dual.example", "MX", ["10 mx.dual.example."])
+    dns_server.set("mx.dual.example", "A", ["127.0.0.1"])
+    dns_server.set("mx.dual.example", "AAAA", ["::1"])
+    route_mail(dns_server, "v4only.example")
+    dual = await account.client.post("/v1/emails/", json=message("a@dual.example"))
+    v4only = await account.client.post("/v1/emails/", json=message("b@v4only.example"))
+    [received] = await smtp_sink.wait_for_messages(1)
+    assert (received.peer, received.helo) == ("::1", "v6.out.example.org")
+    assert (await wait_for_status(account, dual.json()["id"]))["status"] == "delivered"
+    # Its MX host has only an IPv4 address: the IPv6 source cannot reach it, and says so.
+    waiting = await wait_for_status(account, v4only.json()["id"], ("deferred",))
+    [recipient] = waiting["recipients"]
+    assert "mx.v4only.example has no IPv6 address" in recipient["last_response"]
 
 
 async def test_a_new_source_warms_up_on_its_own(

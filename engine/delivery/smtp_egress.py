@@ -26,6 +26,7 @@ round never has more connections open than its lanes allow, however many sources
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import ssl
 from collections import deque
@@ -259,7 +260,7 @@ class SmtpEgress:
                 unlisted = f"{target.host} is not listed by the MTA-STS policy of {self.domain}"
                 problems.append(_refused_by_policy(unlisted, "mta-sts"))
                 continue
-            for address in target.addresses:
+            for address in self._reachable(target, problems):
                 where = f"{target.host} [{address}]"
                 tls: ssl.SSLContext | None = verifying if listed else self._tls
                 while True:
@@ -312,7 +313,7 @@ class SmtpEgress:
         def check(chain: list[bytes]) -> str | None:
             return dane.check(covered, chain, target.host, rt.clock.now())
 
-        for address in target.addresses:
+        for address in self._reachable(target, problems):
             where = f"{target.host} [{address}]"
             try:
                 # The egress's context verifies nothing itself: `check` does, after the handshake.
@@ -338,6 +339,24 @@ class SmtpEgress:
                 continue
             return session
         return problems
+
+    def _reachable(self, target: mx.MxTarget, problems: list[Outcome]) -> list[str]:
+        """The host's addresses of the family of the source's bind address (all of them for
+        the default source): a socket bound to an IPv6 address cannot reach an IPv4 one, nor
+        the reverse. A host with none of them is noted in `problems` as unreachable."""
+        bound = self._source.bind_address
+        if bound is None:
+            return list(target.addresses)
+        family = ipaddress.ip_address(bound).version
+        reachable = [a for a in target.addresses if ipaddress.ip_address(a).version == family]
+        if not reachable:
+            problems.append(
+                Unreachable(
+                    f"{target.host} has no IPv{family} address, and egress source"
+                    f" {self._source.ehlo_name} [{bound}] sends over IPv{family} only"
+                )
+            )
+        return reachable
 
     async def quit_kept(self) -> None:
         """End the sessions kept for a next round, with QUIT."""

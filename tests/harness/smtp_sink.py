@@ -224,6 +224,15 @@ class SmtpSink(LoopbackPeer):
             self._port = listeners[0].socket.getsockname()[1]
             task_status.started(self.port)
 
+    async def also_on(
+        self, host: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve on another loopback address too (127.0.0.2, ::1...), at the same port: an
+        MX host of its own whose mail lands here. Start it once `run` has bound the port."""
+        listeners = await trio.open_tcp_listeners(self.port, host=host)
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         self.open_connections += 1
