@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.harness.bimi import LOGO
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDING_DOMAIN, ready_account
 from tests.harness.service import Account, Service
-
-LOGO = b'<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><rect width="10" height="10"/></svg>'
 
 
 async def _domain_id(account: Account) -> str:

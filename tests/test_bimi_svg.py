@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from engine.domains import svg_policy
 from engine.platform.errors import InvalidRequest
+from tests.harness.bimi import LOGO as MINIMAL_LOGO
 from tests.harness.fuzz import run_examples
 from tests.harness.service import Account, Service
-from tests.test_bimi import LOGO as MINIMAL_LOGO
 
 NS = 'xmlns="http://www.w3.org/2000/svg"'
 XLINK = 'xmlns:xlink="http://www.w3.org/1999/xlink"'

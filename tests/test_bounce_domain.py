@@ -21,44 +21,27 @@ from engine.forwarding import postmaster
 from storage import postmaster_mail
 from storage.codec import new_id
 from storage.postmaster_mail import PostmasterMail
+from tests.harness.bounce_domain import (
+    BOUNCE_DOMAIN,
+    feedback_report,
+    letter,
+    only_domain,
+    postfix_dsn,
+    with_bounce_domain,
+)
 from tests.harness.dns_server import DnsServer
 from tests.harness.inbound import poll, send_inbound
 from tests.harness.sending import (
     SENDING_DOMAIN,
     dkim_verifies,
     message,
-    ready_account,
     route_mail,
     wait_for_status,
 )
 from tests.harness.service import SMTP_HOST, Account, Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
-from tests.test_bounces import postfix_dsn
 
-BOUNCE_DOMAIN = f"bounces.{SENDING_DOMAIN}"
 RECIPIENT = "ann@customer.example"
-
-
-async def _domain(account: Account) -> dict[str, Any]:
-    [domain] = (await account.client.get("/v1/domains/")).json()
-    return dict(domain)
-
-
-async def with_bounce_domain(
-    service: Service, dns_server: DnsServer, *, publish: bool = True
-) -> tuple[Account, dict[str, Any]]:
-    """An account whose verified domain has BOUNCE_DOMAIN, its records published (or not)."""
-    account = await ready_account(service, dns_server)
-    domain = await _domain(account)
-    changed = await account.client.patch(
-        f"/v1/domains/{domain['id']}", json={"bounce_domain": BOUNCE_DOMAIN.upper() + "."}
-    )
-    assert changed.status_code == 200, changed.text
-    if publish:
-        dns_server.set(BOUNCE_DOMAIN, "MX", [f"10 {SMTP_HOST}."])
-        dns_server.set(BOUNCE_DOMAIN, "TXT", [f"v=spf1 a:{SMTP_HOST} ~all"])
-    checked = (await account.client.post(f"/v1/domains/{domain['id']}/verify")).json()
-    return account, checked
 
 
 async def delivered_email(
@@ -138,7 +121,7 @@ async def test_the_bounce_domain_field_is_validated_and_can_be_cleared(
         assert refused.json()["code"] == "validation_error"
     unknown = await account.client.patch(path, json={"bounce_domian": BOUNCE_DOMAIN})
     assert unknown.status_code == 422 and "bounce_domain" in unknown.json()["detail"]
-    assert (await _domain(account))["bounce_domain"] == BOUNCE_DOMAIN
+    assert (await only_domain(account))["bounce_domain"] == BOUNCE_DOMAIN
 
     other = await service.account("starter")
     assert (await other.client.patch(path, json={"bounce_domain": None})).status_code == 404
@@ -167,35 +150,6 @@ async def test_a_dsn_sent_to_the_bounce_domain_bounces_the_email(
     assert bounced["recipient"] == RECIPIENT and bounced["metadata"]["dsn"] == "5.1.1"
     listed = (await account.client.get("/v1/suppressions/")).json()["items"]
     assert [(s["email"], s["reason"]) for s in listed] == [(RECIPIENT, "hard_bounce")]
-
-
-def feedback_report(to: str, message_id: str, return_path: str | None = None) -> bytes:
-    """An ARF report (RFC 5965) as a mailbox provider's feedback loop sends it: the
-    complainant redacted, the original quoted with its Message-ID."""
-    quoted = f"Return-Path: <{return_path}>\r\n" if return_path else ""
-    return (
-        "From: Feedback Loop <fbl@provider.example>\r\n"
-        f"To: {to}\r\n"
-        "Subject: Complaint about message from 127.0.0.1\r\n"
-        "MIME-Version: 1.0\r\n"
-        'Content-Type: multipart/report; report-type=feedback-report; boundary="fb"\r\n'
-        "\r\n--fb\r\nContent-Type: text/plain\r\n\r\nA user marked this as spam.\r\n"
-        "--fb\r\nContent-Type: message/feedback-report\r\n\r\n"
-        "Feedback-Type: abuse\r\nUser-Agent: ProviderFBL/2.0\r\nVersion: 1\r\n\r\n"
-        "--fb\r\nContent-Type: message/rfc822\r\n\r\n"
-        f"{quoted}From: Hello <hello@{SENDING_DOMAIN}>\r\n"
-        "To: redacted@customer.example\r\n"
-        f"Message-ID: {message_id}\r\n"
-        "Subject: Your receipt\r\n\r\nThanks for your order.\r\n"
-        "--fb--\r\n"
-    ).encode()
-
-
-def letter(to: str, subject: str, body: str = "Hello.\r\n") -> bytes:
-    return (
-        f"From: Someone <someone@elsewhere.example>\r\nTo: {to}\r\nSubject: {subject}\r\n"
-        f"Message-ID: <{new_id()}@elsewhere.example>\r\n\r\n{body}"
-    ).encode()
 
 
 async def test_postmaster_and_abuse_are_accepted_for_every_served_domain(

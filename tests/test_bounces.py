@@ -12,6 +12,7 @@ from typing import Any
 from trio.testing import MockClock
 
 from engine.delivery.bounces import SOFT_BOUNCE_LIMIT, Tally, tally
+from tests.harness.bounce_domain import postfix_dsn
 from tests.harness.dns_server import DnsServer
 from tests.harness.inbound import send_inbound
 from tests.harness.sending import (
@@ -130,33 +131,6 @@ async def test_a_mailbox_full_for_days_is_suppressed_after_the_limit(
     since = datetime.fromisoformat(bounced["metadata"]["mailbox_full"]["since"])
     assert datetime.fromisoformat(bounced["created_at"]) - since >= timedelta(hours=48)
     assert await _suppressed(account) == {"ann@full.example": "hard_bounce"}
-
-
-def postfix_dsn(bounce_address: str, failures: list[tuple[str, str, str]]) -> bytes:
-    """A DSN as a relaying Postfix writes it: per recipient its status and the reply it got."""
-    blocks = "".join(
-        f"Final-Recipient: rfc822; {address}\r\n"
-        f"Original-Recipient: rfc822;{address}\r\n"
-        "Action: failed\r\n"
-        f"Status: {status}\r\n"
-        "Remote-MTA: dns; mx.relay.example\r\n"
-        f"Diagnostic-Code: smtp; {reply}\r\n"
-        "\r\n"
-        for address, status, reply in failures
-    )
-    return (
-        "From: MAILER-DAEMON@relay.example (Mail Delivery System)\r\n"
-        f"To: {bounce_address}\r\n"
-        "Subject: Undelivered Mail Returned to Sender\r\n"
-        "MIME-Version: 1.0\r\n"
-        'Content-Type: multipart/report; report-type=delivery-status; boundary="b1"\r\n'
-        "\r\n--b1\r\nContent-Type: text/plain\r\n\r\nI'm sorry to have to inform you...\r\n"
-        "--b1\r\nContent-Type: message/delivery-status\r\n\r\n"
-        "Reporting-MTA: dns; relay.example\r\nX-Postfix-Queue-ID: 4ABC\r\n\r\n"
-        f"{blocks}"
-        "--b1\r\nContent-Type: text/rfc822-headers\r\n\r\nSubject: Your receipt\r\n"
-        "--b1--\r\n"
-    ).encode()
 
 
 async def test_an_asynchronous_dsn_is_read_like_a_reply(

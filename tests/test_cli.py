@@ -17,22 +17,8 @@ import httpx
 import psycopg
 import pytest
 
+from tests.harness.cli import PASSWORD, assert_stops_with_one_log_record, create_account
 from tests.harness.service import POSTGRES_ENV, REPO, ServiceProcess, free_port
-
-PASSWORD = "correct horse battery staple"
-CREATED_FIELDS = {"user_id", "workspace_id", "email", "plan", "api_key"}
-
-
-def create_account(proc: ServiceProcess, email: str, plan: str = "free") -> dict[str, str]:
-    """`postroom accounts create`, checked to print exactly one JSON object."""
-    result = proc.cli(
-        "accounts", "create", "--email", email, "--password", PASSWORD, "--plan", plan
-    )
-    lines = result.stdout.splitlines()
-    assert len(lines) == 1, result.stdout
-    created: dict[str, str] = json.loads(lines[0])
-    assert set(created) == CREATED_FIELDS
-    return created
 
 
 def key_client(url: str, api_key: str) -> httpx.Client:
@@ -47,16 +33,6 @@ def assert_one_line_error(stderr: str, *mentions: str) -> None:
     assert lines[0].startswith("postroom: "), stderr
     for mention in mentions:
         assert mention in lines[0], stderr
-
-
-def assert_stops_with_one_log_record(stderr: str, *mentions: str) -> None:
-    """`serve` stops with an error record in its log format (JSON), like every other line."""
-    assert "Traceback" not in stderr, stderr
-    records = [json.loads(line) for line in stderr.strip().splitlines()]
-    last = records[-1]
-    assert last["level"] == "error" and last["logger"] == "postroom", stderr
-    for mention in mentions:
-        assert mention in last["message"], stderr
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from engine.webhooks import outbox
 from postroom import config
 from postroom.service import serve
 from tests.harness import service as harness
+from tests.harness.bounce_domain import feedback_report
 from tests.harness.broadcasts import sender_id
 from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
@@ -33,7 +34,6 @@ from tests.harness.sending import (
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_bounce_domain import feedback_report
 
 GUARD = "/v1/workspace/complaint-guard"
 CUSTOMERS = "customers.example"  # the sink accepts at once

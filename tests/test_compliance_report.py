@@ -13,6 +13,7 @@ import trio
 
 from engine.domains import provider_rules
 from tests.harness import service as harness
+from tests.harness.bounce_domain import feedback_report
 from tests.harness.dns_server import DnsServer
 from tests.harness.inbound import poll, send_inbound
 from tests.harness.sending import (
@@ -25,7 +26,6 @@ from tests.harness.sending import (
 from tests.harness.service import SMTP_HOST, Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_bounce_domain import feedback_report
 
 BOUNCES = f"bounces.{SENDING_DOMAIN}"
 PTR_NAME = "1.0.0.127.in-addr.arpa"

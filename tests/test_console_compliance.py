@@ -17,8 +17,10 @@ from playwright.sync_api import Page, ViewportSize, expect
 
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
+from tests.harness.bounce_domain import feedback_report
 from tests.harness.broadcasts import sender_id
 from tests.harness.browser import Browsing
+from tests.harness.console import sign_in
 from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
 from tests.harness.inbound import poll, send_inbound
@@ -26,8 +28,6 @@ from tests.harness.sending import SENDING_DOMAIN, ready_account, route_mail, wai
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_bounce_domain import feedback_report
-from tests.test_console import sign_in
 
 CUSTOMERS = "customers.example"
 SLOW = "slow.example"  # the sink defers the first attempt: the broadcast still waits

@@ -17,7 +17,7 @@ from postroom.service import RunningService
 from storage import incidents
 from storage.incidents import Hit
 from tests.harness.browser import PASSWORD, Browsing, new_email
-from tests.test_console import sign_in
+from tests.harness.console import sign_in
 
 DOMAIN = "ramped.example"
 

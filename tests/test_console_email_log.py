@@ -18,7 +18,7 @@ from playwright.sync_api import Page, expect
 from engine.accounts import users
 from postroom.service import RunningService
 from tests.harness.browser import PASSWORD, Browsing, new_email
-from tests.test_console import sign_in
+from tests.harness.console import sign_in
 
 SENDER = "hello@shop.example"
 # What the console shows a time as, to the second: never ISO text with microseconds.

@@ -23,7 +23,7 @@ from postroom.service import RunningService
 from storage import incidents
 from storage.incidents import Hit
 from tests.harness.browser import PASSWORD, Browsing, new_email
-from tests.test_console import console_routes, resources, sign_in
+from tests.harness.console import console_routes, resources, sign_in
 
 DESKTOP: ViewportSize = {"width": 1366, "height": 900}
 PHONE: ViewportSize = {"width": 390, "height": 844}

@@ -10,9 +10,9 @@ import trio
 from playwright.sync_api import Page, expect
 
 from postroom.service import RunningService
+from tests.harness.bounce_domain import letter
 from tests.harness.browser import Browsing
-from tests.test_bounce_domain import letter
-from tests.test_console import add_sandbox_domain, admin, sign_in
+from tests.harness.console import add_sandbox_domain, admin, sign_in
 
 DOMAIN = "shop.example"
 

@@ -10,7 +10,7 @@ from playwright.sync_api import Page, expect
 
 from postroom.service import RunningService
 from tests.harness.browser import Browsing
-from tests.test_console import add_sandbox_domain, admin, sign_in
+from tests.harness.console import add_sandbox_domain, admin, sign_in
 
 
 async def test_a_broadcasts_figures_and_the_overviews_rates(

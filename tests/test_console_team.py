@@ -10,12 +10,7 @@ from playwright.sync_api import Page, expect
 from engine.accounts import users
 from postroom.service import RunningService
 from tests.harness.browser import PASSWORD, Browsing, new_email
-from tests.test_console import admin, sign_in
-
-
-def sign_out(page: Page) -> None:
-    page.get_by_role("button", name="Sign out").click()
-    expect(page.get_by_role("heading", name="Sign in to Postroom")).to_be_visible()
+from tests.harness.console import admin, sign_in, sign_out
 
 
 async def test_an_owner_invites_a_member_who_joins_reads_and_is_removed(

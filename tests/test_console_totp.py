@@ -11,8 +11,7 @@ from playwright.sync_api import Page, expect
 
 from postroom.service import RunningService
 from tests.harness.browser import PASSWORD, Browsing
-from tests.test_console import admin, sign_in
-from tests.test_console_team import sign_out
+from tests.harness.console import admin, sign_in, sign_out
 
 
 async def test_a_person_enrols_and_signs_in_with_a_code(

@@ -13,6 +13,7 @@ from trio.testing import MockClock
 
 from engine.delivery.incidents import pause_for
 from tests.harness.dns_server import DnsServer
+from tests.harness.metrics import scrape
 from tests.harness.sending import (
     SENDING_DOMAIN,
     message,
@@ -23,7 +24,6 @@ from tests.harness.sending import (
 )
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_metrics import scrape
 
 REPUTATION_BLOCK = (
     "5.7.1 Service unavailable; Client host [127.0.0.1] blocked due to low reputation of"

@@ -24,7 +24,7 @@ from engine.mail.compose import (
     compose_with_email_package,
 )
 from engine.mail.dkim import sign
-from tests.test_mail import dns_for
+from tests.harness.messages import dns_for
 
 BOUNDARIES = ("=_" + "a" * 32, "=_" + "b" * 32)
 PDF = bytes(range(256)) * 5 + b"\r\n.\r\n"

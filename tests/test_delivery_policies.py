@@ -25,53 +25,23 @@ from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.broadcasts import body as bulk_body
 from tests.harness.broadcasts import sender_id
+from tests.harness.clock import minute_after, move_to, now
 from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
-from tests.harness.sending import message, ready_account, route_mail, wait_for_email
+from tests.harness.policies import POLICIES, create_policy
+from tests.harness.sending import (
+    message,
+    only_domain_id,
+    ready_account,
+    route_mail,
+    schedule,
+    settled,
+    wait_for_email,
+)
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 
-POLICIES = "/v1/delivery/policies"
 RAMPS = "/v1/delivery/ramps"
-
-
-def _now(service: Service) -> datetime:
-    return service.running.runtime.clock.now()
-
-
-def _move_to(service: Service, clock: MockClock, when: datetime) -> None:
-    """Move the service's clock forward to `when`."""
-    clock.jump((when - _now(service)).total_seconds())
-
-
-def _next_minute(when: datetime, second: int = 5) -> datetime:
-    return (when + timedelta(minutes=1)).replace(second=second, microsecond=0)
-
-
-async def _schedule(account: Account, addresses: list[str], send_at: datetime) -> list[str]:
-    """One email per address, all due at `send_at`."""
-    ids = []
-    for address in addresses:
-        body = message(address, send_at=send_at.isoformat())
-        response = await account.client.post("/v1/emails/", json=body)
-        assert response.status_code == 202, response.text
-        ids.append(response.json()["id"])
-    return ids
-
-
-async def _policy(account: Account, **fields: Any) -> dict[str, Any]:
-    response = await account.client.post(POLICIES, json=fields)
-    assert response.status_code == 201, response.text
-    created: dict[str, Any] = response.json()
-    return created
-
-
-async def _settled(account: Account, ids: list[str]) -> list[dict[str, Any]]:
-    """Each email once it is delivered or waiting (deferred)."""
-    return [
-        await wait_for_email(account, i, lambda e: e["status"] in ("delivered", "deferred"))
-        for i in ids
-    ]
 
 
 def _throttled(email: dict[str, Any]) -> bool:
@@ -80,23 +50,18 @@ def _throttled(email: dict[str, Any]) -> bool:
     return email["status"] == "deferred" and response.startswith("throttled")
 
 
-async def _domain_id(account: Account) -> str:
-    [domain] = (await account.client.get("/v1/domains/")).json()
-    return str(domain["id"])
-
-
 async def test_two_per_minute_delays_the_third_message_to_the_next_minute(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "paced.example")
-    await _policy(account, match="paced.example", per_minute=2)
-    send_at = _now(service) + timedelta(hours=1)
-    ids = await _schedule(account, [f"r{i}@paced.example" for i in range(3)], send_at)
-    due = _next_minute(send_at)
-    _move_to(service, clock, due)
+    await create_policy(account, match="paced.example", per_minute=2)
+    send_at = now(service) + timedelta(hours=1)
+    ids = await schedule(account, [f"r{i}@paced.example" for i in range(3)], send_at)
+    due = minute_after(send_at)
+    move_to(service, clock, due)
     await smtp_sink.wait_for_messages(2)
-    emails = await _settled(account, ids)
+    emails = await settled(account, ids)
     waiting = [e for e in emails if e["status"] == "deferred"]
     assert len(waiting) == 1 and _throttled(waiting[0])
     [recipient] = waiting[0]["recipients"]
@@ -107,7 +72,7 @@ async def test_two_per_minute_delays_the_third_message_to_the_next_minute(
     assert deferred[0]["metadata"]["reason"] == "throttled"
     assert "2 per minute" in deferred[0]["metadata"]["limit"]
     assert len(smtp_sink.messages) == 2
-    _move_to(service, clock, next_minute + timedelta(seconds=1))
+    move_to(service, clock, next_minute + timedelta(seconds=1))
     await smtp_sink.wait_for_messages(3)
     last = await wait_for_email(account, waiting[0]["id"], lambda e: e["status"] == "delivered")
     assert [e["event_type"] for e in last["events"]].count("deferred") == 1
@@ -118,11 +83,11 @@ async def test_a_connection_limit_of_one_holds_one_open_transaction(
 ) -> None:
     account = await ready_account(service, dns_server, plan="business")
     route_mail(dns_server, "single.example")
-    await _policy(account, match="single.example", max_connections=1)
-    send_at = _now(service) + timedelta(hours=1)
+    await create_policy(account, match="single.example", max_connections=1)
+    send_at = now(service) + timedelta(hours=1)
     batch = [message(f"r{i}@single.example", send_at=send_at.isoformat()) for i in range(24)]
     assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
-    _move_to(service, clock, _next_minute(send_at))
+    move_to(service, clock, minute_after(send_at))
     await smtp_sink.wait_for_messages(24, timeout=60)
     assert smtp_sink.most_open_transactions == 1
     assert smtp_sink.connections == 1
@@ -133,11 +98,13 @@ async def test_messages_per_connection_opens_a_new_connection_after_each_share(
 ) -> None:
     account = await ready_account(service, dns_server, plan="business")
     route_mail(dns_server, "share.example")
-    await _policy(account, match="share.example", max_connections=1, messages_per_connection=5)
-    send_at = _now(service) + timedelta(hours=1)
+    await create_policy(
+        account, match="share.example", max_connections=1, messages_per_connection=5
+    )
+    send_at = now(service) + timedelta(hours=1)
     batch = [message(f"r{i}@share.example", send_at=send_at.isoformat()) for i in range(20)]
     assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
-    _move_to(service, clock, _next_minute(send_at))
+    move_to(service, clock, minute_after(send_at))
     await smtp_sink.wait_for_messages(20, timeout=60)
     assert smtp_sink.connections == 4
     assert smtp_sink.most_open_transactions == 1
@@ -150,13 +117,13 @@ async def test_an_mx_suffix_rule_groups_two_domains_for_rate_and_connections(
     for domain, host in (("one.example", "mx1.grouped.test"), ("two.example", "mx2.grouped.test")):
         dns_server.set(domain, "MX", [f"10 {host}."])
         dns_server.set(host, "A", ["127.0.0.1"])
-    await _policy(account, match="*.grouped.test", per_minute=3, max_connections=1)
-    send_at = _now(service) + timedelta(hours=1)
+    await create_policy(account, match="*.grouped.test", per_minute=3, max_connections=1)
+    send_at = now(service) + timedelta(hours=1)
     addresses = ["a@one.example", "b@one.example", "c@two.example", "d@two.example"]
-    ids = await _schedule(account, addresses, send_at)
-    _move_to(service, clock, _next_minute(send_at))
+    ids = await schedule(account, addresses, send_at)
+    move_to(service, clock, minute_after(send_at))
     await smtp_sink.wait_for_messages(3)
-    emails = await _settled(account, ids)
+    emails = await settled(account, ids)
     assert sorted(e["status"] for e in emails) == [
         "deferred",
         "delivered",
@@ -182,15 +149,15 @@ async def test_a_rate_is_paced_across_two_nodes_on_one_database(
     try:
         account = await ready_account(service, dns_server, plan="business")
         route_mail(dns_server, "busy.example")
-        await _policy(account, match="busy.example", per_minute=30)
-        send_at = (_now(service) + timedelta(hours=1)).isoformat()
+        await create_policy(account, match="busy.example", per_minute=30)
+        send_at = (now(service) + timedelta(hours=1)).isoformat()
         headers = {"Authorization": f"Bearer {account.api_key}"}
         async with httpx.AsyncClient(base_url=second.api_url, headers=headers) as other:
             for n, client in enumerate([account.client, other]):
                 batch = [message(f"r{n}-{i}@busy.example", send_at=send_at) for i in range(30)]
                 assert (await client.post("/v1/emails/batch", json=batch)).status_code == 202
-        due = _next_minute(datetime.fromisoformat(send_at))
-        _move_to(service, clock, due)
+        due = minute_after(datetime.fromisoformat(send_at))
+        move_to(service, clock, due)
         # A burst of three, then one every 2 s (30 per minute) on the two nodes together:
         # about 13 in the first 20 s, where a fixed window let all 30 go at once.
         await smtp_sink.wait_for_messages(3, timeout=60)
@@ -198,7 +165,7 @@ async def test_a_rate_is_paced_across_two_nodes_on_one_database(
             clock.jump(2)
             await smtp_sink.wait_for_messages(4 + step, timeout=60)
         await trio.sleep(1)  # room for any message over the pace to arrive
-        elapsed = (_now(service) - due).total_seconds()
+        elapsed = (now(service) - due).total_seconds()
         assert 13 <= len(smtp_sink.messages) <= 3 + int(elapsed // 2), elapsed
     finally:
         second.stop()
@@ -211,14 +178,14 @@ async def test_claims_of_two_nodes_at_once_share_one_budget(
     # once; SQLite has one writer): each leases its own recipients, both spend one budget.
     account = await ready_account(service, dns_server, plan="business")
     # Room for both nodes' connections: the first keeps only one per email it may send.
-    await _policy(account, match="claimed.example", per_minute=10, max_connections=20)
-    send_at = _now(service) + timedelta(hours=1)
+    await create_policy(account, match="claimed.example", per_minute=10, max_connections=20)
+    send_at = now(service) + timedelta(hours=1)
     for n in range(3):
         batch = [
             message(f"r{n}-{i}@claimed.example", send_at=send_at.isoformat()) for i in range(100)
         ]
         assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
-    when = _next_minute(send_at)
+    when = minute_after(send_at)
     destination = throttle.Destination("claimed.example", ("mx.claimed.example",))
     claims: dict[str, throttle.Claimed] = {}
 
@@ -252,11 +219,11 @@ async def test_a_ramp_defers_the_excess_and_releases_it_the_next_day(
     route_mail(dns_server, "warm.example")
     # The mail falls due in the first hour of a day that is the ramp's first: 2 that day,
     # then 4.
-    start = (_now(service) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = (now(service) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     created = await account.client.post(
         RAMPS,
         json={
-            "domain_id": await _domain_id(account),
+            "domain_id": await only_domain_id(account),
             "first_day": 2,
             "factor": 2,
             "target_per_day": 1000,
@@ -265,10 +232,10 @@ async def test_a_ramp_defers_the_excess_and_releases_it_the_next_day(
     )
     assert created.status_code == 201, created.text
     send_at = start + timedelta(minutes=30)
-    ids = await _schedule(account, [f"r{i}@warm.example" for i in range(5)], send_at)
-    _move_to(service, clock, send_at + timedelta(seconds=5))
+    ids = await schedule(account, [f"r{i}@warm.example" for i in range(5)], send_at)
+    move_to(service, clock, send_at + timedelta(seconds=5))
     await smtp_sink.wait_for_messages(2)
-    emails = await _settled(account, ids)
+    emails = await settled(account, ids)
     waiting = [e for e in emails if e["status"] == "deferred"]
     assert len(waiting) == 3 and all(_throttled(e) for e in waiting)
     next_day = start + timedelta(days=1)
@@ -276,7 +243,7 @@ async def test_a_ramp_defers_the_excess_and_releases_it_the_next_day(
         assert datetime.fromisoformat(email["recipients"][0]["next_attempt_at"]) == next_day
     ramp = (await account.client.get(RAMPS)).json()[0]
     assert (ramp["day"], ramp["today_per_destination"], ramp["complete"]) == (1, 2, False)
-    _move_to(service, clock, next_day + timedelta(seconds=5))
+    move_to(service, clock, next_day + timedelta(seconds=5))
     await smtp_sink.wait_for_messages(5)
     for email in waiting:
         await wait_for_email(account, email["id"], lambda e: e["status"] == "delivered")
@@ -287,9 +254,9 @@ async def test_mail_held_by_a_ramp_past_72_hours_is_still_retried_not_failed(
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "slowramp.example")
-    start = (_now(service) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = (now(service) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     ramp = {
-        "domain_id": await _domain_id(account),
+        "domain_id": await only_domain_id(account),
         "first_day": 1,
         "factor": 1,  # one a day, for good
         "target_per_day": 10,
@@ -298,26 +265,26 @@ async def test_mail_held_by_a_ramp_past_72_hours_is_still_retried_not_failed(
     assert (await account.client.post(RAMPS, json=ramp)).status_code == 201
     send_at = start + timedelta(minutes=30)
     addresses = [f"r{i}@slowramp.example" for i in range(5)]
-    ids = await _schedule(account, addresses, send_at)
-    _move_to(service, clock, send_at + timedelta(seconds=5))
+    ids = await schedule(account, addresses, send_at)
+    move_to(service, clock, send_at + timedelta(seconds=5))
     for day in range(1, 5):  # one leaves each day; the last on the fifth, 4 days in
         await smtp_sink.wait_for_messages(day)
         if day < 4:
-            _move_to(service, clock, start + timedelta(days=day, seconds=5))
-    [last_id] = [e["id"] for e in await _settled(account, ids) if e["status"] == "deferred"]
+            move_to(service, clock, start + timedelta(days=day, seconds=5))
+    [last_id] = [e["id"] for e in await settled(account, ids) if e["status"] == "deferred"]
     last = (await account.client.get(f"/v1/emails/{last_id}")).json()
     smtp_sink.fail_first(last["recipients"][0]["address"], 1, code=451)
-    _move_to(service, clock, start + timedelta(days=4, seconds=5))
+    move_to(service, clock, start + timedelta(days=4, seconds=5))
     # Its first real attempt gets a 451, more than 72 hours after it was queued: it is
     # retried (its 72 hours count from when the ramp let it go), not failed.
     last = await wait_for_email(account, last_id, lambda e: e["recipients"][0]["attempts"] == 1)
     assert last["status"] == "deferred"
     assert last["recipients"][0]["last_response"].startswith("451")
     # The 451 spent the day's one message, so its retry waits for the next day's.
-    _move_to(service, clock, _now(service) + timedelta(minutes=1, seconds=1))
+    move_to(service, clock, now(service) + timedelta(minutes=1, seconds=1))
     waiting = await wait_for_email(account, last_id, _throttled)
     assert waiting["recipients"][0]["attempts"] == 1
-    _move_to(service, clock, start + timedelta(days=5, seconds=5))
+    move_to(service, clock, start + timedelta(days=5, seconds=5))
     await wait_for_email(account, last_id, lambda e: e["status"] == "delivered")
 
 
@@ -336,11 +303,11 @@ async def test_operator_caps_apply_where_no_policy_limits(
     try:
         account = await ready_account(capped, dns_server)
         route_mail(dns_server, "capped.example")
-        send_at = _now(capped) + timedelta(hours=1)
-        ids = await _schedule(account, [f"r{i}@capped.example" for i in range(3)], send_at)
-        _move_to(capped, clock, _next_minute(send_at))
+        send_at = now(capped) + timedelta(hours=1)
+        ids = await schedule(account, [f"r{i}@capped.example" for i in range(3)], send_at)
+        move_to(capped, clock, minute_after(send_at))
         await smtp_sink.wait_for_messages(2)
-        waiting = [e for e in await _settled(account, ids) if e["status"] == "deferred"]
+        waiting = [e for e in await settled(account, ids) if e["status"] == "deferred"]
         assert len(waiting) == 1 and _throttled(waiting[0])
         assert "(operator)" in waiting[0]["recipients"][0]["last_response"]
         caps = (await account.client.get(POLICIES)).json()["caps"]
@@ -366,13 +333,13 @@ async def test_the_forecast_says_when_the_last_throttled_message_leaves(
     empty = (await account.client.get("/v1/delivery/forecast")).json()
     assert (empty["waiting"], empty["last_leaves_at"], empty["destinations"]) == (0, None, [])
     route_mail(dns_server, "backlog.example")
-    await _policy(account, match="backlog.example", per_minute=2)
-    send_at = _now(service) + timedelta(hours=1)
-    ids = await _schedule(account, [f"r{i}@backlog.example" for i in range(7)], send_at)
-    due = _next_minute(send_at)
-    _move_to(service, clock, due)
+    await create_policy(account, match="backlog.example", per_minute=2)
+    send_at = now(service) + timedelta(hours=1)
+    ids = await schedule(account, [f"r{i}@backlog.example" for i in range(7)], send_at)
+    due = minute_after(send_at)
+    move_to(service, clock, due)
     await smtp_sink.wait_for_messages(2)
-    await _settled(account, ids)
+    await settled(account, ids)
     forecast = (await account.client.get("/v1/delivery/forecast")).json()
     assert forecast["waiting"] == 5
     [destination] = forecast["destinations"]
@@ -390,7 +357,7 @@ async def test_the_forecast_says_when_the_last_throttled_message_leaves(
     assert datetime.fromisoformat(forecast["last_leaves_at"]) == expected
     # And so it does, minute by minute.
     for minute, delivered in ((1, 4), (2, 6), (3, 7)):
-        _move_to(service, clock, due.replace(second=1) + timedelta(minutes=minute))
+        move_to(service, clock, due.replace(second=1) + timedelta(minutes=minute))
         await smtp_sink.wait_for_messages(delivered)
         assert len(smtp_sink.messages) == delivered
     missing = await account.client.get(f"/v1/broadcasts/{ids[0]}/forecast")
@@ -409,7 +376,7 @@ async def test_the_forecast_waits_for_a_deferred_recipients_next_attempt(
         account, sent.json()["id"], lambda e: e["recipients"][0]["status"] == "deferred"
     )
     next_attempt = datetime.fromisoformat(email["recipients"][0]["next_attempt_at"])
-    assert next_attempt > _now(service) + timedelta(seconds=30)
+    assert next_attempt > now(service) + timedelta(seconds=30)
     forecast = (await account.client.get("/v1/delivery/forecast")).json()
     [destination] = forecast["destinations"]
     # No policy limits it and nothing was accepted lately: only the retry time bounds it.
@@ -423,7 +390,7 @@ async def test_a_broadcasts_forecast_counts_only_its_own_emails(
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "fans.example")
-    await _policy(account, match="fans.example", per_day=1)
+    await create_policy(account, match="fans.example", per_day=1)
     contact_list = await create_list(account)
     for name in ("ann", "bob", "cy"):
         await add_contact(account, contact_list["id"], f"{name}@fans.example")
@@ -472,7 +439,7 @@ async def test_policy_and_ramp_validation(service: Service, dns_server: DnsServe
         POLICIES, json={"match": "gmail.com", "per_minute": 1, "domain_id": str(uuid.uuid4())}
     )
     assert unknown.status_code == 404
-    created = await _policy(account, match="Gmail.COM", per_hour=100)
+    created = await create_policy(account, match="Gmail.COM", per_hour=100)
     assert created["match"] == "gmail.com" and created["builtin"] is False
     again = await client.post(POLICIES, json={"match": "gmail.com", "per_day": 5})
     assert (again.status_code, again.json()["code"]) == (409, "policy_exists")
@@ -493,7 +460,7 @@ async def test_policy_and_ramp_validation(service: Service, dns_server: DnsServe
     assert (await other.client.get(f"{POLICIES}/{created['id']}")).status_code == 404
     assert (await other.client.delete(f"{POLICIES}/{created['id']}")).status_code == 404
     assert (await client.delete(f"{POLICIES}/{created['id']}")).status_code == 204
-    domain_id = await _domain_id(account)
+    domain_id = await only_domain_id(account)
     for bad, field in (
         (
             {"domain_id": domain_id, "first_day": 100, "factor": 0.5, "target_per_day": 900},
@@ -541,9 +508,9 @@ async def test_one_workspaces_connection_limit_holds_its_own_mail_not_everyones(
     strict = await _account_sending_from(service, dns_server, "strict.example.org")
     other = await _account_sending_from(service, dns_server, "other.example.org")
     route_mail(dns_server, "shared.example")
-    await _policy(strict, match="shared.example", max_connections=1)
+    await create_policy(strict, match="shared.example", max_connections=1)
     smtp_sink.data_delay = 0.2  # transactions overlap when connections run side by side
-    send_at = _now(service) + timedelta(hours=1)
+    send_at = now(service) + timedelta(hours=1)
     for account, domain, count in ((strict, "strict", 6), (other, "other", 12)):
         batch = [
             message(
@@ -554,7 +521,7 @@ async def test_one_workspaces_connection_limit_holds_its_own_mail_not_everyones(
             for i in range(count)
         ]
         assert (await account.client.post("/v1/emails/batch", json=batch)).status_code == 202
-    _move_to(service, clock, _next_minute(send_at))
+    move_to(service, clock, minute_after(send_at))
 
     await smtp_sink.wait_for_messages(18, timeout=60)
 

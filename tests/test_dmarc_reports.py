@@ -11,31 +11,24 @@ address's domain is refused, and the DNS guidance names the address.
 
 from __future__ import annotations
 
-import email.policy
 import gzip
 import io
 import re
-import smtplib
 import tracemalloc
 import zipfile
 import zlib
 from datetime import UTC, datetime, timedelta
-from email.message import EmailMessage
-from pathlib import Path
 from typing import Any
 
-import trio
-
 from engine.forwarding import report_files
+from tests.harness.bounce_domain import with_bounce_domain
 from tests.harness.dns_server import DnsServer
+from tests.harness.reports import FIXTURES, RUA, report_mail, send
 from tests.harness.sending import SENDING_DOMAIN, message, route_mail, wait_for_email
 from tests.harness.service import SMTP_HOST, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_bounce_domain import BOUNCE_DOMAIN, with_bounce_domain
 
-FIXTURES = Path(__file__).parent / "dmarc_reports"
 POSTROOM_IP = "192.0.2.10"  # the service's sending address, through POSTROOM_SMTP_HOST's A
-RUA = f"dmarc@{BOUNCE_DOMAIN}"
 BOMB_MIB = 256  # unpacked; far past the cap (report_files.MAX_OCTETS)
 
 
@@ -53,21 +46,6 @@ def zipped(name: str, content: bytes) -> bytes:
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(name, content)
     return buffer.getvalue()
-
-
-def report_mail(
-    submitter: str, sender: str, attachment: bytes, kind: str, filename: str, to: str = RUA
-) -> bytes:
-    """A report as a receiver mails it: a short text part and the report attached."""
-    message = EmailMessage()
-    message["From"] = sender
-    message["To"] = to
-    message["Subject"] = f"Report Domain: {SENDING_DOMAIN} Submitter: {submitter} Report-ID: 1"
-    message["Message-ID"] = f"<{filename}@{submitter}>"
-    message.set_content(f"This is an aggregate report from {submitter}.")
-    maintype, subtype = kind.split("/")
-    message.add_attachment(attachment, maintype=maintype, subtype=subtype, filename=filename)
-    return message.as_bytes(policy=email.policy.SMTP)
 
 
 def google(day: datetime) -> bytes:
@@ -107,23 +85,6 @@ def yahoo(day: datetime, *, plain: bool = False, report_id: str | None = None) -
         "application/gzip",
         name + ".gz",
     )
-
-
-def _send(address: tuple[str, int], rcpts: list[str], data: bytes) -> tuple[int, str]:
-    """One message over SMTP: the reply to RCPT when one is refused, else to DATA."""
-    with smtplib.SMTP(*address, timeout=30) as client:
-        client.ehlo("reports.example")
-        client.mail("")
-        for rcpt in rcpts:
-            code, reply = client.rcpt(rcpt)
-            if code != 250:
-                return code, reply.decode()
-        code, reply = client.data(data)
-        return code, reply.decode()
-
-
-async def send(service: Service, data: bytes, rcpts: list[str] | None = None) -> tuple[int, str]:
-    return await trio.to_thread.run_sync(_send, service.inbound_address, rcpts or [RUA], data)
 
 
 async def ready(service: Service, dns_server: DnsServer) -> tuple[Any, dict[str, Any]]:

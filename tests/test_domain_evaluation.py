@@ -15,8 +15,8 @@ from postroom import config
 from postroom.service import serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
+from tests.harness.domains import create_domain, publish, record, verify
 from tests.harness.service import SMTP_HOST, Account, Service
-from tests.test_domains import create_domain, publish, record, verify
 
 OTHERS = "198.51.100.0/24"  # another provider's addresses (a documentation range)
 

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.domains import create_domain, publish, record, verify
 from tests.harness.service import SMTP_HOST, Account, Service
 
 UNKNOWN_ID = "00000000-0000-0000-0000-000000000000"
@@ -32,33 +33,8 @@ DOMAIN_FIELDS = {
 }
 
 
-async def create_domain(account: Account, name: str = "example.com") -> dict[str, Any]:
-    response = await account.client.post("/v1/domains/", json={"name": name})
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def verify(account: Account, domain: dict[str, Any]) -> dict[str, Any]:
-    response = await account.client.post(f"/v1/domains/{domain['id']}/verify")
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def record(domain: dict[str, Any], purpose: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(r for r in domain["dns_records"] if r["purpose"] == purpose)
-    return found
-
-
 def statuses(domain: dict[str, Any]) -> dict[str, str]:
     return {r["purpose"]: r["status"] for r in domain["dns_records"]}
-
-
-def publish(dns_server: DnsServer, *records: dict[str, Any]) -> None:
-    """Publish records exactly as the API told the owner to."""
-    for entry in records:
-        dns_server.set(entry["host"], entry["type"], [entry["value"]])
 
 
 def other_dkim_value() -> str:

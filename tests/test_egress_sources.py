@@ -19,38 +19,21 @@ from postroom.service import RunningService, serve
 from storage import egress
 from storage.egress import Member, Pool
 from tests.harness import service as harness
+from tests.harness.api import assert_error
+from tests.harness.clock import minute_after, move_to, now
 from tests.harness.dns_server import DnsServer
-from tests.harness.sending import message, ready_account, route_mail, wait_for_status
-from tests.harness.service import Account, Service
+from tests.harness.egress import POOLS, SOURCES, assign_pool, create_pool, create_source
+from tests.harness.sending import (
+    message,
+    only_domain_id,
+    ready_account,
+    route_mail,
+    schedule,
+    settled,
+    wait_for_status,
+)
+from tests.harness.service import Service
 from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
-from tests.test_delivery_policies import _domain_id, _move_to, _next_minute, _now, _settled
-from tests.test_delivery_policies import _schedule as schedule
-from tests.test_sessions import assert_error
-
-SOURCES = "/v1/admin/egress/sources"
-POOLS = "/v1/admin/egress/pools"
-
-
-async def _source(admin: Account, name: str, address: str) -> dict[str, Any]:
-    body = {"name": name, "bind_address": address, "ehlo_name": f"{name}.out.example.org"}
-    created = await admin.client.post(SOURCES, json=body)
-    assert created.status_code == 201, created.text
-    found: dict[str, Any] = created.json()
-    return found
-
-
-async def _pool(admin: Account, name: str, *weights: tuple[dict[str, Any], int]) -> str:
-    sources = [{"source_id": s["id"], "weight": w} for s, w in weights]
-    created = await admin.client.post(POOLS, json={"name": name, "sources": sources})
-    assert created.status_code == 201, created.text
-    return str(created.json()["id"])
-
-
-async def _assign(admin: Account, kind: str, target: str, pool_id: str | None) -> None:
-    path = f"/v1/admin/{kind}s/{target}/egress-pool"
-    assigned = await admin.client.put(path, json={"pool_id": pool_id})
-    assert assigned.status_code == 200, assigned.text
-    assert (await admin.client.get(path)).json() == {"pool_id": pool_id}
 
 
 async def _expected(service: Service, pool_id: str, ids: dict[str, str]) -> dict[str, str]:
@@ -110,9 +93,9 @@ async def test_egress_sources_and_pools_api_and_its_errors(service: Service) -> 
         body = response.json()
         assert body["code"] == "validation_error"
         assert any(field in error["loc"] for error in body["errors"]), body
-    a = await _source(admin, "a", "127.0.0.2")
+    a = await create_source(admin, "a", "127.0.0.2")
     assert (a["bind_address"], a["ehlo_name"]) == ("127.0.0.2", "a.out.example.org")
-    v6 = await _source(admin, "v6", "0:0::1")
+    v6 = await create_source(admin, "v6", "0:0::1")
     assert v6["bind_address"] == "::1"  # canonical form
     again = await admin.client.post(
         SOURCES, json={"name": "a", "bind_address": "127.0.0.9", "ehlo_name": "z.example"}
@@ -139,7 +122,7 @@ async def test_egress_sources_and_pools_api_and_its_errors(service: Service) -> 
         response = await admin.client.post(POOLS, json=bad)
         assert response.status_code == 422, (bad, response.text)
         assert any(field in error["loc"] for error in response.json()["errors"]), response.text
-    pool_id = await _pool(admin, "p", (a, 3), (v6, 1))
+    pool_id = await create_pool(admin, "p", (a, 3), (v6, 1))
     pool = (await admin.client.get(f"{POOLS}/{pool_id}")).json()
     assert sorted((m["source_id"], m["weight"]) for m in pool["sources"]) == sorted(
         [(a["id"], 3), (v6["id"], 1)]
@@ -152,7 +135,7 @@ async def test_egress_sources_and_pools_api_and_its_errors(service: Service) -> 
     assert (await admin.client.delete(f"{SOURCES}/{a['id']}")).status_code == 204
     assert_error(await admin.client.delete(f"{SOURCES}/{a['id']}"), 404, "not_found")
 
-    await _assign(admin, "workspace", user.workspace_id, pool_id)
+    await assign_pool(admin, "workspace", user.workspace_id, pool_id)
     assert_error(await admin.client.delete(f"{POOLS}/{pool_id}"), 409, "pool_in_use")
     path = f"/v1/admin/workspaces/{user.workspace_id}/egress-pool"
     assert_error(await user.client.put(path, json={"pool_id": None}), 403, "admin_required")
@@ -160,7 +143,7 @@ async def test_egress_sources_and_pools_api_and_its_errors(service: Service) -> 
     missing = f"/v1/admin/domains/{'0' * 26}/egress-pool"
     assert_error(await admin.client.put(missing, json={"pool_id": pool_id}), 404, "not_found")
     assert (await admin.client.put(path, json={})).status_code == 422  # pool_id is required
-    await _assign(admin, "workspace", user.workspace_id, None)
+    await assign_pool(admin, "workspace", user.workspace_id, None)
     assert (await admin.client.delete(f"{POOLS}/{pool_id}")).status_code == 204
     assert (await admin.client.get(POOLS)).json() == {"items": []}
 
@@ -170,7 +153,7 @@ async def test_changes_at_once_are_never_lost_and_never_revive_a_deleted_source(
 ) -> None:
     admin = await service.account(admin=True)
     for n in range(8):
-        source = await _source(admin, f"s{n}", "127.0.0.2")
+        source = await create_source(admin, f"s{n}", "127.0.0.2")
         path = f"{SOURCES}/{source['id']}"
         async with trio.open_nursery() as nursery:
             for change in ({"name": f"renamed{n}"}, {"ehlo_name": f"new{n}.example.org"}):
@@ -195,13 +178,16 @@ async def test_a_weighted_pool_spreads_mail_over_its_sources_and_a_domain_pool_w
     [only] = await smtp_sink.wait_for_messages(1)
     # Without a pool: the default egress, from the host's address with the SMTP host name.
     assert (only.peer, only.helo) == ("127.0.0.1", service.running.runtime.smtp_host)
-    a, b = await _source(admin, "a", "127.0.0.2"), await _source(admin, "b", "127.0.0.3")
-    pool_id = await _pool(admin, "spread", (a, 1), (b, 1))
-    await _assign(admin, "workspace", account.workspace_id, pool_id)
-    send_at = _now(service) + timedelta(hours=1)
+    a, b = (
+        await create_source(admin, "a", "127.0.0.2"),
+        await create_source(admin, "b", "127.0.0.3"),
+    )
+    pool_id = await create_pool(admin, "spread", (a, 1), (b, 1))
+    await assign_pool(admin, "workspace", account.workspace_id, pool_id)
+    send_at = now(service) + timedelta(hours=1)
     addresses = [f"r{i}@spread.example" for i in range(20)]
     ids = dict(zip(addresses, await schedule(account, addresses, send_at), strict=True))
-    _move_to(service, clock, _next_minute(send_at))
+    move_to(service, clock, minute_after(send_at))
     received = _by_recipient((await smtp_sink.wait_for_messages(21, timeout=60))[1:])
     expected = await _expected(service, pool_id, ids)
     helo = {"127.0.0.2": "a.out.example.org", "127.0.0.3": "b.out.example.org"}
@@ -212,11 +198,13 @@ async def test_a_weighted_pool_spreads_mail_over_its_sources_and_a_domain_pool_w
     assert set(expected.values()) == {"127.0.0.2", "127.0.0.3"}
 
     # The sending domain's pool wins over its workspace's.
-    c = await _source(admin, "c", "127.0.0.4")
-    await _assign(admin, "domain", await _domain_id(account), await _pool(admin, "own", (c, 1)))
-    send_at = _now(service) + timedelta(hours=1)
+    c = await create_source(admin, "c", "127.0.0.4")
+    await assign_pool(
+        admin, "domain", await only_domain_id(account), await create_pool(admin, "own", (c, 1))
+    )
+    send_at = now(service) + timedelta(hours=1)
     await schedule(account, [f"d{i}@spread.example" for i in range(3)], send_at)
-    _move_to(service, clock, _next_minute(send_at))
+    move_to(service, clock, minute_after(send_at))
     later = (await smtp_sink.wait_for_messages(24, timeout=60))[21:]
     assert {(m.peer, m.helo) for m in later} == {("127.0.0.4", "c.out.example.org")}
 
@@ -227,8 +215,10 @@ async def test_an_ipv6_source_sends_to_ipv6_addresses_only(
     await nursery.start(smtp_sink.also_on, "::1")
     account = await ready_account(service, dns_server)
     admin = await service.account(admin=True)
-    v6 = await _source(admin, "v6", "::1")
-    await _assign(admin, "workspace", account.workspace_id, await _pool(admin, "v6", (v6, 1)))
+    v6 = await create_source(admin, "v6", "::1")
+    await assign_pool(
+        admin, "workspace", account.workspace_id, await create_pool(admin, "v6", (v6, 1))
+    )
     dns_server.set("dual.example", "MX", ["10 mx.dual.example."])
     dns_server.set("mx.dual.example", "A", ["127.0.0.1"])
     dns_server.set("mx.dual.example", "AAAA", ["::1"])
@@ -250,9 +240,9 @@ async def test_a_new_source_warms_up_on_its_own(
     account = await ready_account(service, dns_server)
     admin = await service.account(admin=True)
     route_mail(dns_server, "warm.example")
-    domain_id = await _domain_id(account)
+    domain_id = await only_domain_id(account)
     # A ramp of 2 on its first day, then 4; source a is as old as the ramp.
-    today = _now(service).date()
+    today = now(service).date()
     created = await account.client.post(
         "/v1/delivery/ramps",
         json={
@@ -264,25 +254,25 @@ async def test_a_new_source_warms_up_on_its_own(
         },
     )
     assert created.status_code == 201, created.text
-    a = await _source(admin, "a", "127.0.0.2")
-    await _assign(admin, "workspace", account.workspace_id, await _pool(admin, "old", (a, 1)))
-    tomorrow = datetime.combine(
-        today + timedelta(days=1), datetime.min.time(), _now(service).tzinfo
+    a = await create_source(admin, "a", "127.0.0.2")
+    await assign_pool(
+        admin, "workspace", account.workspace_id, await create_pool(admin, "old", (a, 1))
     )
+    tomorrow = datetime.combine(today + timedelta(days=1), datetime.min.time(), now(service).tzinfo)
     send_at = tomorrow + timedelta(minutes=30)
     old = await schedule(account, [f"o{i}@warm.example" for i in range(6)], send_at)
-    _move_to(service, clock, send_at + timedelta(seconds=5))
+    move_to(service, clock, send_at + timedelta(seconds=5))
     await smtp_sink.wait_for_messages(4)
-    assert sorted(e["status"] for e in await _settled(account, old)).count("delivered") == 4
+    assert sorted(e["status"] for e in await settled(account, old)).count("delivered") == 4
     # Day two of the ramp: a's 4 are spent. A source made today starts on day one, with a
     # budget of its own: 2 more go, from it.
-    b = await _source(admin, "b", "127.0.0.3")
-    await _assign(admin, "domain", domain_id, await _pool(admin, "new", (b, 1)))
-    send_at = _now(service) + timedelta(minutes=10)
+    b = await create_source(admin, "b", "127.0.0.3")
+    await assign_pool(admin, "domain", domain_id, await create_pool(admin, "new", (b, 1)))
+    send_at = now(service) + timedelta(minutes=10)
     new = await schedule(account, [f"n{i}@warm.example" for i in range(4)], send_at)
-    _move_to(service, clock, send_at + timedelta(seconds=5))
+    move_to(service, clock, send_at + timedelta(seconds=5))
     await smtp_sink.wait_for_messages(6)
-    statuses = [e["status"] for e in await _settled(account, new)]
+    statuses = [e["status"] for e in await settled(account, new)]
     assert sorted(statuses) == ["deferred", "deferred", "delivered", "delivered"]
     await trio.sleep(0.5)  # room for a message over the budget to arrive
     assert Counter(m.peer for m in smtp_sink.messages) == {"127.0.0.2": 4, "127.0.0.3": 2}
@@ -302,10 +292,13 @@ async def test_a_pool_is_used_by_two_nodes_on_one_database(
         account = await ready_account(service, dns_server, plan="business")
         admin = await service.account(admin=True)
         route_mail(dns_server, "nodes.example")
-        a, b = await _source(admin, "a", "127.0.0.2"), await _source(admin, "b", "127.0.0.3")
-        pool_id = await _pool(admin, "both", (a, 2), (b, 1))
-        await _assign(admin, "workspace", account.workspace_id, pool_id)
-        send_at = (_now(service) + timedelta(hours=1)).isoformat()
+        a, b = (
+            await create_source(admin, "a", "127.0.0.2"),
+            await create_source(admin, "b", "127.0.0.3"),
+        )
+        pool_id = await create_pool(admin, "both", (a, 2), (b, 1))
+        await assign_pool(admin, "workspace", account.workspace_id, pool_id)
+        send_at = (now(service) + timedelta(hours=1)).isoformat()
         headers = {"Authorization": f"Bearer {account.api_key}"}
         ids: dict[str, str] = {}
         async with httpx.AsyncClient(base_url=second.api_url, headers=headers) as other:
@@ -315,7 +308,7 @@ async def test_a_pool_is_used_by_two_nodes_on_one_database(
                 assert sent.status_code == 202, sent.text
                 for body, email in zip(batch, sent.json(), strict=True):
                     ids[body["to"][0]["email"]] = email["id"]
-        _move_to(service, clock, _next_minute(datetime.fromisoformat(send_at)))
+        move_to(service, clock, minute_after(datetime.fromisoformat(send_at)))
         received = _by_recipient(await smtp_sink.wait_for_messages(30, timeout=60))
         expected = await _expected(service, pool_id, ids)
         assert {r: m.peer for r, m in received.items()} == expected

@@ -19,7 +19,7 @@ from engine.mail.compose import compose, compose_with_email_package
 from engine.mail.header_fields import FOLD_AT, MAX_ENCODED_WORD
 from engine.mail.international import downgrade
 from tests.harness.fuzz import bounded
-from tests.test_mail import make
+from tests.harness.messages import make
 
 _ENCODED_WORD = re.compile(rb"=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=")
 

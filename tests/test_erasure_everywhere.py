@@ -24,13 +24,13 @@ from storage.codec import timestamp
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.mcp import call, mcp_client, set_policy
+from tests.harness.sandbox import sandbox_account
+from tests.harness.sandbox import send as sandbox_send
 from tests.harness.sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_mcp import call, mcp_client, set_policy
-from tests.test_sandbox import sandbox_account
-from tests.test_sandbox import send as sandbox_send
-from tests.test_webhooks import _webhook
+from tests.harness.webhooks import create_webhook
 
 ANN = "ann.lee@erase.example"
 SCRIPTED = "complain-after-1h@customer.example"  # the sandbox complains for it an hour later
@@ -110,7 +110,7 @@ async def test_erasure_leaves_the_address_in_no_table_and_no_file(
     await client.patch(
         f"/v1/domains/{domain['id']}", json={"open_tracking": True, "click_tracking": True}
     )
-    await _webhook(account, https_receiver)
+    await create_webhook(account, https_receiver)
     note = base64.b64encode(f"Statement for {ANN}".encode()).decode()
     sends = [
         message(

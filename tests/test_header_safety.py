@@ -20,7 +20,7 @@ from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, message, ready_account, route_mail, wait_for_status
 from tests.harness.service import PUBLIC_URL, Account, Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_templates import create_template
+from tests.harness.templates import create_template
 
 BAD = {
     "CR": "\r",

@@ -11,10 +11,10 @@ import httpx
 import trio
 
 from postroom.logs import REDACTED, JsonFormatter
+from tests.harness.cli import PASSWORD, create_account
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, message, route_mail
 from tests.harness.service import ServiceProcess, free_port
-from tests.test_cli import PASSWORD, create_account
 
 
 async def _deferred_email_and_failing_webhook(

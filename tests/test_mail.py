@@ -8,8 +8,7 @@ import email
 import email.policy
 import re
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage, MIMEPart
 from typing import Any
 
@@ -18,10 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from dkim.canonicalization import CanonicalizationPolicy
 
-from engine.domains.dkim_keys import DkimKey, _generate, txt_value
+from engine.domains.dkim_keys import DkimKey, _generate
 from engine.mail import (
     Attachment,
-    OutgoingMessage,
     bounce_address,
     compose,
     email_id_from_bounce_address,
@@ -30,24 +28,10 @@ from engine.mail import (
     validate_custom_headers,
 )
 from engine.mail.dkim import relaxed_body, relaxed_header
+from tests.harness.messages import DATE, DOMAIN, dns_for, make
 
-DATE = datetime(2024, 5, 1, 12, 30, 5, tzinfo=UTC)
-DOMAIN = "mail.example.com"
 UNSUBSCRIBE = "https://postroom.example.net/v1/unsubscribe/" + "t0k3n" * 40
 PNG = bytes(range(256)) * 3 + b"\r\n\x00\r\r\n\n.\r\n"  # every byte value, stray line ends
-
-
-def make(**changes: Any) -> OutgoingMessage:
-    base = OutgoingMessage(
-        from_address="ada@mail.example.com",
-        from_name="Ada Lovelace",
-        to=(("bob@example.org", "Bob"),),
-        subject="Your receipt",
-        text="Thanks for your order.\n",
-        message_id="<0b7a7d2e-4b1c-4d5e-9f10-2a3b4c5d6e7f@mail.example.com>",
-        date=DATE,
-    )
-    return dataclasses.replace(base, **changes)
 
 
 def parse(raw: bytes) -> EmailMessage:
@@ -455,17 +439,6 @@ def test_bounce_address_needs_a_uuid_and_a_domain() -> None:
 @pytest.fixture(scope="module")
 def key() -> DkimKey:
     return _generate()
-
-
-def dns_for(key: DkimKey, domain: str = DOMAIN) -> Callable[..., bytes | None]:
-    """A resolver that publishes the key's TXT record, as the domain's DNS would."""
-
-    def txt(name: bytes, timeout: float = 5) -> bytes | None:
-        if name.rstrip(b".") == f"{key.selector}._domainkey.{domain}".encode():
-            return txt_value(key.public_b64).encode()
-        return None
-
-    return txt
 
 
 def signed(key: DkimKey, raw: bytes, **kwargs: Any) -> bytes:

@@ -20,10 +20,10 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.mcp import activity, call, draft, set_policy
 from tests.harness.sending import ready_account, route_mail, wait_for_status
 from tests.harness.service import REPO, Service, free_port
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_mcp import activity, call, draft, set_policy
 
 
 def bridge(url: str, api_key: str, cwd: Path) -> StdioServerParameters:

@@ -20,20 +20,10 @@ from storage import nodes as stored_nodes
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
+from tests.harness.metrics import scrape
 from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-
-
-async def scrape(service: Service) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample on /metrics, by name and sorted labels."""
-    response = await service.client().get("/metrics")
-    assert response.status_code == 200
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
 
 
 async def test_metrics_show_depth_outcomes_and_latencies_after_sending(

@@ -17,7 +17,7 @@ from tests.harness.inbound import SOURCE, letter, poll, send_inbound, verified_d
 from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_webhooks import _webhook
+from tests.harness.webhooks import create_webhook
 
 ANN = "ann@erase.example"
 
@@ -28,7 +28,7 @@ async def test_erasure_rewrites_the_address_out_and_keeps_it_suppressed(
     account = await ready_account(service, dns_server)
     client = account.client
     route_mail(dns_server, "erase.example")
-    hook = await _webhook(account, https_receiver, ["email.delivered"])
+    hook = await create_webhook(account, https_receiver, ["email.delivered"])
     people = (await client.post("/v1/contacts/", json={"name": "People"})).json()
     for address in (ANN, "bob@erase.example"):
         added = await client.post(f"/v1/contacts/{people['id']}/contacts", json={"email": address})

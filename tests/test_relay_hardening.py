@@ -20,7 +20,7 @@ from trio.testing import MockClock
 from engine.mail.address_list import addresses
 from relay.listener import S421_TOO_MANY_FROM_CLIENT
 from tests.harness.dns_server import DnsServer
-from tests.harness.relay import relay_account, submit
+from tests.harness.relay import relay_account, reply_line, submit
 from tests.harness.sending import SENDER, SENDING_DOMAIN, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
@@ -255,18 +255,6 @@ async def test_a_message_in_progress_when_its_credential_is_deleted_is_refused(
 
 
 # -- One client address cannot take every connection ----------------------------------------
-
-
-async def reply_line(stream: trio.SocketStream) -> bytes:
-    """The server's next reply line, or what it sent before closing."""
-    received = b""
-    with trio.fail_after(10):
-        while not received.endswith(b"\r\n"):
-            chunk = await stream.receive_some()
-            if not chunk:
-                break
-            received += chunk
-    return received
 
 
 @pytest.mark.parametrize("listener", ["submission", "inbound"])

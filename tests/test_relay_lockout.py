@@ -24,10 +24,9 @@ from relay.connection import Timeouts
 from relay.inbound import InboundSession
 from relay.listener import MAX_CONNECTIONS, MAX_PER_CLIENT, SmtpListener
 from tests.harness.dns_server import DnsServer
-from tests.harness.relay import mime, relay_account, submit
+from tests.harness.relay import mime, relay_account, reply_line, submit
 from tests.harness.service import Service
 from tests.harness.tls import TlsAuthority
-from tests.test_relay_hardening import reply_line
 
 
 async def _closed(stream: trio.SocketStream) -> bool:

@@ -12,23 +12,31 @@ from typing import Any
 import trio
 
 from engine.smtp.server import MailFrom, MessageData, ServerPolicy, SmtpServer
-from tests import test_mta_sts
 from tests.harness import service as harness
+from tests.harness import tls_policies
 from tests.harness.relay import mime, relay_account
 from tests.harness.sending import SENDER, wait_for_email
 from tests.harness.service import Account, Service
+from tests.harness.smtp_machine import authenticated, codes, run
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_dane import MX, _publish, _sink, _spki_sha256
-from tests.test_mta_sts import DOMAIN, _delivered, _events, _Loopback
-from tests.test_smtp_server import authenticated, codes, run
+from tests.harness.tls_policies import (
+    DOMAIN,
+    MX,
+    Loopback,
+    dane_sink,
+    events_of,
+    is_delivered,
+    publish_tlsa,
+    spki_sha256,
+)
 
-# The peers of test_mta_sts.py (a DNS server, an HTTPS policy server, the test CA).
-loopback = test_mta_sts.loopback
-policy_server = test_mta_sts.policy_server
+# The peers of tests/harness/tls_policies.py (a DNS server, an HTTPS policy server, the test CA).
+loopback = tls_policies.loopback
+policy_server = tls_policies.policy_server
 
 
-def _service(loopback: _Loopback, sink: SmtpSink) -> AbstractAsyncContextManager[Service]:
+def _service(loopback: Loopback, sink: SmtpSink) -> AbstractAsyncContextManager[Service]:
     relay_pem = loopback.tls_ca.ca_file.parent / "relay-key-and-chain.pem"
     if not relay_pem.exists():
         loopback.tls_ca.server_cert.private_key_and_cert_chain_pem.write_to_path(str(relay_pem))
@@ -66,13 +74,13 @@ def _submit(
 
 
 async def _relayed(
-    service: Service, loopback: _Loopback, sink: SmtpSink, tlsa: str | None = None
+    service: Service, loopback: Loopback, sink: SmtpSink, tlsa: str | None = None
 ) -> tuple[Account, Any, str]:
     """An account with an SMTP credential, and the id of one email it relayed with
     REQUIRETLS; with `tlsa`, the MX host has that TLSA record (DANE) before it is sent."""
     account, credential = await relay_account(service, loopback.dns)
     if tlsa is not None:
-        _publish(loopback, sink, tlsa)
+        publish_tlsa(loopback, sink, tlsa)
     before, after, email_id = await trio.to_thread.run_sync(
         _submit, service, loopback.tls_ca, credential, True
     )
@@ -85,29 +93,29 @@ def _failed(email: dict[str, Any]) -> bool:
 
 
 async def test_requiretls_mail_goes_over_dane_verified_tls_and_passes_it_on(
-    loopback: _Loopback,
+    loopback: Loopback,
 ) -> None:
-    sink, chain = await _sink(loopback, loopback.tls_ca.ca, MX)
+    sink, chain = await dane_sink(loopback, loopback.tls_ca.ca, MX)
     sink.requiretls = True
     async with _service(loopback, sink) as service:
-        tlsa = f"3 1 1 {_spki_sha256(chain[0])}"
+        tlsa = f"3 1 1 {spki_sha256(chain[0])}"
         account, _, email_id = await _relayed(service, loopback, sink, tlsa)
-        done = await wait_for_email(account, email_id, _delivered)
-        [delivered] = _events(done, "delivered")
+        done = await wait_for_email(account, email_id, is_delivered)
+        [delivered] = events_of(done, "delivered")
         assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
         [mail] = [line for line in sink.transcript if line.startswith("MAIL")]
         assert mail.endswith(" REQUIRETLS")
 
 
 async def test_requiretls_mail_fails_with_5_7_30_when_the_mx_lacks_requiretls(
-    loopback: _Loopback,
+    loopback: Loopback,
 ) -> None:
-    sink, chain = await _sink(loopback, loopback.tls_ca.ca, MX)  # verified, no REQUIRETLS
+    sink, chain = await dane_sink(loopback, loopback.tls_ca.ca, MX)  # verified, no REQUIRETLS
     async with _service(loopback, sink) as service:
-        tlsa = f"3 1 1 {_spki_sha256(chain[0])}"
+        tlsa = f"3 1 1 {spki_sha256(chain[0])}"
         account, _, email_id = await _relayed(service, loopback, sink, tlsa)
         done = await wait_for_email(account, email_id, _failed)
-        [failed] = _events(done, "failed")
+        [failed] = events_of(done, "failed")
         assert failed["dsn"] == "5.7.30" and "REQUIRETLS support required" in failed["error"]
         assert sink.messages == [] and not any(line.startswith("MAIL") for line in sink.transcript)
         suppressions = (await account.client.get("/v1/suppressions/")).json()["items"]
@@ -115,22 +123,22 @@ async def test_requiretls_mail_fails_with_5_7_30_when_the_mx_lacks_requiretls(
 
 
 async def test_requiretls_mail_fails_without_a_verified_policy_and_other_mail_goes(
-    loopback: _Loopback,
+    loopback: Loopback,
 ) -> None:
-    sink, _ = await _sink(loopback, loopback.tls_ca.ca, MX)
+    sink, _ = await dane_sink(loopback, loopback.tls_ca.ca, MX)
     sink.requiretls = True  # offered, but nothing verifies the host: opportunistic TLS
     async with _service(loopback, sink) as service:
         account, credential, email_id = await _relayed(service, loopback, sink)
         done = await wait_for_email(account, email_id, _failed)
-        [failed] = _events(done, "failed")
+        [failed] = events_of(done, "failed")
         assert failed["dsn"] == "5.7.30"
         assert sink.messages == []
         # The same message without REQUIRETLS is delivered as usual.
         _, _, other = await trio.to_thread.run_sync(
             _submit, service, loopback.tls_ca, credential, False
         )
-        done = await wait_for_email(account, other, _delivered)
-        assert _events(done, "delivered")[0]["policy"] == "opportunistic"
+        done = await wait_for_email(account, other, is_delivered)
+        assert events_of(done, "delivered")[0]["policy"] == "opportunistic"
         [mail] = [line for line in sink.transcript if line.startswith("MAIL")]
         assert "REQUIRETLS" not in mail
 

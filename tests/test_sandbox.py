@@ -26,6 +26,7 @@ from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.inbound import send_inbound
+from tests.harness.sandbox import DOMAIN, letter, sandbox_account, send
 from tests.harness.sending import (
     message,
     ready_account,
@@ -36,33 +37,6 @@ from tests.harness.sending import (
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-
-DOMAIN = "shop.example"
-SENDER = f"hello@{DOMAIN}"
-
-
-async def sandbox_account(service: Service, plan: str = "starter") -> Account:
-    """An administrator's account in sandbox mode, with a domain the sandbox verified (no DNS
-    record published) and a sender on it."""
-    account = await service.account(plan, admin=True)
-    switched = await account.client.put("/v1/sandbox", json={"enabled": True})
-    assert switched.status_code == 200 and switched.json()["enabled"] is True
-    domain = (await account.client.post("/v1/domains/", json={"name": DOMAIN})).json()
-    marked = await account.client.post(f"/v1/sandbox/domains/{domain['id']}/verify")
-    assert marked.status_code == 200 and marked.json()["status"] == "verified"
-    assert (await account.client.post("/v1/senders/", json={"email": SENDER})).status_code == 201
-    return account
-
-
-def letter(to: str, **extra: Any) -> dict[str, Any]:
-    return {**message(to), "from_": {"email": SENDER}, **extra}
-
-
-async def send(account: Account, to: str, **extra: Any) -> str:
-    sent = await account.client.post("/v1/emails/", json=letter(to, **extra))
-    assert sent.status_code == 202, sent.text
-    email_id: str = sent.json()["id"]
-    return email_id
 
 
 async def captured_requests(account: Account, count: int) -> dict[str, Any]:

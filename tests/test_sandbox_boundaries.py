@@ -18,11 +18,12 @@ from engine.domains.checker import GIVE_UP_AFTER, INTERVAL, SYSTEM_ACTOR
 from storage import domains, migrations
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
+from tests.harness.sandbox import sandbox_account
 from tests.harness.sending import SENDING_DOMAIN, message, ready_account, route_mail
 from tests.harness.service import Account, Service
+from tests.harness.sessions import signed_in_client
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sandbox import sandbox_account
-from tests.test_transfers import DAY, initiate, login, wait_for_transfer
+from tests.harness.transfers import DAY, initiate, wait_for_transfer
 
 VICTIM = "bank-victim.example"
 SPOOFED = f"security@{VICTIM}"
@@ -82,7 +83,7 @@ async def test_an_admin_force_transfer_arrives_pending(
 ) -> None:
     source, domain_id = await marked_victim(service)  # its owner is a platform admin
     target = await service.account("starter")
-    session = await login(service, source)
+    session = await signed_in_client(service, source)
     reauth = await session.post("/v1/auth/reauth", json={"password": source.password})
     assert reauth.status_code == 200, reauth.text
     forced = await session.post(

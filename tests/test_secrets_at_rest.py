@@ -38,13 +38,13 @@ from storage import domains
 from storage.database import open_database
 from storage.sealing import DKIM_PRIVATE_KEY, SERVICE_SECRET, Sealer, SealingError
 from tests.harness import service as harness
+from tests.harness.cli import assert_stops_with_one_log_record
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.sending import SENDING_DOMAIN, dkim_verifies, message, ready_account, route_mail
 from tests.harness.service import SMTP_HOST, Service, ServiceProcess
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-from tests.test_cli import assert_stops_with_one_log_record
 
 SEALED = "enc:v1:"
 

@@ -9,6 +9,7 @@ import trio
 from trio.testing import MockClock
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.domains import add_domain
 from tests.harness.sending import (
     SENDER,
     SENDING_DOMAIN,
@@ -460,7 +461,6 @@ async def test_single_sends_stored_together_are_each_answered_as_if_alone(
     service: Service, dns_server: DnsServer
 ) -> None:
     from storage import emails as stored_emails
-    from tests.test_smtp_credentials import add_domain
 
     # Concurrent sends meet in one group commit, which stores them as one batch per
     # workspace: each must still get the answer it would get alone.

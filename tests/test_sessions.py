@@ -8,54 +8,18 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 import jwt
 import pytest
 import trio
 from trio.testing import MockClock
 
-from engine.platform.runtime import Runtime
 from storage import accounts as account_rows
 from storage.accounts import Workspace
 from storage.codec import new_id
-from tests.harness.service import PUBLIC_URL, Account, Service
-
-COOKIE = "postroom_session"
-SAME_ORIGIN = {"Origin": PUBLIC_URL}
-
-
-async def login(service: Service, email: str, password: str) -> httpx.Response:
-    client = service.client()
-    return await client.post("/v1/auth/login", json={"email": email, "password": password})
-
-
-async def session_token(service: Service, account: Account) -> str:
-    response = await login(service, account.email, account.password)
-    assert response.status_code == 200, response.text
-    token: str = response.cookies[COOKIE]
-    return token
-
-
-def with_cookie(service: Service, token: str, **headers: str) -> httpx.AsyncClient:
-    """A client that sends only the session cookie (no API key), one connection per request.
-
-    Keep-alive connections do not survive a jump of the clock by more than a minute.
-    """
-    return service.client(
-        headers={"Cookie": f"{COOKIE}={token}", **headers},
-        limits=httpx.Limits(max_keepalive_connections=0),
-    )
-
-
-def runtime(service: Service) -> Runtime:
-    return service.running.runtime
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code
-    assert isinstance(body["detail"], str)
+from tests.harness.api import assert_error
+from tests.harness.clock import runtime
+from tests.harness.service import Service
+from tests.harness.sessions import COOKIE, SAME_ORIGIN, login, session_token, with_cookie
 
 
 async def test_login_sets_an_http_only_cookie_and_returns_the_user(service: Service) -> None:

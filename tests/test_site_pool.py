@@ -15,13 +15,13 @@ from trio.testing import MockClock
 from engine.delivery.egress import Source
 from engine.delivery.site_pool import KEEP_IDLE, Posture, SitePool
 from engine.smtp.session import connect
+from tests.harness.clock import minute_after, move_to, now
 from tests.harness.dns_server import DnsServer
-from tests.harness.sending import message, ready_account
+from tests.harness.egress import assign_pool, create_pool, create_source
+from tests.harness.policies import create_policy
+from tests.harness.sending import message, ready_account, schedule
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_delivery_policies import _move_to, _next_minute, _now, _policy
-from tests.test_delivery_policies import _schedule as schedule
-from tests.test_egress_sources import _assign, _pool, _source
 
 
 async def test_two_domains_behind_one_mx_host_share_a_connection_that_ends_when_idle(
@@ -77,13 +77,13 @@ async def test_more_sources_than_connections_take_turns_on_the_one_connection(
     admin = await service.account(admin=True)
     dns_server.set("narrow.example", "MX", ["10 mx.narrow.example."])
     dns_server.set("mx.narrow.example", "A", ["127.0.0.1"])
-    await _policy(account, match="narrow.example", max_connections=1)
-    sources = [await _source(admin, f"s{n}", f"127.0.0.{n}") for n in (2, 3, 4)]
-    pool_id = await _pool(admin, "three", *((s, 1) for s in sources))
-    await _assign(admin, "workspace", account.workspace_id, pool_id)
-    send_at = _now(service) + timedelta(hours=1)
+    await create_policy(account, match="narrow.example", max_connections=1)
+    sources = [await create_source(admin, f"s{n}", f"127.0.0.{n}") for n in (2, 3, 4)]
+    pool_id = await create_pool(admin, "three", *((s, 1) for s in sources))
+    await assign_pool(admin, "workspace", account.workspace_id, pool_id)
+    send_at = now(service) + timedelta(hours=1)
     await schedule(account, [f"r{i}@narrow.example" for i in range(30)], send_at)
-    _move_to(service, clock, _next_minute(send_at))
+    move_to(service, clock, minute_after(send_at))
     received = await smtp_sink.wait_for_messages(30, timeout=60)
     # Every source had its turn, one connection at a time.
     assert set(Counter(m.peer for m in received)) == {"127.0.0.2", "127.0.0.3", "127.0.0.4"}

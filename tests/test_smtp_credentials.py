@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import trio
 
@@ -12,20 +10,8 @@ from postroom import config
 from postroom.service import RunningService, serve
 from tests.harness import service as harness
 from tests.harness.dns_server import DnsServer
-from tests.harness.service import SMTP_HOST, Account, Service
-
-
-async def add_domain(
-    account: Account, dns_server: DnsServer, name: str, *, verify: bool = True
-) -> dict[str, Any]:
-    """A domain of the account, verified through its DKIM record unless told otherwise."""
-    domain: dict[str, Any] = (await account.client.post("/v1/domains/", json={"name": name})).json()
-    if verify:
-        dkim_record = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-        dns_server.set(dkim_record["host"], "TXT", [dkim_record["value"]])
-        verified = await account.client.post(f"/v1/domains/{domain['id']}/verify")
-        assert verified.json()["status"] == "verified"
-    return domain
+from tests.harness.domains import add_domain
+from tests.harness.service import SMTP_HOST, Service
 
 
 async def test_created_credential_shows_its_password_once(

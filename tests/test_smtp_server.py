@@ -7,12 +7,11 @@ halves of the grammar are held to each other.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
 
 import pytest
 
 from engine.smtp.client import ClientState, SmtpClient
-from engine.smtp.replies import S235_AUTH_OK, S250_QUEUED, S550_RELAY_DENIED, SmtpReply
+from engine.smtp.replies import S550_RELAY_DENIED, SmtpReply
 from engine.smtp.server import (
     MAX_ERRORS,
     NEED_DATA,
@@ -29,60 +28,9 @@ from engine.smtp.server import (
     SmtpServer,
     StartTlsRequested,
 )
+from tests.harness.smtp_machine import POLICY, accept, authenticated, codes, run
 
-POLICY = ServerPolicy("relay.test", max_message_size=10_000, tls_available=True, auth=True)
 OPEN = ServerPolicy("mx.test", max_message_size=10_000, tls_available=True)
-
-
-def accept(event: Event) -> SmtpReply:
-    if isinstance(event, AuthAttempt):
-        return S235_AUTH_OK
-    if isinstance(event, MessageData):
-        return S250_QUEUED
-    return SmtpReply.of(250, "2.0.0 OK")
-
-
-def run(
-    server: SmtpServer, data: bytes, decide: Callable[[Event], SmtpReply] = accept
-) -> tuple[list[Event], bytes]:
-    """Feed `data`, answer every request with `decide`; the events and the replies sent.
-    Nothing to feed is not the end of the input (`close` is)."""
-    if data:
-        server.receive_data(data)
-    events: list[Event] = []
-    while True:
-        event = server.next_event()
-        if event is NEED_DATA:
-            break
-        events.append(event)
-        if isinstance(event, AuthAttempt | MailFrom | RcptTo | MessageData):
-            server.respond(decide(event))
-        if isinstance(event, Closed | Quit):
-            break
-    return events, server.data_to_send()
-
-
-def codes(replies: bytes) -> list[str]:
-    """Each reply's code and enhanced status, e.g. ["250 2.1.0", ...] (last lines only)."""
-    found = []
-    for line in replies.decode().split("\r\n"):
-        if len(line) > 3 and line[3] == " ":
-            found.append(" ".join(line.split(" ")[:2]))
-    return found
-
-
-def authenticated(policy: ServerPolicy = POLICY) -> SmtpServer:
-    """A server after greeting, EHLO, STARTTLS (as if the handshake passed) and, when the
-    policy has it, AUTH."""
-    server = SmtpServer(policy)
-    run(server, b"EHLO client.test\r\nSTARTTLS\r\n")
-    server.tls_started()
-    run(server, b"EHLO client.test\r\n")
-    if policy.auth:
-        token = base64.b64encode(b"\0user@example.org\0secret").decode()
-        events, _ = run(server, f"AUTH PLAIN {token}\r\n".encode())
-        assert events == [AuthAttempt("PLAIN", "user@example.org", "secret")]
-    return server
 
 
 def test_client_and_server_machines_complete_a_pipelined_transaction() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import email
 import email.policy
 from email.message import EmailMessage
-from typing import Any
 
 from tests.harness.contacts import MISSING
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, ready_account, route_mail
-from tests.harness.service import Account, Service
+from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
+from tests.harness.templates import create_template
 
 TEMPLATE_FIELDS = {
     "id",
@@ -24,13 +24,6 @@ TEMPLATE_FIELDS = {
     "created_at",
     "updated_at",
 }
-
-
-async def create_template(account: Account, **fields: Any) -> dict[str, Any]:
-    response = await account.client.post("/v1/templates/", json={"name": "Welcome", **fields})
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 async def test_create_extracts_variables_from_the_bodies(service: Service) -> None:

@@ -12,10 +12,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tests.harness.bounce_domain import BOUNCE_DOMAIN, with_bounce_domain
 from tests.harness.dns_server import DnsServer
+from tests.harness.reports import FIXTURES, report_mail, send
 from tests.harness.service import Service
-from tests.test_bounce_domain import BOUNCE_DOMAIN, with_bounce_domain
-from tests.test_dmarc_reports import FIXTURES, report_mail, send
 
 RUA = f"tls-rpt@{BOUNCE_DOMAIN}"
 

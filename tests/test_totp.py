@@ -14,12 +14,14 @@ import pyotp
 from trio.testing import MockClock
 
 from engine.accounts import login_limits
+from tests.harness.api import assert_error
+from tests.harness.clock import runtime
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import route_mail
 from tests.harness.service import Account, Service
+from tests.harness.sessions import COOKIE, SAME_ORIGIN, login, with_cookie
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_sessions import COOKIE, SAME_ORIGIN, assert_error, login, runtime, with_cookie
-from tests.test_team import PASSWORD, join_as_new_user, owner_session
+from tests.harness.team import PASSWORD, join_as_new_user, owner_session
 
 STEP = 30  # seconds of one TOTP time step
 

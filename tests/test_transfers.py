@@ -7,8 +7,6 @@ Tokens are read out of the mail that reaches the SMTP sink, as a user would read
 
 from __future__ import annotations
 
-import email
-import email.policy
 import re
 import smtplib
 from dataclasses import replace
@@ -25,43 +23,19 @@ from postroom.service import serve
 from storage import broadcasts
 from storage.codec import new_id
 from tests.harness import service as harness
+from tests.harness.api import assert_error
 from tests.harness.broadcasts import left_sending
 from tests.harness.dns_server import DnsServer
-from tests.harness.sending import SENDER, SENDING_DOMAIN, message, ready_account, route_mail
-from tests.harness.service import PUBLIC_URL, Account, Service
-from tests.harness.smtp_sink import ReceivedMessage, SmtpSink
+from tests.harness.mailbox import mail_to, text_of
+from tests.harness.sending import SENDER, SENDING_DOMAIN, message, only_domain_id, route_mail
+from tests.harness.service import Account, Service
+from tests.harness.sessions import signed_in_client
+from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
+from tests.harness.transfers import DAY, initiate, setup, wait_for_transfer
 
-DAY = 24 * 3600
 ACCEPT_LINK = re.compile(r"/v1/domain-transfers/([A-Za-z0-9_-]{20,})/accept")
 STOP_LINK = re.compile(r"/v1/domain-transfers/stop/([A-Za-z0-9_-]{20,})")
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code
-    assert isinstance(body["detail"], str)
-    return body
-
-
-def text_of(received: ReceivedMessage) -> str:
-    parsed = email.message_from_bytes(received.data, policy=email.policy.default)
-    part = parsed.get_body(preferencelist=("plain",))
-    assert part is not None
-    content: str = part.get_content()
-    return content
-
-
-async def mail_to(sink: SmtpSink, address: str, subject_part: str) -> ReceivedMessage:
-    """The first message to `address` whose subject mentions `subject_part`."""
-    with trio.fail_after(15):
-        while True:
-            for received in await sink.wait_for_messages(1):
-                parsed = email.message_from_bytes(received.data, policy=email.policy.default)
-                if address in received.rcpt_to and subject_part in str(parsed["Subject"]):
-                    return received
-            await trio.sleep(0.05)
 
 
 async def accept_token(sink: SmtpSink, target: Account) -> str:
@@ -74,40 +48,6 @@ async def stop_token(sink: SmtpSink, source: Account) -> str:
     found = STOP_LINK.search(text_of(await mail_to(sink, source.email, "accepted")))
     assert found is not None
     return found.group(1)
-
-
-async def domain_id(account: Account) -> str:
-    [domain] = (await account.client.get("/v1/domains/")).json()
-    return str(domain["id"])
-
-
-async def setup(
-    service: Service, dns_server: DnsServer, target_plan: str = "starter"
-) -> tuple[Account, Account, str]:
-    """A source with a verified domain and a sender, a target account, mail routed to both."""
-    source = await ready_account(service, dns_server)
-    target = await service.account(target_plan)
-    route_mail(dns_server, "example.org")  # every test account's address is @example.org
-    return source, target, await domain_id(source)
-
-
-async def initiate(source: Account, target: Account, domain: str, **extra: Any) -> dict[str, Any]:
-    response = await source.client.post(
-        f"/v1/domains/{domain}/transfer", json={"target_email": target.email, **extra}
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def wait_for_transfer(account: Account, transfer_id: str, status: str) -> dict[str, Any]:
-    """Poll the initiator's outgoing list until the timer has moved the transfer."""
-    with trio.fail_after(15):
-        while True:
-            for t in (await account.client.get("/v1/domain-transfers/outgoing")).json():
-                if t["id"] == transfer_id and t["status"] == status:
-                    return dict(t)
-            await trio.sleep(0.05)
 
 
 async def actions(account: Account) -> list[str]:
@@ -403,21 +343,12 @@ async def test_accept_refusals(
         "domain_limit": 1,
     }
     assert_error(await target.client.post(by_id), 403, "domain_limit")
-    await target.client.delete(f"/v1/domains/{await domain_id(target)}")
+    await target.client.delete(f"/v1/domains/{await only_domain_id(target)}")
     eligibility = (await target.client.get("/v1/domain-transfers/accept-eligibility")).json()
     assert eligibility["can_accept"] is True and eligibility["code"] is None
 
     accepted = await target.client.post(f"/v1/domain-transfers/{token}/accept")
     assert accepted.status_code == 200, accepted.text
-
-
-async def login(service: Service, account: Account) -> httpx.AsyncClient:
-    response = await service.client().post(
-        "/v1/auth/login", json={"email": account.email, "password": account.password}
-    )
-    assert response.status_code == 200, response.text
-    token = response.cookies["postroom_session"]
-    return service.client(headers={"Cookie": f"postroom_session={token}", "Origin": PUBLIC_URL})
 
 
 async def test_force_transfer_needs_an_admin_who_reauthenticated(
@@ -431,7 +362,7 @@ async def test_force_transfer_needs_an_admin_who_reauthenticated(
 
     assert_error(await source.client.post(path, json=body), 403, "admin_required")
     assert_error(await admin.client.post(path, json=body), 403, "reauth_required")
-    session = await login(service, admin)
+    session = await signed_in_client(service, admin)
     assert_error(await session.post(path, json=body), 403, "reauth_required")
     reauth = await session.post("/v1/auth/reauth", json={"password": admin.password})
     assert reauth.status_code == 200, reauth.text

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.mcp import call, draft, logged_in, mcp_client, refused
 from tests.harness.sending import ready_account
 from tests.harness.service import PUBLIC_URL, Account, Service
-from tests.test_mcp import call, draft, logged_in, mcp_client, refused
 
 POLICIES = "/v1/delivery/policies"
 

@@ -17,7 +17,7 @@ from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.sending import message, ready_account, route_mail, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_webhooks import _verified
+from tests.harness.webhooks import signature_valid
 
 # listmonk's bounce webhook body (https://listmonk.app/docs/bounces/, "POST /webhooks/bounce").
 LISTMONK_BOUNCE = {
@@ -224,7 +224,7 @@ async def test_listmonk_webhook_receives_a_real_bounce_it_accepts(
     await wait_for_status(account, sent.json()["id"])
     [request] = await https_receiver.wait_for_requests(1)
     assert request.path == "/webhooks/bounce"
-    assert _verified(hook["secret"], request.body, request.headers["x-webhook-signature"])
+    assert signature_valid(hook["secret"], request.body, request.headers["x-webhook-signature"])
     body = request.json()
     assert listmonk_accepts(body)
     assert body["email"] == "permfail@hooks.example" and body["type"] == "hard"

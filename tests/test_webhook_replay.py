@@ -10,7 +10,7 @@ from trio.testing import MockClock
 
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.service import Account, Service
-from tests.test_webhooks import _webhook
+from tests.harness.webhooks import create_webhook
 
 
 async def _deliveries(account: Account, webhook_id: str) -> list[dict[str, Any]]:
@@ -36,7 +36,7 @@ async def test_bulk_replay_requeues_the_dead_deliveries_in_the_window(
     service: Service, https_receiver: HttpsReceiver, clock: MockClock
 ) -> None:
     account = await service.account()
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     replay_url = f"/v1/webhooks/{hook['id']}/replay"
     https_receiver.respond(500)
     for _ in range(2):
@@ -85,7 +85,7 @@ async def test_bulk_replay_refuses_bad_filters_and_other_workspaces(
     service: Service, https_receiver: HttpsReceiver
 ) -> None:
     account = await service.account()
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     replay_url = f"/v1/webhooks/{hook['id']}/replay"
     for body in (
         {"status": "pending"},

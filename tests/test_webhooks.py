@@ -4,8 +4,6 @@ basic auth for receivers that expect it."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import logging
 from typing import Any
@@ -27,28 +25,7 @@ from tests.harness.sending import message, ready_account, route_mail, wait_for_s
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
-
-EVENTS = [
-    "email.sent",
-    "email.delivered",
-    "email.bounced",
-    "email.opened",
-    "email.clicked",
-    "email.failed",
-    "email.complained",
-    "email.unsubscribed",
-]
-
-
-async def _webhook(
-    account: Account, receiver: HttpsReceiver, events: list[str] = EVENTS
-) -> dict[str, Any]:
-    created = await account.client.post(
-        "/v1/webhooks/", json={"url": receiver.url + "/hook", "events": events}
-    )
-    assert created.status_code == 201, created.text
-    hook: dict[str, Any] = created.json()
-    return hook
+from tests.harness.webhooks import EVENTS, create_webhook, signature_valid
 
 
 async def _recorded(account: Account, webhook_id: str, attempts: int) -> dict[str, Any]:
@@ -62,16 +39,11 @@ async def _recorded(account: Account, webhook_id: str, attempts: int) -> dict[st
             await trio.sleep(0.05)
 
 
-def _verified(secret: str, body: bytes, signature: str) -> bool:
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, signature)
-
-
 async def test_delivery_events_arrive_signed_with_their_metadata(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
 ) -> None:
     account = await ready_account(service, dns_server)
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     assert hook["secret"].startswith("whsec_")
     route_mail(dns_server, "hooks.example")
     sent = (
@@ -85,7 +57,7 @@ async def test_delivery_events_arrive_signed_with_their_metadata(
     bodies = []
     for request in requests:
         assert request.path == "/hook"
-        assert _verified(hook["secret"], request.body, request.headers["x-webhook-signature"])
+        assert signature_valid(hook["secret"], request.body, request.headers["x-webhook-signature"])
         bodies.append(json.loads(request.body))
     by_event = {(b["event"], b["recipient"]): b for b in bodies}
     delivered = by_event[("email.delivered", "ok@hooks.example")]
@@ -104,7 +76,7 @@ async def test_failing_receiver_walks_the_schedule_then_dies_and_replay_delivers
     service: Service, https_receiver: HttpsReceiver, clock: MockClock
 ) -> None:
     account = await service.account()
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     https_receiver.respond(500, b'{"error": "down"}')
     assert (await account.client.post(f"/v1/webhooks/{hook['id']}/test")).json() == {
         "queued": True,
@@ -143,7 +115,7 @@ async def test_a_hanging_receiver_counts_as_a_failure(
     service: Service, https_receiver: HttpsReceiver, clock: MockClock
 ) -> None:
     account = await service.account()
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     https_receiver.respond(200, delay=30)
     await account.client.post(f"/v1/webhooks/{hook['id']}/test")
     await https_receiver.wait_for_requests(1)
@@ -159,7 +131,7 @@ async def test_paused_webhook_gets_nothing_new(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
 ) -> None:
     account = await ready_account(service, dns_server)
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     paused = await account.client.patch(f"/v1/webhooks/{hook['id']}", json={"is_active": False})
     assert paused.json()["is_active"] is False
     assert (await account.client.get("/v1/webhooks/")).json() == []
@@ -178,7 +150,7 @@ async def test_only_subscribed_events_are_sent(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
 ) -> None:
     account = await ready_account(service, dns_server)
-    await _webhook(account, https_receiver, ["email.delivered"])
+    await create_webhook(account, https_receiver, ["email.delivered"])
     route_mail(dns_server, "sub.example")
     sent = (await account.client.post("/v1/emails/", json=message("s@sub.example"))).json()
     await wait_for_status(account, sent["id"])
@@ -192,7 +164,7 @@ async def test_deliveries_log_pages_filters_and_counts(
     service: Service, https_receiver: HttpsReceiver
 ) -> None:
     account = await service.account()
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     https_receiver.respond_sequence([200, 200, 500])
     for _ in range(3):
         await account.client.post(f"/v1/webhooks/{hook['id']}/test")
@@ -235,7 +207,7 @@ async def test_webhook_rules_and_workspace_scoping(
     ):
         response = await account.client.post("/v1/webhooks/", json=body)
         assert response.status_code == 422, body
-    hook = await _webhook(account, https_receiver)
+    hook = await create_webhook(account, https_receiver)
     await account.client.post(f"/v1/webhooks/{hook['id']}/test")
     await https_receiver.wait_for_requests(1)
     await service.settled()
@@ -427,7 +399,7 @@ async def test_a_clean_stop_lets_a_post_under_way_finish_and_records_it(
         running: RunningService = await running_in.start(serve, settings)
         service = Service(running, clock)
         account = await service.account()
-        hook = await _webhook(account, https_receiver)
+        hook = await create_webhook(account, https_receiver)
         await account.client.post(f"/v1/webhooks/{hook['id']}/test")
         await https_receiver.wait_for_requests(1)
         await service.aclose()
@@ -453,7 +425,7 @@ async def test_an_event_and_its_webhook_deliveries_commit_together(
     work (engine/webhooks/outbox.py; storage never calls back into the engine): a unit that
     fails after both leaves neither, one that commits has both."""
     account = await ready_account(service, dns_server)
-    await _webhook(account, https_receiver)
+    await create_webhook(account, https_receiver)
     sent = (await account.client.post("/v1/emails/", json=message("x@unrouted.example"))).json()
     rt = service.running.runtime
     mark = "outbox-unit-" + new_id()

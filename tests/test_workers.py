@@ -20,12 +20,12 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from postroom import workers
+from tests.harness.api import assert_error
 from tests.harness.cluster import database_rows
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, SENDING_DOMAIN, route_mail
 from tests.harness.service import Service, ServiceProcess
 from tests.harness.smtp_sink import SmtpSink
-from tests.test_transfers import assert_error
 
 
 def _nodes(proc: ServiceProcess) -> list[list[str]]:

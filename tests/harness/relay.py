@@ -1,10 +1,12 @@
-"""The SMTP relay as tests use it: an account with an SMTP credential, a message, and a
-submission as a mail client makes it."""
+"""The SMTP relay as tests use it: an account with an SMTP credential, a message, a
+submission as a mail client makes it, and a reply line read off a bare socket."""
 
 from __future__ import annotations
 
 import smtplib
 from typing import Any
+
+import trio
 
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, ready_account, route_mail
@@ -46,3 +48,15 @@ def submit(
         smtp.auth(mechanism, method, initial_response_ok=mechanism == "PLAIN")
         refused: dict[str, tuple[int, bytes]] = smtp.sendmail(mail_from, recipients, message)
         return refused
+
+
+async def reply_line(stream: trio.SocketStream) -> bytes:
+    """The server's next reply line, or what it sent before closing."""
+    received = b""
+    with trio.fail_after(10):
+        while not received.endswith(b"\r\n"):
+            chunk = await stream.receive_some()
+            if not chunk:
+                break
+            received += chunk
+    return received

@@ -1,9 +1,11 @@
-"""Sending as tests set it up: an account with a verified domain and sender, recipients' mail
-routed to the SMTP sink, a message body, waits on an email's state, and DKIM verification."""
+"""Sending as tests set it up: an account with a verified domain and sender (and that domain's
+id), recipients' mail routed to the SMTP sink, a message body, mail scheduled for later, waits
+on an email's state, and DKIM verification."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import dkim
@@ -77,3 +79,28 @@ def dkim_verifies(data: bytes, dns_server: DnsServer, index: int = 0) -> bool:
         return b"".join(b"".join(rdata.strings) for rrset in answer.answer for rdata in rrset)
 
     return bool(dkim.DKIM(data).verify(idx=index, dnsfunc=lookup))
+
+
+async def schedule(account: Account, addresses: list[str], send_at: datetime) -> list[str]:
+    """One email per address, all due at `send_at`."""
+    ids = []
+    for address in addresses:
+        body = message(address, send_at=send_at.isoformat())
+        response = await account.client.post("/v1/emails/", json=body)
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["id"])
+    return ids
+
+
+async def settled(account: Account, ids: list[str]) -> list[dict[str, Any]]:
+    """Each email once it is delivered or waiting (deferred)."""
+    return [
+        await wait_for_email(account, i, lambda e: e["status"] in ("delivered", "deferred"))
+        for i in ids
+    ]
+
+
+async def only_domain_id(account: Account) -> str:
+    """The id of the account's one domain (as `ready_account` made it)."""
+    [domain] = (await account.client.get("/v1/domains/")).json()
+    return str(domain["id"])
