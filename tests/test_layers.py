@@ -130,3 +130,15 @@ def test_the_engines_features_stand_on_floors() -> None:
         visit(room, [])
     assert loops == []
     assert "platform" in arrows["delivery"]  # the walk sees real arrows
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/harness/: a test module importing another's private
+    helpers runs that module's imports and fixtures, and couples tests that edit separately."""
+    wrong = [
+        f"{path} imports {module}"
+        for path, modules in _modules("tests").items()
+        for module in modules
+        if module.startswith("tests.test_")
+    ]
+    assert wrong == []
