@@ -106,6 +106,19 @@ async def test_enrol_confirm_and_sign_in_with_a_code(service: Service, clock: Mo
     assert {"two_factor.enabled", "session.created"} <= actions
 
 
+async def test_turning_it_on_ends_the_users_other_sessions_but_not_keys(
+    service: Service,
+) -> None:
+    account = await service.account()
+    here, elsewhere = await signed_in(service, account), await signed_in(service, account)
+    assert (await elsewhere.get("/v1/domains/")).status_code == 200
+    await enrolled(service, here)
+    # A session opened with the password alone (a stolen one, say) ends; this one goes on.
+    assert (await elsewhere.get("/v1/domains/")).status_code == 401
+    assert (await here.get("/v1/domains/")).status_code == 200
+    assert (await account.client.get("/v1/domains/")).status_code == 200  # an API key
+
+
 async def test_a_wrong_code_a_replayed_code_and_a_forged_token_open_nothing(
     service: Service, clock: MockClock
 ) -> None:

@@ -168,6 +168,8 @@ def _confirm(
         return False
     login_limits.succeeded(tx, attempt)
     store.confirm(tx, who.user_id, step, now, hashes)
+    # Sessions signed in on the password alone end: one taken before would outlive the fix.
+    accounts.revoke_other_sessions(tx, who.user_id, who.session_id, now)
     change = Change("two_factor.enabled", who.user_email, who.user_id)
     _record(tx, who.user_id, who.user_email, change, now)
     return True
@@ -175,7 +177,8 @@ def _confirm(
 
 async def confirm(rt: Runtime, who: Principal, code: str, client: str | None) -> list[str]:
     """Turn two-factor sign-in on with the first code of the enrolled secret; the ten recovery
-    codes, which are never shown again. Unauthorized for a wrong code."""
+    codes, which are never shown again. Every other session of the user ends (they were
+    opened with the password alone). Unauthorized for a wrong code."""
     _session_only(who)
     codes = _new_recovery_codes()
     attempt = login_limits.attempt(who.user_email, client)
