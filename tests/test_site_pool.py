@@ -19,7 +19,7 @@ from tests.harness.clock import minute_after, move_to, now
 from tests.harness.dns_server import DnsServer
 from tests.harness.egress import assign_pool, create_pool, create_source
 from tests.harness.policies import create_policy
-from tests.harness.sending import message, ready_account, schedule
+from tests.harness.sending import message, ready_account, schedule, wait_for_status
 from tests.harness.service import Service
 from tests.harness.smtp_sink import SmtpSink
 
@@ -43,6 +43,24 @@ async def test_two_domains_behind_one_mx_host_share_a_connection_that_ends_when_
     await service.settled()
     assert smtp_sink.transcript[-1] == "QUIT"
     assert smtp_sink.open_connections == 0
+
+
+async def test_a_pooled_connection_the_server_dropped_is_replaced_not_a_failure(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    dns_server.set("mx.shared.test", "A", ["127.0.0.1"])
+    for domain in ("one.example", "two.example"):
+        dns_server.set(domain, "MX", ["10 mx.shared.test."])
+    first = await account.client.post("/v1/emails/", json=message("a@one.example"))
+    await smtp_sink.wait_for_messages(1)
+    await service.settled()
+    smtp_sink.hang_up()  # the idle connection in the pool is gone, unknown to the sender
+    second = await account.client.post("/v1/emails/", json=message("b@two.example"))
+    await smtp_sink.wait_for_messages(2)
+    for sent in (first, second):
+        assert (await wait_for_status(account, sent.json()["id"]))["status"] == "delivered"
+    assert smtp_sink.connections == 2
 
 
 async def test_a_pooled_connection_goes_only_to_its_own_source_and_tls_posture(

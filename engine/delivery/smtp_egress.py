@@ -136,11 +136,10 @@ class SmtpEgress:
         (a new one after every `per_connection` transfers); one kept from the round before if
         there is one, else a new one. Before each transfer it asks the record whether one may
         start, and after it reports its outcomes (written while it goes on)."""
-        session, sent = await self._session(targets)
+        session, sent, reused = await self._session(targets)
         if not isinstance(session, SmtpSession):
             problems.append(session)
             return
-        reused = sent > 0
         mine = 0  # the record's mark of this connection's last transaction
         try:
             while queue:
@@ -200,18 +199,19 @@ class SmtpEgress:
                 else:
                     await quit_session(session)
 
-    async def _session(self, targets: list[mx.MxTarget]) -> tuple[SmtpSession | Outcome, int]:
-        """A session for this round's next connection, with the transactions it has carried:
-        one this egress kept from its last round, else an idle one of the site pool to one of
-        the MX hosts (opened from this source the way this round would open it), else a new
-        one (or why none could be had)."""
+    async def _session(self, targets: list[mx.MxTarget]) -> tuple[SmtpSession | Outcome, int, bool]:
+        """A session for this round's next connection, the transactions it has carried, and
+        whether it was kept (the server may have dropped it since): one this egress kept from
+        its last round, else an idle one of the site pool to one of the MX hosts (opened from
+        this source the way this round would open it), else a new one (or why none could be
+        had)."""
         if self._sessions:
             session = self._sessions.pop()
-            return session, self._uses.pop(id(session), 0)
+            return session, self._uses.pop(id(session), 0), True
         idle = self._sites.take(self._source, self._postures(targets))
         if idle is not None:
-            return idle
-        return await self._open(targets), 0
+            return *idle, True
+        return await self._open(targets), 0, False
 
     def _postures(self, targets: list[mx.MxTarget]) -> list[tuple[str, Posture]]:
         """The MX hosts whose idle connections this round may take, in MX order, each with

@@ -166,6 +166,7 @@ class SmtpSink(LoopbackPeer):
         self.data_delay = 0.0  # seconds a message waits for its reply (a slow receiver)
         self._rcpt_replies: dict[str, SmtpReply] = {}
         self._flaky: dict[str, _Flaky] = {}
+        self._serving: set[trio.CancelScope] = set()  # one per connection open now
         self._data_replies: deque[SmtpReply] = deque()
 
     # -- scripting -------------------------------------------------------------------
@@ -240,12 +241,20 @@ class SmtpSink(LoopbackPeer):
         session = _Session(self, stream, stream.socket.getpeername()[0])
         # A client hanging up or rejecting our certificate is its business, not a crash of
         # the sink (serve_tcp would otherwise take the whole server down).
-        try:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await session.run()
-        finally:
-            session.reset_transaction()
-            session.leave()
+        with trio.CancelScope() as serving:
+            self._serving.add(serving)
+            try:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await session.run()
+            finally:
+                self._serving.discard(serving)
+                session.reset_transaction()
+                session.leave()
+
+    def hang_up(self) -> None:
+        """Close every open connection without a word, as a server dropping idle clients."""
+        for serving in self._serving:
+            serving.cancel()
 
 
 def _domain_of(address: str) -> str:
