@@ -28,6 +28,7 @@ from tests.harness.broadcasts import sender_id
 from tests.harness.clock import minute_after, move_to, now
 from tests.harness.contacts import add_contact, create_list
 from tests.harness.dns_server import DnsServer
+from tests.harness.egress import assign_pool, create_pool, create_source
 from tests.harness.policies import POLICIES, create_policy
 from tests.harness.sending import (
     message,
@@ -362,6 +363,37 @@ async def test_the_forecast_says_when_the_last_throttled_message_leaves(
         assert len(smtp_sink.messages) == delivered
     missing = await account.client.get(f"/v1/broadcasts/{ids[0]}/forecast")
     assert missing.status_code == 404
+
+
+async def test_the_forecast_counts_each_egress_source_of_a_pool_on_its_own(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    account = await ready_account(service, dns_server)
+    admin = await service.account(admin=True)
+    route_mail(dns_server, "daily.example")
+    await create_policy(account, match="daily.example", per_day=1)
+    sent = [
+        await account.client.post("/v1/emails/", json=message(f"r{i}@daily.example"))
+        for i in range(9)
+    ]
+    await settled(account, [response.json()["id"] for response in sent])
+    assert len(smtp_sink.messages) == 1
+    today = now(service).replace(hour=0, minute=0, second=0, microsecond=0)
+    # One sender, one a day: the eighth waiting leaves eight days on.
+    [alone] = (await account.client.get("/v1/delivery/forecast")).json()["destinations"]
+    assert datetime.fromisoformat(alone["last_leaves_at"]) == today + timedelta(days=8)
+    # From a pool of two sources, each with a budget of its own (today's untouched): four
+    # each, the first of them today, the last three days on.
+    sources = [await create_source(admin, name, f"127.0.0.{n}") for n, name in ((2, "a"), (3, "b"))]
+    pool_id = await create_pool(admin, "two", *((source, 1) for source in sources))
+    await assign_pool(admin, "workspace", account.workspace_id, pool_id)
+    [pooled] = (await account.client.get("/v1/delivery/forecast")).json()["destinations"]
+    assert datetime.fromisoformat(pooled["last_leaves_at"]) == today + timedelta(days=3)
+    assert [(limit["unit"], limit["amount"], limit["used"]) for limit in pooled["limits"]] == [
+        ("day", 1, 0),
+        ("day", 1, 0),
+    ]
+    assert [limit["source"].rpartition(" ")[2] for limit in pooled["limits"]] == ["a", "b"]
 
 
 async def test_the_forecast_waits_for_a_deferred_recipients_next_attempt(

@@ -18,23 +18,37 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import replace
 
-from engine.delivery.policies import Effective
+from engine.delivery.policies import Effective, Limit
 from storage import egress
 from storage.delivery_policies import Ramp, Sending
-from storage.egress import Pool, Source
+from storage.egress import Member, Pool, Source
 from storage.tx import Tx
 
 
-def pool_for(sending: Sending, assignments: Mapping[tuple[str, str], str]) -> str | None:
+def pool_for(
+    workspace_id: str, domain_id: str, assignments: Mapping[tuple[str, str], str]
+) -> str | None:
     """The pool applying to mail from one sending domain: the domain's, else the workspace's."""
-    return assignments.get((egress.DOMAIN, sending.domain_id)) or assignments.get(
-        (egress.WORKSPACE, sending.workspace_id)
+    return assignments.get((egress.DOMAIN, domain_id)) or assignments.get(
+        (egress.WORKSPACE, workspace_id)
     )
+
+
+def _members(pool: Pool, sources: Mapping[str, Source]) -> list[Member]:
+    """The pool's members mail can leave from: weighted, and their source still there."""
+    return [m for m in pool.sources if m.source_id in sources and m.weight > 0]
+
+
+def shares(pool: Pool, sources: Mapping[str, Source]) -> list[tuple[Source, float]]:
+    """Each source of the pool with the share of its mail it takes (by weight)."""
+    members = _members(pool, sources)
+    total = sum(m.weight for m in members)
+    return [(sources[m.source_id], m.weight / total) for m in members]
 
 
 def choose(pool: Pool, sources: Mapping[str, Source], email_id: str) -> Source | None:
     """The pool's source for one email, by weight (None: a pool with no source left)."""
-    members = [m for m in pool.sources if m.source_id in sources and m.weight > 0]
+    members = _members(pool, sources)
     total = sum(m.weight for m in members)
     if not total:
         return None
@@ -58,7 +72,7 @@ def sources_for(tx: Tx, sending: Mapping[str, Sending]) -> dict[str, Source]:
     sources = egress.sources_of(tx, (m.source_id for p in pools.values() for m in p.sources))
     chosen: dict[str, Source] = {}
     for email_id, s in sending.items():
-        pool = pools.get(pool_for(s, assignments) or "")
+        pool = pools.get(pool_for(s.workspace_id, s.domain_id, assignments) or "")
         source = None if pool is None else choose(pool, sources, email_id)
         if source is not None:
             chosen[email_id] = source
@@ -73,13 +87,16 @@ def ramp_of(ramp: Ramp, source: Source | None) -> Ramp:
     return replace(ramp, starts_on=source.created_at.date())
 
 
+def counted_for(limit: Limit, source: Source | None) -> Limit:
+    """The limit as mail from `source` spends it: under the source's own budget
+    (`<key>@<source id>`), but an operator cap (`cap:`) shared by every source."""
+    if source is None or limit.key.startswith("cap:"):
+        return limit
+    return replace(limit, key=f"{limit.key}@{source.id}")
+
+
 def per_source(found: Effective, source: Source | None) -> Effective:
-    """The limits of `found` counted under the source's own budgets; operator caps (`cap:`)
-    stay shared by every source."""
+    """The limits of `found` counted under the source's own budgets (`counted_for`)."""
     if source is None:
         return found
-    limits = tuple(
-        lim if lim.key.startswith("cap:") else replace(lim, key=f"{lim.key}@{source.id}")
-        for lim in found.limits
-    )
-    return replace(found, limits=limits)
+    return replace(found, limits=tuple(counted_for(lim, source) for lim in found.limits))

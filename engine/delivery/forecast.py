@@ -10,6 +10,10 @@ no rate limit is estimated from the pace at which its destination accepted mail 
 hour, else as leaving now (connections are then the only bound). No group finishes before
 the latest next attempt among its recipients: one deferred until later leaves no sooner.
 
+Mail from an egress pool spreads over its sources by weight, and each source spends budgets
+and counts ramp days of its own (engine/delivery/egress_sources.py): a group's mail is split
+by the weights and each share forecast under its source's limits, operator caps over them all.
+
 Each group is forecast on its own: two sending domains under one workspace-wide rule share
 its budget, so their true finish can be later than either forecast says.
 """
@@ -23,11 +27,13 @@ from datetime import date, datetime, timedelta
 
 import trio
 
-from engine.delivery import policies, throttle
+from engine.delivery import egress_sources, policies, throttle
 from engine.delivery.policies import Limit
 from engine.platform.runtime import Principal, Runtime
 from storage import delivery_policies as stored
+from storage import egress
 from storage.delivery_policies import Backlog, Ramp, Rule
+from storage.egress import Source
 from storage.tx import Tx
 
 RESOLVED_DOMAINS = 50  # MX lookups per forecast: the biggest backlogs; others go by name
@@ -114,6 +120,57 @@ async def _hosts(rt: Runtime, backlog: list[Backlog]) -> dict[str, tuple[str, ..
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class _Lane:
+    """The share of a group's mail one egress source takes (None: the default egress), the
+    limits counted for it alone, and its ramp (as of the source's age) with today's budget."""
+
+    source: Source | None
+    share: float
+    limits: list[Limit]
+    ramp: Ramp | None
+    ramp_today: Limit | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    caps: list[Limit]  # the operator's, shared by every source
+    lanes: list[_Lane]
+    provider: str | None
+
+    def every_limit(self) -> list[Limit]:
+        today = [lane.ramp_today for lane in self.lanes if lane.ramp_today is not None]
+        return [*self.caps, *(lim for lane in self.lanes for lim in lane.limits), *today]
+
+
+def _pools(
+    tx: Tx, workspace_id: str, domain_ids: list[str]
+) -> dict[str, list[tuple[Source | None, float]]]:
+    """For each sending domain whose mail leaves from a pool, its sources and their shares."""
+    assignments = egress.assignments_of(tx, [workspace_id], domain_ids)
+    if not assignments:
+        return {}
+    pools = egress.pools_of(tx, assignments.values())
+    sources = egress.sources_of(tx, (m.source_id for p in pools.values() for m in p.sources))
+    found: dict[str, list[tuple[Source | None, float]]] = {}
+    for domain_id in domain_ids:
+        pool = pools.get(egress_sources.pool_for(workspace_id, domain_id, assignments) or "")
+        shares = [] if pool is None else egress_sources.shares(pool, sources)
+        if shares:
+            found[domain_id] = list(shares)
+    return found
+
+
+def _state(
+    limit: Limit,
+    budgets: dict[str, tuple[datetime, int]],
+    now: datetime,
+    source: Source | None = None,
+) -> LimitState:
+    why = limit.why if source is None else f"{limit.why}, from egress source {source.name}"
+    return LimitState(limit.unit, limit.amount, _used(limit, budgets, now), why)
+
+
 @dataclass(slots=True)
 class _Group:
     domains: list[str] = field(default_factory=list)
@@ -150,16 +207,32 @@ async def forecast(
         group.waiting += item.waiting
         if item.next_attempt_at is not None:
             group.next_attempt_at = max(group.next_attempt_at or now, item.next_attempt_at)
-    plans: dict[tuple[str, str], tuple[list[Limit], Ramp | None, str | None]] = {}
+    pooled = await rt.db.read(_pools, who.workspace_id, [domain_id for _, domain_id in groups])
+    plans: dict[tuple[str, str], _Plan] = {}
     for (key, domain_id), group in groups.items():
         applicable = policies.ordered(rules, domain_id, group.domains[0], group.hosts)
-        limits = list(policies.effective(applicable, rt.delivery_caps, key).limits)
+        limits = policies.effective(applicable, rt.delivery_caps, key).limits
+        ramp = ramps.get((who.workspace_id, domain_id))
+        # Mail from a pool spreads over its sources by weight, each with budgets and a ramp
+        # day of its own (engine/delivery/egress_sources.py); operator caps bind them all.
+        lanes = []
+        for source, share in pooled.get(domain_id) or [(None, 1.0)]:
+            own = [egress_sources.counted_for(lim, source) for lim in limits]
+            ramp_now = None if ramp is None else egress_sources.ramp_of(ramp, source)
+            today = None if ramp_now is None else policies.ramp_limit(ramp_now, now.date(), key)
+            lanes.append(
+                _Lane(
+                    source,
+                    share,
+                    [lim for lim in own if not lim.key.startswith("cap:")],
+                    ramp_now,
+                    None if today is None else egress_sources.counted_for(today, source),
+                )
+            )
+        caps = [lim for lim in limits if lim.key.startswith("cap:")]
         provider = next((r.name for r in applicable if r.builtin), None)
-        plans[(key, domain_id)] = (limits, ramps.get((who.workspace_id, domain_id)), provider)
-    budget_keys = [lim.budget_key for limits, _, _ in plans.values() for lim in limits]
-    budget_keys += [
-        f"ramp:{ramp.id}:{key}/day" for (key, _), (_, ramp, _) in plans.items() if ramp is not None
-    ]
+        plans[(key, domain_id)] = _Plan(caps, lanes, provider)
+    budget_keys = [lim.budget_key for plan in plans.values() for lim in plan.every_limit()]
 
     def state(
         tx: Tx,
@@ -172,22 +245,28 @@ async def forecast(
     budgets, outcomes = await rt.db.read(state)
     found = []
     for (key, domain_id), group in groups.items():
-        limits, ramp, provider = plans[(key, domain_id)]
+        plan = plans[(key, domain_id)]
         ok = sum(outcomes.get(d, (0, 0))[0] for d in group.domains)
         tried = ok + sum(outcomes.get(d, (0, 0))[1] for d in group.domains)
         acceptance = ok / tried if tried else None
         # Every attempt spends budget, accepted or not.
         spending = math.ceil(group.waiting / max(acceptance or 1.0, MIN_ACCEPTANCE))
-        finishes = [_limit_finish(lim, _used(lim, budgets, now), spending, now) for lim in limits]
-        states = [
-            LimitState(lim.unit, lim.amount, _used(lim, budgets, now), lim.why) for lim in limits
+        finishes = [
+            _limit_finish(lim, _used(lim, budgets, now), spending, now) for lim in plan.caps
         ]
-        if ramp is not None:
-            today = policies.ramp_limit(ramp, now.date(), key)
-            used = 0 if today is None else _used(today, budgets, now)
-            finishes.append(_ramp_finish(ramp, used, spending, now))
-            if today is not None:
-                states.append(LimitState("day", today.amount, used, today.why))
+        states = [_state(lim, budgets, now) for lim in plan.caps]
+        for lane in plan.lanes:
+            share = math.ceil(spending * lane.share)
+            finishes += [
+                _limit_finish(lim, _used(lim, budgets, now), share, now) for lim in lane.limits
+            ]
+            states += [_state(lim, budgets, now, lane.source) for lim in lane.limits]
+            if lane.ramp is not None:
+                today = lane.ramp_today
+                used = 0 if today is None else _used(today, budgets, now)
+                finishes.append(_ramp_finish(lane.ramp, used, share, now))
+                if today is not None:
+                    states.append(_state(today, budgets, now, lane.source))
         if not finishes and ok:
             # No budget to go by: the pace the destination took our mail at lately.
             finishes.append(now + RECENT * (spending / ok))
@@ -196,7 +275,7 @@ async def forecast(
         found.append(
             DestinationForecast(
                 destination=key,
-                provider=provider,
+                provider=plan.provider,
                 sending_domain_id=domain_id,
                 domains=group.domains[:20],
                 waiting=group.waiting,
