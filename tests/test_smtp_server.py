@@ -277,6 +277,25 @@ def test_smtputf8_is_offered_and_opens_an_internationalised_transaction() -> Non
     assert b"250-SMTPUTF8\r\n" in ehlo
 
 
+def test_a_u_label_domain_under_smtputf8_is_taken_as_its_a_labels() -> None:
+    server = authenticated(OPEN)
+    commands = (
+        "EHLO client.test\r\n"
+        "MAIL FROM:<jos\u00e9@b\u00fccher.example> SMTPUTF8\r\n"
+        "RCPT TO:<b@M\u00dcNCHEN.example>\r\n"
+        "RCPT TO:<c@a\u2024b.example>\r\n"  # ONE DOT LEADER: not a valid IDN
+    ).encode()
+    events, replies = run(server, commands)
+    assert [e for e in events if isinstance(e, MailFrom | RcptTo)] == [
+        MailFrom("jos\u00e9@xn--bcher-kva.example", None, smtputf8=True),
+        RcptTo("b@xn--mnchen-3ya.example"),
+    ]
+    assert codes(replies)[-1] == "553 5.1.3"
+    # Without SMTPUTF8 a U-label domain is refused as any non-ASCII path is.
+    _, plain = run(authenticated(OPEN), "MAIL FROM:<a@b\u00fccher.example>\r\n".encode())
+    assert codes(plain)[-1] == "553 5.6.7"
+
+
 @pytest.mark.parametrize(
     "commands",
     [

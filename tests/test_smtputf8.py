@@ -91,6 +91,7 @@ async def test_relay_with_smtputf8_goes_as_utf8_where_offered_and_downgraded_whe
     assert await trio.to_thread.run_sync(dkim_verifies, utf8.data, dns_server)
 
     smtp_sink.smtputf8 = False  # the next hop does not take UTF-8 headers
+    smtp_sink.hang_up()  # from its next connection on: the one kept idle is dropped
     code, _ = await trio.to_thread.run_sync(submit, ["bob@customer.example"], raw())
     assert code == 250
     [_, downgraded] = await smtp_sink.wait_for_messages(2)
@@ -140,6 +141,7 @@ async def test_api_utf8_local_part_needs_smtputf8_and_fails_cleanly_without_it(
     assert (await final_status(account, sent["id"]))["status"] == "delivered"
 
     smtp_sink.smtputf8 = False
+    smtp_sink.hang_up()  # from its next connection on: the one kept idle is dropped
     sent = (await account.client.post("/v1/emails/", json=message(LOCAL))).json()
     failed = await final_status(account, sent["id"])
     assert [r["status"] for r in failed["recipients"]] == ["failed"]

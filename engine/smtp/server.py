@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+import idna
+
 from engine.smtp.client import NEED_DATA as NEED_DATA
 from engine.smtp.client import NeedData as NeedData
 from engine.smtp.replies import (
@@ -94,12 +96,26 @@ MAX_JUNK = 20
 # A path: "<" then no angle brackets, spaces or controls, ">" (a source route "@a,@b:" is
 # allowed and ignored, RFC 5321 3.3). UTF-8 in the local part is allowed by SMTPUTF8
 # (RFC 6531 3.3), checked per transaction; octets that are not UTF-8 arrive as surrogates
-# (`_next_line`), which no path takes. Domains stay ASCII (A-labels).
+# (`_next_line`), which no path takes. A domain may be given in U-labels under SMTPUTF8
+# (RFC 6531 3.3); it is taken as its A-labels (`_ascii_domain`), as DNS and the rest of the
+# service know it.
 _PATH = re.compile(r"<(?:@[^<>:\s]+:)?([\x21-\x3b\x3d\x3f-\x7e\u00a0-\ud7ff\ue000-\U0010ffff]*)>")
-_ADDRESS = re.compile(r"[^@\s]+@[A-Za-z0-9.-]{1,253}|")
+_ADDRESS = re.compile(r"[^@\s]+@[A-Za-z0-9.\u00a0-\ud7ff\ue000-\U0010ffff-]{1,253}|")
 _MAX_LOCAL_PART = 64  # octets (RFC 5321 4.5.3.1.1), UTF-8 ones too (RFC 6531 3.3)
 _PARAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9-]*)(?:=([\x21-\x3c\x3e-\x7e]+))?", re.ASCII)
 _HELO_NAME = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def _ascii_domain(address: str) -> str | None:
+    """The address with its domain in A-labels (IDNA 2008, UTS 46 non-transitional, as
+    email addresses use it); None when a U-label domain is not a valid IDN."""
+    local, _, domain = address.rpartition("@")
+    if domain.isascii():
+        return address
+    try:
+        return f"{local}@{idna.encode(domain.lower(), uts46=True).decode('ascii')}"
+    except (idna.IDNAError, UnicodeError):
+        return None
 
 
 # -- Events ------------------------------------------------------------------------------
@@ -557,7 +573,10 @@ class SmtpServer:
         if not (smtputf8 or address.isascii()):
             self._refuse(S553_NEEDS_SMTPUTF8_PARAMETER)
             return None
-        return MailFrom(address, size, smtputf8, requiretls)
+        if (ascii_domain := _ascii_domain(address)) is None:
+            self._refuse(S553_BAD_ADDRESS)
+            return None
+        return MailFrom(ascii_domain, size, smtputf8, requiretls)
 
     def _rcpt(self, argument: str) -> Event | None:
         if self._out_of_sequence("RCPT"):
@@ -575,10 +594,13 @@ class SmtpServer:
         if not (self._smtputf8 or address.isascii()):
             self._refuse(S553_NEEDS_SMTPUTF8_PARAMETER)
             return None
+        if (ascii_domain := _ascii_domain(address)) is None:
+            self._refuse(S553_BAD_ADDRESS)
+            return None
         if len(self._recipients) >= self._policy.max_recipients:
             self._queue(S452_TOO_MANY_RECIPIENTS)
             return None
-        return RcptTo(address)
+        return RcptTo(ascii_domain)
 
     def _path_argument(
         self, argument: str, keyword: str
