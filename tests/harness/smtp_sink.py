@@ -166,7 +166,7 @@ class SmtpSink(LoopbackPeer):
         self.data_delay = 0.0  # seconds a message waits for its reply (a slow receiver)
         self._rcpt_replies: dict[str, SmtpReply] = {}
         self._flaky: dict[str, _Flaky] = {}
-        self._serving: set[trio.CancelScope] = set()  # one per connection open now
+        self._serving: dict[_Session, trio.CancelScope] = {}  # the connections open now
         self._data_replies: deque[SmtpReply] = deque()
 
     # -- scripting -------------------------------------------------------------------
@@ -242,19 +242,23 @@ class SmtpSink(LoopbackPeer):
         # A client hanging up or rejecting our certificate is its business, not a crash of
         # the sink (serve_tcp would otherwise take the whole server down).
         with trio.CancelScope() as serving:
-            self._serving.add(serving)
+            self._serving[session] = serving
             try:
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await session.run()
             finally:
-                self._serving.discard(serving)
+                del self._serving[session]
                 session.reset_transaction()
                 session.leave()
 
     def hang_up(self) -> None:
-        """Close every open connection without a word, as a server dropping idle clients."""
-        for serving in self._serving:
-            serving.cancel()
+        """Close every open connection without a word, as a server dropping idle clients:
+        one between transactions at once, one in a transaction once it is answered."""
+        for session, serving in self._serving.items():
+            if session.mail_from is None:
+                serving.cancel()
+            else:
+                session.hang_up_after = True
 
 
 def _domain_of(address: str) -> str:
@@ -301,6 +305,7 @@ class _Session:
         self.greeted = False
         self.done = False
         self.left = False  # no longer counted in `SmtpSink.open_connections`
+        self.hang_up_after = False  # close once the transaction under way is answered
         self.mail_from: str | None = None
         self.smtputf8 = False
         self.rcpt_to: list[str] = []
@@ -347,6 +352,8 @@ class _Session:
                 await self.reply(500, "5.5.2 command not recognized")
             else:
                 await handler(argument.strip())
+            if self.hang_up_after and self.mail_from is None:
+                break
         with contextlib.suppress(trio.BrokenResourceError):
             await self.reader.stream.aclose()  # graceful, so TLS sends close_notify
 
