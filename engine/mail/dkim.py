@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Collection
 from datetime import datetime
 from functools import lru_cache
 
@@ -48,12 +49,14 @@ SIGNED_HEADERS: tuple[str, ...] = (
     "List-Id",
 )
 
+_SIGNED_ORDER = tuple(name.lower().encode() for name in SIGNED_HEADERS)
+_SIGNED_NAMES = frozenset(_SIGNED_ORDER)
 _HEADER_NAME = b"DKIM-Signature"
 _SIGNATURE_LINE = 72  # characters of b= per continuation line
 _TAG_VALUE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?", re.IGNORECASE)
 _WHITESPACE_RUN = re.compile(rb"[\t ]+")
 _LINE_END = re.compile(rb"\r?\n")
-_FIELD_NAME = re.compile(rb"([\x21-\x7e]+?):")
+_FIELD_NAME_OCTETS = bytes(range(0x21, 0x7F))  # what a field name is made of
 _KEY_CACHE_SIZE = 4096  # distinct keys (sending domains) kept loaded
 
 
@@ -111,9 +114,8 @@ def signature_field(
         if not _TAG_VALUE.fullmatch(value):
             raise ValueError(f"DKIM {what} {value!r} is malformed")
     key = load_private_key(private_key_pem)
-    fields = relaxed_header(header_block)
-    signed = [name.lower().encode() for name in SIGNED_HEADERS]
-    signed = [name for name in signed if name in fields]
+    fields = relaxed_header(header_block, _SIGNED_NAMES)
+    signed = [name for name in _SIGNED_ORDER if name in fields]
     if b"from" not in signed:
         raise ValueError("cannot sign a message without a From header")
 
@@ -134,7 +136,7 @@ def signature_field(
         b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(_HEADER_NAME) + 2
     )
     hashed = b"".join(name + b":" + fields[name] + b"\r\n" for name in signed)
-    hashed += b"dkim-signature:" + _relaxed_value(b" " + unsigned)
+    hashed += b"dkim-signature:" + _relaxed_value(_LINE_END.sub(b"", b" " + unsigned))
     digest = hashlib.sha256(hashed).digest()
     if isinstance(key, ed25519.Ed25519PrivateKey):
         signature = key.sign(digest)  # PureEdDSA over the SHA-256 hash (RFC 8463 3)
@@ -149,40 +151,49 @@ def signature_field(
     return _HEADER_NAME + b": " + unsigned + folded + b"\r\n"
 
 
-def relaxed_header(header_block: bytes) -> dict[bytes, bytes]:
+def relaxed_header(
+    header_block: bytes, names: Collection[bytes] | None = None
+) -> dict[bytes, bytes]:
     """Each field of a header block by lower-case name, its last occurrence's value in the
     relaxed canonical form (RFC 6376 3.4.2): unfolded, runs of white space made one space,
-    none at either end.
+    none at either end. With `names` (lower-case), only the fields named there: signing
+    canonicalises just what it signs.
 
     Parsed as dkimpy parses it (a line starting with white space continues a field, an mbox
     "From " line is skipped); ValueError for a line that is neither a field nor either of
-    those.
+    those. Byte-string operations rather than a regular expression per line and two per
+    field: it runs for every message signed (2-8% of the delivery worker's time, profiled).
     """
     fields: dict[bytes, bytes] = {}
     name = b""
     value: list[bytes] = []
-    for line in _LINE_END.split(header_block):
+    # dkimpy ends a line at LF, with or without CR before it; a lone CR stays in the line.
+    for line in header_block.replace(b"\r\n", b"\n").split(b"\n"):
         if not line:
             break
         if line[0] in (0x09, 0x20):
             value.append(line)
             continue
-        match = _FIELD_NAME.match(line)
-        if match is None:
+        colon = line.find(b":", 1)
+        # A field name is one or more printable characters other than white space.
+        if colon < 0 or line[:colon].translate(None, _FIELD_NAME_OCTETS):
             if line.startswith(b"From "):
                 continue
             raise ValueError(f"cannot sign a malformed message: unexpected header line {line!r}")
-        if name:
+        if name and (names is None or name in names):
             fields[name] = _relaxed_value(b"".join(value))
-        name, value = match[1].lower(), [line[match.end() :]]
-    if name:
+        name, value = line[:colon].lower(), [line[colon + 1 :]]
+    if name and (names is None or name in names):
         fields[name] = _relaxed_value(b"".join(value))
     return fields
 
 
 def _relaxed_value(value: bytes) -> bytes:
-    """An unfolded field value in relaxed canonical form (the line ends already removed)."""
-    return _WHITESPACE_RUN.sub(b" ", _LINE_END.sub(b"", value)).strip()
+    """An unfolded field value in relaxed canonical form (line ends already removed):
+    most values have no tab, run of spaces or line end, and need only the strip."""
+    if b"\t" in value or b"  " in value:
+        value = _WHITESPACE_RUN.sub(b" ", value)
+    return value.strip()
 
 
 def _body_hash(message: bytes, start: int) -> bytes:
