@@ -194,7 +194,7 @@ Peers = Callable[[trio.Nursery], AbstractAsyncContextManager[tuple[DnsServer, Si
 SINKS: dict[str, Peers] = {"python": loopback_mail, "c": c_sink_mail}
 
 
-def _spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
+def start_spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
     """py-spy on `pid` and each of its descendants, 100 samples/s, until SIGINT."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     record = [spy, "record", "--gil", "--nonblocking", "-r", "100", "-f", "raw"]
@@ -208,7 +208,7 @@ def _spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
     ]
 
 
-def _stop(spies: list[subprocess.Popen[bytes]]) -> None:
+def stop_spies(spies: list[subprocess.Popen[bytes]]) -> None:
     for spy in spies:
         spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled
     for spy in spies:
@@ -280,11 +280,11 @@ async def delivery_cpu(
                     print(f"  run {run + 1} fell due before the last one was over", flush=True)
                 await trio.sleep(max(ahead, 0))
                 prefix = profile / f"{engine}-run{run + 1}" if profile else None
-                spies = _spies(service.pid, prefix) if prefix else []
+                spies = start_spies(service.pid, prefix) if prefix else []
                 cpu = tree_cpu_seconds(service.pid)
                 await _arrived(sink, before + count, spacing.total_seconds())
                 cpu = tree_cpu_seconds(service.pid) - cpu
-                await trio.to_thread.run_sync(_stop, spies)
+                await trio.to_thread.run_sync(stop_spies, spies)
                 seconds = (datetime.now(UTC) - due).total_seconds()
                 delivered = received(sink) - before
                 per_email.append(1000 * cpu / max(delivered, 1))

@@ -1,12 +1,13 @@
 """Does a second MX site in use lower the delivery rate to the first? (issue 32, item 7):
 `python bench/sites.py [--engines sqlite,postgresql] [--runs 3] [--count 3000]
-[--variants fast,slow,stalled]`.
+[--variants fast,slow,stalled] [--profile DIR]`.
 
 Recipient domain A (dest.example) has one MX, Postfix's C smtp-sink on 127.0.0.1 (sink 1);
 domain B (second.example) has a second sink on 127.0.0.2 at the same port (the service
 connects to every MX on POSTROOM_DELIVERY_PORT). `postroom serve` as shipped runs over a fresh
 database on each engine; every run's emails are accepted beforehand in batches, each phase
-with its own `send_at`, so each delivery window is timed alone. A run has two phases:
+with its own `send_at`, so each delivery window is timed alone. A run has two phases (every
+other run takes the second first):
 
 - alone: N emails to A; the rate at sink 1 from when they fall due to the last arrival;
 - with B: N to A and N to B falling due together; the rate at sink 1 again, over the time
@@ -17,7 +18,9 @@ service spent per email delivered in each window (every process, from /proc); th
 and a one-line verdict per variant. B's sink is, per `--variants`: `fast`, a second C
 smtp-sink; `slow`, the project's Python test sink answering each message's data 200 ms late;
 `stalled`, the same 30 s late, so B's connections wait out A's whole window. Once A's mail
-is in, a slow sink answers at once again and B's mail drains before the next phase.
+is in, a slow sink answers at once again and B's mail drains before the next phase. With
+`--profile DIR`, py-spy (`--gil`) records every process of the service during each phase,
+into DIR/<engine>-<variant>-run<N>-<alone|with-b>-<pid>.txt (collapsed stacks).
 Only 127.0.0.1 and 127.0.0.2 are ever connected to.
 """
 
@@ -35,7 +38,14 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.delivery import Sink, received, schedule, sending_service
+from bench.delivery import (
+    Sink,
+    received,
+    schedule,
+    sending_service,
+    start_spies,
+    stop_spies,
+)
 from bench.peers import bench_parser, c_sink_mail
 from bench.postfix import CSink, tree_cpu_seconds
 from bench.stats import median
@@ -45,6 +55,7 @@ SECOND_DOMAIN = "second.example"
 SECOND_SITE = "127.0.0.2"
 # Seconds B's sink waits before answering each message's data; None: the C sink.
 VARIANTS: dict[str, float | None] = {"fast": None, "slow": 0.2, "stalled": 30.0}
+ALONE, WITH_B = "alone", "with-b"  # a run's phases
 NOT_LOWERED = 0.9  # with B / alone at or above this counts as not lowered (run-to-run noise)
 
 
@@ -89,6 +100,11 @@ class Window:
     def cpu_ms(self) -> float:
         return 1000 * self.cpu_seconds / max(self.first + self.second, 1)
 
+    @property
+    def cores(self) -> float:
+        """Cores the service kept busy: about 1 when its one delivery worker is the limit."""
+        return self.cpu_seconds / self.seconds
+
 
 async def _until(sink: Sink, count: int, seconds: float) -> bool:
     """Whether the sink has `count` messages in all within `seconds`."""
@@ -99,18 +115,23 @@ async def _until(sink: Sink, count: int, seconds: float) -> bool:
     return True
 
 
-async def _window(pid: int, sinks: tuple[Sink, Sink], due: datetime, count: int) -> Window:
-    """Time one phase from just before `due` until sink 1 has `count` more messages."""
+async def _window(
+    pid: int, sinks: tuple[Sink, Sink], due: datetime, count: int, profile: Path | None
+) -> Window:
+    """Time one phase from just before `due` until sink 1 has `count` more messages; with
+    `profile` (a path prefix), py-spy records the service's processes meanwhile."""
     first, second = sinks
     before = received(first), received(second)
     ahead = (due - datetime.now(UTC)).total_seconds() - 0.3
     if ahead < 0:
         print("  a phase fell due before the last one was over", flush=True)
     await trio.sleep(max(ahead, 0))
+    spies = start_spies(pid, profile) if profile else []
     cpu = tree_cpu_seconds(pid)
     if not await _until(first, before[0] + count, 600):
         print(f"  sink 1 had {received(first) - before[0]} of {count} after 600 s", flush=True)
     cpu = tree_cpu_seconds(pid) - cpu
+    await trio.to_thread.run_sync(stop_spies, spies)
     return Window(
         (datetime.now(UTC) - due).total_seconds(),
         received(first) - before[0],
@@ -120,10 +141,11 @@ async def _window(pid: int, sinks: tuple[Sink, Sink], due: datetime, count: int)
 
 
 async def measure(
-    engine: str, variant: str, runs: int, count: int, slowest: float
+    engine: str, variant: str, runs: int, count: int, slowest: float, profile: Path | None
 ) -> list[tuple[Window, Window]]:
     """`runs` pairs of phases (alone, with B) on one engine with B's sink as `variant` says;
-    `slowest` (emails/s) is the rate the phases are spaced for."""
+    `slowest` (emails/s) is the rate the phases are spaced for; with `profile`, py-spy
+    records each phase into that folder."""
     delay = VARIANTS[variant]
     pairs = []
     async with trio.open_nursery() as nursery, c_sink_mail(nursery) as (dns_server, sink):
@@ -137,33 +159,42 @@ async def measure(
         dns_server.set(f"mx.{SECOND_DOMAIN}", "A", [SECOND_SITE])
         async with sending_service(engine, dns_server, sink.port) as (service, api):
             # send_at is at least a minute ahead; accepting 3 x count per run comes first.
-            start = datetime.now(UTC) + timedelta(seconds=65 + 3 * runs * count / 1000)
-            alone = timedelta(seconds=5 + count / slowest)
-            # With B: A's and B's mail, and B's drain once a slow sink answers at once again.
-            both = timedelta(seconds=5 + 2 * count / slowest + (delay or 0))
-            dues = [
-                (start + n * (alone + both), start + n * (alone + both) + alone)
-                for n in range(runs)
-            ]
-            for run, (due_alone, due_both) in enumerate(dues):
-                await schedule(api, f"{run}-alone", count, due_alone)
-                await schedule(api, f"{run}-both", count, due_both)
-                await schedule(api, f"{run}-both", count, due_both, SECOND_DOMAIN)
-            for run, (due_alone, due_both) in enumerate(dues):
-                drained = received(second) + count  # B's mail all in
-                pair = (
-                    await _window(service.pid, (sink, second), due_alone, count),
-                    await _window(service.pid, (sink, second), due_both, count),
-                )
-                pairs.append(pair)
-                _print_run(engine, variant, run, *pair)
-                if isinstance(second, SiteSink):
-                    second.data_delay = 0  # B's backlog drains before the next phase
-                left = (due_both + both - datetime.now(UTC)).total_seconds() - 1
-                if not await _until(second, drained, max(left, 1)):
-                    print("  B's mail had not drained before the next phase", flush=True)
-                if isinstance(second, SiteSink):
-                    second.data_delay = delay or 0.0
+            due = datetime.now(UTC) + timedelta(seconds=65 + 3 * runs * count / 1000)
+            spacing = {
+                ALONE: timedelta(seconds=5 + count / slowest),
+                # A's and B's mail, and B's drain once a slow sink answers at once again.
+                WITH_B: timedelta(seconds=5 + 2 * count / slowest + (delay or 0)),
+            }
+            plan: list[dict[str, datetime]] = []
+            for run in range(runs):
+                # Every other run takes the phase with B first: whatever favours the first
+                # (or second) phase of a run weighs on both sides of the ratio alike.
+                plan.append({})
+                for phase in (ALONE, WITH_B) if run % 2 == 0 else (WITH_B, ALONE):
+                    plan[-1][phase] = due
+                    await schedule(api, f"{run}-{phase}", count, due)
+                    if phase == WITH_B:
+                        await schedule(api, f"{run}-{phase}", count, due, SECOND_DOMAIN)
+                    due += spacing[phase]
+            for run, dues in enumerate(plan):
+                windows = {}
+                for phase, due in dues.items():
+                    drained = received(second) + count  # B's mail all in
+                    prefix = (
+                        profile / f"{engine}-{variant}-run{run + 1}-{phase}" if profile else None
+                    )
+                    windows[phase] = await _window(service.pid, (sink, second), due, count, prefix)
+                    if phase == ALONE:
+                        continue
+                    if isinstance(second, SiteSink):
+                        second.data_delay = 0  # B's backlog drains before the next phase
+                    left = (due + spacing[phase] - datetime.now(UTC)).total_seconds() - 1
+                    if not await _until(second, drained, max(left, 1)):
+                        print("  B's mail had not drained before the next phase", flush=True)
+                    if isinstance(second, SiteSink):
+                        second.data_delay = delay or 0.0
+                pairs.append((windows[ALONE], windows[WITH_B]))
+                _print_run(engine, variant, run, *pairs[-1])
         nursery.cancel_scope.cancel()
     return pairs
 
@@ -171,9 +202,9 @@ async def measure(
 def _print_run(engine: str, variant: str, run: int, alone: Window, both: Window) -> None:
     print(
         f"  {engine} {variant} run {run + 1}: alone {alone.first_rate:.0f}/s to A"
-        f" ({alone.cpu_ms:.2f} CPU ms/email, {alone.second} to B);"
+        f" ({alone.cpu_ms:.2f} CPU ms/email, {alone.cores:.2f} cores, {alone.second} to B);"
         f" with B {both.first_rate:.0f}/s to A and {both.second_rate:.0f}/s to B"
-        f" ({both.cpu_ms:.2f} CPU ms/email): A with B / A alone"
+        f" ({both.cpu_ms:.2f} CPU ms/email, {both.cores:.2f} cores): A with B / A alone"
         f" {both.first_rate / alone.first_rate:.2f}x,"
         f" A+B / A alone {(both.first + both.second) / both.seconds / alone.first_rate:.2f}x",
         flush=True,
@@ -221,12 +252,17 @@ def main() -> None:
     parser.add_argument(
         "--slowest", type=float, default=150, help="emails/s the phases are spaced for"
     )
+    parser.add_argument("--profile", type=Path, help="py-spy each phase into DIR")
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     for variant in args.variants.split(","):
         found = {}
         for engine in args.engines.split(","):
-            pairs = trio.run(measure, engine, variant, args.runs, args.count, args.slowest)
+            pairs = trio.run(
+                measure, engine, variant, args.runs, args.count, args.slowest, args.profile
+            )
             r = found[engine] = summary(pairs)
             print(
                 f"{engine:<11} B {variant}: A alone {r['alone']:.0f}/s"
