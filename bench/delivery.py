@@ -44,8 +44,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -60,6 +60,7 @@ from bench import postfix
 from bench.api_throughput import REPO
 from bench.peers import (
     RECIPIENT_DOMAIN,
+    Running,
     bench_parser,
     c_sink_mail,
     loopback_mail,
@@ -97,13 +98,60 @@ async def ready_to_send(api: httpx.AsyncClient, dns_server: DnsServer) -> None:
     await api.post("/v1/senders/", json={"email": f"news@{DOMAIN}"})
 
 
-def _body(n: str) -> dict[str, Any]:
+@asynccontextmanager
+async def sending_service(
+    engine: str, dns_server: DnsServer, sink_port: int, settings: dict[str, str] | None = None
+) -> AsyncIterator[tuple[Running, httpx.AsyncClient]]:
+    """`postroom serve` on `engine` delivering to `sink_port` with `dns_server` as its resolver
+    (`settings`: more POSTROOM_* values), DOMAIN ready to send from, and an API client with
+    the account's key."""
+    # The sinks listen on loopback, which the private-network rule refuses by default.
+    async with (
+        postroom_process(
+            engine,
+            None,
+            **{
+                "dns_servers": dns_server.nameserver,
+                "delivery_port": str(sink_port),
+                "allow_private_targets": "on",
+                **(settings or {}),
+            },
+        ) as service,
+        httpx.AsyncClient(
+            base_url=service.url,
+            headers={"Authorization": f"Bearer {service.key}"},
+            timeout=60,
+        ) as api,
+    ):
+        await ready_to_send(api, dns_server)
+        yield service, api
+
+
+def _body(n: str, recipient_domain: str = RECIPIENT_DOMAIN) -> dict[str, Any]:
     return {
         "from_": {"email": f"news@{DOMAIN}"},
-        "to": [{"email": f"reader{n}@{RECIPIENT_DOMAIN}"}],
+        "to": [{"email": f"reader{n}@{recipient_domain}"}],
         "subject": "Benchmark",
         "text": "Hello from the benchmark.",
     }
+
+
+async def schedule(
+    api: httpx.AsyncClient,
+    tag: str,
+    count: int,
+    due: datetime,
+    recipient_domain: str = RECIPIENT_DOMAIN,
+) -> None:
+    """Accept `count` emails to `recipient_domain` (readers `<tag>-<n>`) in batches of 100,
+    all due at `due`, so that their delivery can be timed alone once they fall due."""
+    for start in range(0, count, 100):
+        batch = [
+            _body(f"{tag}-{n}", recipient_domain) | {"send_at": due.isoformat()}
+            for n in range(start, min(start + 100, count))
+        ]
+        response = await api.post("/v1/emails/batch", json=batch)
+        response.raise_for_status()
 
 
 async def _arrived(sink: Sink, count: int, seconds: float) -> None:
@@ -146,7 +194,7 @@ Peers = Callable[[trio.Nursery], AbstractAsyncContextManager[tuple[DnsServer, Si
 SINKS: dict[str, Peers] = {"python": loopback_mail, "c": c_sink_mail}
 
 
-def _spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
+def start_spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
     """py-spy on `pid` and each of its descendants, 100 samples/s, until SIGINT."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     record = [spy, "record", "--gil", "--nonblocking", "-r", "100", "-f", "raw"]
@@ -160,7 +208,7 @@ def _spies(pid: int, prefix: Path) -> list[subprocess.Popen[bytes]]:
     ]
 
 
-def _stop(spies: list[subprocess.Popen[bytes]]) -> None:
+def stop_spies(spies: list[subprocess.Popen[bytes]]) -> None:
     for spy in spies:
         spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled
     for spy in spies:
@@ -214,25 +262,7 @@ async def delivery_cpu(
             )
             for name in versus
         }
-        # The sink listens on loopback, which the private-network rule refuses by default.
-        async with (
-            postroom_process(
-                engine,
-                None,
-                **{
-                    "dns_servers": dns_server.nameserver,
-                    "delivery_port": str(sink.port),
-                    "allow_private_targets": "on",
-                    **(settings or {}),
-                },
-            ) as service,
-            httpx.AsyncClient(
-                base_url=service.url,
-                headers={"Authorization": f"Bearer {service.key}"},
-                timeout=60,
-            ) as api,
-        ):
-            await ready_to_send(api, dns_server)
+        async with sending_service(engine, dns_server, sink.port, settings) as (service, api):
             # Every run is accepted first, each due at its own time: send_at is at least a
             # minute ahead, and a run must not overlap the next.
             first = datetime.now(UTC) + timedelta(seconds=65 + runs * count / 100)
@@ -241,13 +271,7 @@ async def delivery_cpu(
             dues = [first + run * spacing for run in range(runs)]
             cpu = tree_cpu_seconds(service.pid)
             for run, due in enumerate(dues):
-                for start in range(0, count, 100):
-                    batch = [
-                        _body(f"{run}-{n}") | {"send_at": due.isoformat()}
-                        for n in range(start, min(start + 100, count))
-                    ]
-                    response = await api.post("/v1/emails/batch", json=batch)
-                    response.raise_for_status()
+                await schedule(api, str(run), count, due)
             accept_ms.append(1000 * (tree_cpu_seconds(service.pid) - cpu) / (runs * count))
             for run, due in enumerate(dues):
                 before = received(sink)
@@ -256,11 +280,11 @@ async def delivery_cpu(
                     print(f"  run {run + 1} fell due before the last one was over", flush=True)
                 await trio.sleep(max(ahead, 0))
                 prefix = profile / f"{engine}-run{run + 1}" if profile else None
-                spies = _spies(service.pid, prefix) if prefix else []
+                spies = start_spies(service.pid, prefix) if prefix else []
                 cpu = tree_cpu_seconds(service.pid)
                 await _arrived(sink, before + count, spacing.total_seconds())
                 cpu = tree_cpu_seconds(service.pid) - cpu
-                await trio.to_thread.run_sync(_stop, spies)
+                await trio.to_thread.run_sync(stop_spies, spies)
                 seconds = (datetime.now(UTC) - due).total_seconds()
                 delivered = received(sink) - before
                 per_email.append(1000 * cpu / max(delivered, 1))

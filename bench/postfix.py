@@ -219,16 +219,19 @@ def private_postfix(sink_port: int) -> Iterator[int]:
 
 
 class CSink:
-    """Postfix's smtp-sink on a loopback port: accepts every message, keeps none, counts."""
+    """Postfix's smtp-sink on a loopback port: accepts every message, keeps none, counts.
+    `host` and `port` place it (a second MX site on 127.0.0.2 shares the first one's port,
+    as the service connects to every MX on one port); a free port on 127.0.0.1 by default."""
 
-    def __init__(self) -> None:
-        self.port = _free_port()
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or _free_port()
         self.received = 0
         self._arrived = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         # -c: counters on stdout, "sess=N quit=N mesg=N" ending in \r, at each "." received.
-        command = [SMTP_SINK, "-c", f"127.0.0.1:{self.port}", "1024"]
+        command = [SMTP_SINK, "-c", f"{self.host}:{self.port}", "1024"]
         if os.geteuid() == 0:
             command[1:1] = ["-u", "nobody"]  # it refuses to keep root
         process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
@@ -236,7 +239,7 @@ class CSink:
         try:
             while True:
                 try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    with socket.create_connection((self.host, self.port), timeout=1):
                         break
                 except OSError:
                     await trio.sleep(0.05)
