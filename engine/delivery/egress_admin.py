@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
 from engine.accounts.users import require_admin
 from engine.platform.errors import Conflict, NotFound, Unprocessable
@@ -16,6 +17,15 @@ from storage import egress
 from storage.codec import new_id
 from storage.egress import Member, Pool, Source
 from storage.tx import Tx
+
+T = TypeVar("T")
+
+
+def _existing(found: T | None, what: str) -> T:
+    """`found`, or 404 for the `what` (source, pool) that is not there."""
+    if found is None:
+        raise NotFound(f"no such egress {what}")
+    return found
 
 
 def _invalid(field: str, message: str) -> Unprocessable:
@@ -72,10 +82,7 @@ def _save_source(tx: Tx, source_id: str | None, change: SourceChange, now: datet
         assert change.name and change.bind_address and change.ehlo_name
         found = Source(new_id(), change.name, change.bind_address, change.ehlo_name, now, now)
     else:
-        existing = egress.get_source(tx, source_id)
-        if existing is None:
-            raise NotFound("no such egress source")
-        found = existing
+        found = _existing(egress.get_source(tx, source_id), "source")
     source = replace(
         found,
         name=change.name or found.name,
@@ -104,10 +111,7 @@ async def list_sources(rt: Runtime, who: Principal) -> list[Source]:
 
 async def get_source(rt: Runtime, who: Principal, source_id: str) -> Source:
     await require_admin(rt, who)
-    found = await rt.db.read(egress.get_source, source_id)
-    if found is None:
-        raise NotFound("no such egress source")
-    return found
+    return _existing(await rt.db.read(egress.get_source, source_id), "source")
 
 
 async def update_source(
@@ -156,10 +160,7 @@ def _save_pool(tx: Tx, pool_id: str | None, change: PoolChange, now: datetime) -
         assert change.name and change.sources is not None
         found = Pool(new_id(), change.name, change.sources, now, now)
     else:
-        existing = egress.get_pool(tx, pool_id)
-        if existing is None:
-            raise NotFound("no such egress pool")
-        found = existing
+        found = _existing(egress.get_pool(tx, pool_id), "pool")
     pool = replace(
         found,
         name=change.name or found.name,
@@ -195,10 +196,7 @@ async def list_pools(rt: Runtime, who: Principal) -> list[Pool]:
 
 async def get_pool(rt: Runtime, who: Principal, pool_id: str) -> Pool:
     await require_admin(rt, who)
-    found = await rt.db.read(egress.get_pool, pool_id)
-    if found is None:
-        raise NotFound("no such egress pool")
-    return found
+    return _existing(await rt.db.read(egress.get_pool, pool_id), "pool")
 
 
 async def update_pool(rt: Runtime, who: Principal, pool_id: str, change: PoolChange) -> Pool:
