@@ -44,7 +44,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -100,16 +100,21 @@ async def ready_to_send(api: httpx.AsyncClient, dns_server: DnsServer) -> None:
 
 @asynccontextmanager
 async def sending_service(
-    engine: str, dns_server: DnsServer, sink_port: int, settings: dict[str, str] | None = None
+    engine: str,
+    dns_server: DnsServer,
+    sink_port: int,
+    settings: dict[str, str] | None = None,
+    serve: Sequence[str] = (),
 ) -> AsyncIterator[tuple[Running, httpx.AsyncClient]]:
     """`postroom serve` on `engine` delivering to `sink_port` with `dns_server` as its resolver
-    (`settings`: more POSTROOM_* values), DOMAIN ready to send from, and an API client with
-    the account's key."""
+    (`settings`: more POSTROOM_* values, `serve`: more arguments), DOMAIN ready to send from,
+    and an API client with the account's key."""
     # The sinks listen on loopback, which the private-network rule refuses by default.
     async with (
         postroom_process(
             engine,
             None,
+            serve=serve,
             **{
                 "dns_servers": dns_server.nameserver,
                 "delivery_port": str(sink_port),
@@ -240,13 +245,14 @@ async def delivery_cpu(
     versus: tuple[str, ...] = (),
     settings: dict[str, str] | None = None,
     profile: Path | None = None,
+    serve: Sequence[str] = (),
 ) -> dict[str, Any]:
     """CPU milliseconds of the service per delivered email, and the delivery rate; the mail
     goes to the sink `peers` starts (the plain loopback one by default), `settings` are more
     POSTROOM_* values for the service, and `after(api)` checks what was delivered. `versus`
     names Postfix settings ("stock", "tuned") each relaying `count` messages to the same
     sink after each run (see the module's header); with `profile`, py-spy records each run
-    into that folder."""
+    into that folder; `serve`: more arguments for `postroom serve`."""
     per_email, rates, accept_ms = [], [], []
     theirs: dict[str, list[dict[str, float]]] = {name: [] for name in versus}
     async with (
@@ -262,7 +268,10 @@ async def delivery_cpu(
             )
             for name in versus
         }
-        async with sending_service(engine, dns_server, sink.port, settings) as (service, api):
+        async with sending_service(engine, dns_server, sink.port, settings, serve) as (
+            service,
+            api,
+        ):
             # Every run is accepted first, each due at its own time: send_at is at least a
             # minute ahead, and a run must not overlap the next.
             first = datetime.now(UTC) + timedelta(seconds=65 + runs * count / 100)
@@ -426,6 +435,9 @@ def main() -> None:
     )
     parser.add_argument("--sinks", default="python", help="python, c or python,c")
     parser.add_argument("--profile", type=Path, help="--delivery-cpu: py-spy each run into DIR")
+    parser.add_argument(
+        "--serve", default="", help="--delivery-cpu: more arguments for `postroom serve`"
+    )
     args = parser.parse_args()
     versus = () if args.no_postfix or postfix.missing() else POSTFIX_SETTINGS
     if not args.no_postfix and postfix.missing():
@@ -444,6 +456,7 @@ def main() -> None:
                         peers=SINKS[sink],
                         versus=versus,
                         profile=args.profile / sink if args.profile else None,
+                        serve=args.serve.split(),
                     )
                 )
                 print(

@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,12 +83,15 @@ async def loopback_mail(nursery: trio.Nursery) -> AsyncIterator[tuple[DnsServer,
 async def postroom_process(
     engine: str,
     prepare: Callable[[dict[str, str], dict[str, Any]], Awaitable[None]] | None = None,
+    *,
+    serve: Sequence[str] = (),
     **settings: str,
 ) -> AsyncIterator[Running]:
     """`postroom serve` over a fresh database on `engine`; `settings` are POSTROOM_* values
     by lower-case name (e.g. dns_servers="127.0.0.1:5353"). `prepare(env, account)` runs
     after the account exists (the JSON of `accounts create`) and before the service starts,
-    with the environment the service gets (its database and master key file)."""
+    with the environment the service gets (its database and master key file). `serve`: more
+    arguments for `postroom serve` (e.g. its workers)."""
     with tempfile.TemporaryDirectory() as tmp, _database(engine, Path(tmp)) as db_url:
         port = _free_port()
         env = {
@@ -112,7 +115,7 @@ async def postroom_process(
         if prepare is not None:
             await prepare(env, account)
         server = await trio.lowlevel.open_process(
-            [*cli, "serve"], env=env, cwd=tmp, stderr=subprocess.DEVNULL
+            [*cli, "serve", *serve], env=env, cwd=tmp, stderr=subprocess.DEVNULL
         )
         try:
             yield Running(f"http://127.0.0.1:{port}", key, server.pid, db_url)

@@ -1,10 +1,11 @@
 """The async face of storage: reads and writes handed to batching actors.
 
-`Database.write` hands a unit of work to the group-commit writer, which takes everything
-waiting on its channel, runs it in one transaction with one commit, then answers each caller.
+`Database.write` hands a unit of work to the group-commit writer, a thread of its own that
+takes everything waiting, runs it in one transaction with one commit, then answers each caller.
 Under load thousands of commits become dozens; a caller still hears back only after its own
-data is durable. `Database.read` goes to a few reader actors that batch the same way on their
-own connections. Each batch is one thread hop (~180 µs here), never one per statement.
+data is durable. `Database.read` goes to a few reader threads that batch the same way on their
+own connections. A batch costs one hand-over into its thread and one back, never one per
+statement, and a worker with more waiting starts the next batch without waiting for Trio.
 
 A unit submitted after another unit's answer always runs in a later batch, so callers read
 their own writes.
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import queue
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -65,14 +68,20 @@ class BatcherStatistics:
 
 
 class Batcher:
-    """Actor pool that runs many callers' units of work in one thread hop per batch."""
+    """Actor pool that runs many callers' units of work in batches, on threads of its own.
+
+    Each worker is a thread that takes every unit waiting, runs them as one batch and hands
+    the answers back to Trio without waiting for Trio to take them: under load the next batch
+    starts as soon as one ends. (Through `trio.to_thread`, every batch paid a hop into a
+    thread and one back before the next could start: 0.65 ms of a 2 ms write cycle.)"""
 
     def __init__(
         self, run_batch: Callable[[Sequence[Job]], list[outcome.Outcome[Any]]], workers: int
     ) -> None:
         self._run_batch = run_batch
         self._workers = workers
-        self._send, self._receive = trio.open_memory_channel[_Pending](MAX_BATCH)
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._closed = False
         self._batches = 0
         self._units = 0
         self._largest = 0
@@ -80,10 +89,12 @@ class Batcher:
 
     async def submit(self, job: Job) -> Any:
         """Run one unit of work durably; its result, or its exception re-raised."""
+        if self._closed:
+            raise trio.ClosedResourceError("the database is closing")
         pending = _Pending(job)
         self._unanswered += 1
         try:
-            await self._send.send(pending)
+            self._queue.put(pending)
             await pending.done.wait()
         finally:
             self._unanswered -= 1
@@ -91,36 +102,68 @@ class Batcher:
         return pending.result.unwrap()
 
     def close(self) -> None:
-        """Stop taking work; the actor finishes what is queued, then returns."""
-        self._send.close()
+        """Stop taking work; the workers finish what is queued, then end."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)  # each worker passes it on to the next as it ends
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with self._receive, trio.open_nursery() as nursery:
-            for _ in range(self._workers):
-                nursery.start_soon(self._work)
-            task_status.started()
+        token = trio.lowlevel.current_trio_token()
+        running = self._workers
+        ended = trio.Event()
 
-    async def _work(self) -> None:
-        async with self._receive.clone() as receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                await self._run(batch)
-                # Not kept while waiting for the next batch: its arguments and results may
-                # be whole messages (a 34 MiB one stayed resident until the next read).
-                del first, batch
+        def one_ended() -> None:
+            nonlocal running
+            running -= 1
+            if not running:
+                ended.set()
 
-    async def _run(self, batch: list[_Pending]) -> None:
-        jobs = [pending.job for pending in batch]
+        def work() -> None:
+            try:
+                self._work(token)
+            finally:
+                token.run_sync_soon(one_ended)
+
+        for n in range(self._workers):
+            threading.Thread(target=work, name=f"postroom batcher {n}", daemon=True).start()
+        task_status.started()
         try:
-            results = await trio.to_thread.run_sync(self._run_batch, jobs)
-        except Exception as exc:  # the batch as a whole failed: every caller hears of it
-            # One Error each: an outcome can be unwrapped only once.
-            results = [outcome.Error(exc) for _ in batch]
+            await ended.wait()
+        finally:
+            # Cancelled from outside: a batch under way is never cut short (its connection
+            # is closed after this returns), and what is queued still runs.
+            self.close()
+            with trio.CancelScope(shield=True):
+                await ended.wait()
+
+    def _work(self, token: trio.lowlevel.TrioToken) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                self._queue.put(None)
+                return
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)
+                    break
+                batch.append(more)
+            jobs = [pending.job for pending in batch]
+            try:
+                results = self._run_batch(jobs)
+            except Exception as exc:  # the batch as a whole failed: every caller hears of it
+                # One Error each: an outcome can be unwrapped only once.
+                results = [outcome.Error(exc) for _ in batch]
+            token.run_sync_soon(self._answer, batch, results)
+            # Not kept while waiting for the next batch: its arguments and results may be
+            # whole messages (a 34 MiB one stayed resident until the next read).
+            del first, batch, jobs, results
+
+    def _answer(self, batch: list[_Pending], results: list[outcome.Outcome[Any]]) -> None:
         self._batches += 1
         self._units += len(batch)
         self._largest = max(self._largest, len(batch))
@@ -133,7 +176,7 @@ class Batcher:
             batches=self._batches,
             units=self._units,
             largest_batch=self._largest,
-            waiting=self._send.statistics().current_buffer_used,
+            waiting=self._queue.qsize(),
             unanswered=self._unanswered,
         )
 
