@@ -199,9 +199,17 @@ def delete(tx: Tx, webhook_id: str, now: datetime) -> None:
     )
 
 
-def fan_out(tx: Tx, workspace_id: str, items: Sequence[tuple[str, str]], now: datetime) -> int:
-    """Queue a delivery of each (event type, payload) to every active subscribed webhook."""
-    hooks = list_active(tx, workspace_id)
+def fan_out(
+    tx: Tx,
+    workspace_id: str,
+    items: Sequence[tuple[str, str]],
+    now: datetime,
+    hooks: Sequence[Webhook] | None = None,
+) -> int:
+    """Queue a delivery of each (event type, payload) to every active subscribed webhook
+    (`hooks`: the workspace's `list_active`, when the caller has them already)."""
+    if hooks is None:
+        hooks = list_active(tx, workspace_id)
     rows = [
         {
             "id": new_id(),
@@ -216,14 +224,15 @@ def fan_out(tx: Tx, workspace_id: str, items: Sequence[tuple[str, str]], now: da
         for hook in hooks
         if event_type in hook.events
     ]
+    if not rows:
+        return 0
     tx.execute_many(
         "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_type, payload,"
         " endpoint_url, status, attempt, next_retry_at, created_at, updated_at) VALUES (:id,"
         " :webhook, :ws, :type, :payload, :url, 'pending', 0, :at, :at, :at)",
         rows,
     )
-    if rows:
-        tx.notify("webhooks")
+    tx.notify("webhooks")
     return len(rows)
 
 

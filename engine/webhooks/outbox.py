@@ -71,14 +71,24 @@ def record(tx: Tx, events: Iterable[Event]) -> None:
 
 def queue(tx: Tx, events: Sequence[Event]) -> None:
     """Queue the webhook deliveries of events just recorded in this unit of work."""
-    by_workspace: dict[str, list[tuple[str, str]]] = {}
+    by_workspace: dict[str, list[tuple[str, Event]]] = {}
     for e in events:
         name = webhook_event(e.event_type)
         if name is not None:
-            body = payload(name, e.email_id, e.recipient, e.created_at, e.metadata)
-            by_workspace.setdefault(e.workspace_id, []).append((name, body))
-    for workspace_id, items in by_workspace.items():
-        webhooks.fan_out(tx, workspace_id, items, max(e.created_at for e in events))
+            by_workspace.setdefault(e.workspace_id, []).append((name, e))
+    for workspace_id, named in by_workspace.items():
+        hooks = webhooks.list_active(tx, workspace_id)
+        wanted = {event_type for hook in hooks for event_type in hook.events}
+        # Payloads only for what some webhook takes: most workspaces have none, and the
+        # delivery's outcome writes (two events per recipient) are on its hot path.
+        items = [
+            (name, payload(name, e.email_id, e.recipient, e.created_at, e.metadata))
+            for name, e in named
+            if name in wanted
+        ]
+        if items:
+            at = max(e.created_at for e in events)
+            webhooks.fan_out(tx, workspace_id, items, at, hooks)
 
 
 def queue_sender_event(
