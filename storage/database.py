@@ -137,31 +137,39 @@ class Batcher:
                 await ended.wait()
 
     def _work(self, token: trio.lowlevel.TrioToken) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                self._queue.put(None)
-                return
-            batch = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)
-                    break
-                batch.append(more)
-            jobs = [pending.job for pending in batch]
-            try:
-                results = self._run_batch(jobs)
-            except Exception as exc:  # the batch as a whole failed: every caller hears of it
-                # One Error each: an outcome can be unwrapped only once.
-                results = [outcome.Error(exc) for _ in batch]
-            token.run_sync_soon(self._answer, batch, results)
+        while (batch := self._take()) is not None:
+            token.run_sync_soon(self._answer, batch, self._run(batch))
             # Not kept while waiting for the next batch: its arguments and results may be
             # whole messages (a 34 MiB one stayed resident until the next read).
-            del first, batch, jobs, results
+            del batch
+
+    def _take(self) -> list[_Pending] | None:
+        """Every unit waiting, up to MAX_BATCH (blocking until there is one); None once the
+        batcher is closed and what was queued before has been taken."""
+        first = self._queue.get()
+        if first is None:
+            self._queue.put(None)  # for the next worker
+            return None
+        batch = [first]
+        while len(batch) < MAX_BATCH:
+            try:
+                more = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                self._queue.put(None)
+                break
+            batch.append(more)
+        return batch
+
+    def _run(self, batch: list[_Pending]) -> list[outcome.Outcome[Any]]:
+        try:
+            return self._run_batch([pending.job for pending in batch])
+        except BaseException as exc:
+            # The batch as a whole failed: every caller hears of it, and the worker lives on
+            # (a worker that died would leave its callers waiting for good). One Error each:
+            # an outcome can be unwrapped only once.
+            return [outcome.Error(exc) for _ in batch]
 
     def _answer(self, batch: list[_Pending], results: list[outcome.Outcome[Any]]) -> None:
         self._batches += 1
