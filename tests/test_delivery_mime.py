@@ -3,10 +3,9 @@ writes, and those bytes read back by a mail reader (the stdlib parser) as what w
 
 from __future__ import annotations
 
-import dataclasses
 import email
 import email.policy
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from typing import Any
 
@@ -24,6 +23,7 @@ from engine.mail.compose import (
     compose_with_email_package,
 )
 from engine.mail.dkim import sign
+from tests.harness import messages
 from tests.harness.messages import dns_for
 
 BOUNDARIES = ("=_" + "a" * 32, "=_" + "b" * 32)
@@ -31,18 +31,11 @@ PDF = bytes(range(256)) * 5 + b"\r\n.\r\n"
 
 
 def make(**changes: Any) -> OutgoingMessage:
-    base = OutgoingMessage(
-        from_address="ada@mail.example.com",
-        from_name="Ada Lovelace",
-        to=(("bob@example.org", "Bob"),),
-        subject="Your receipt",
-        text="Thanks for your order.\n",
-        message_id="<0b7a7d2e-4b1c-4d5e-9f10-2a3b4c5d6e7f@mail.example.com>",
-        date=datetime(2024, 5, 1, 12, 30, 5, tzinfo=UTC),
-        list_unsubscribe="https://postroom.example.net/v1/unsubscribe/t0k3n",
-        tags=("receipt",),
-    )
-    return dataclasses.replace(base, **changes)
+    unsubscribable = {
+        "list_unsubscribe": "https://postroom.example.net/v1/unsubscribe/t0k3n",
+        "tags": ("receipt",),
+    }
+    return messages.make(**(unsubscribable | changes))
 
 
 SHAPES: dict[str, dict[str, Any]] = {
