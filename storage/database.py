@@ -197,8 +197,9 @@ def _in_caller_context(unit: Callable[..., T]) -> Callable[..., T]:
     if together is not None:  # it runs with its batch's other calls, in no caller's context
         return unit
     wrapped = partial(contextvars.copy_context().run, unit)
-    if getattr(unit, "one_snapshot", False):  # storage/engines.py `in_one_snapshot`: kept
-        wrapped.one_snapshot = True  # type: ignore[attr-defined]
+    for mark in ("one_snapshot", "pipelined"):  # storage/engines.py's marks are kept
+        if getattr(unit, mark, False):
+            setattr(wrapped, mark, True)
     return wrapped
 
 

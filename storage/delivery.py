@@ -172,7 +172,7 @@ def record_outcomes(
             found = tx.all(sql, values | params | {"holder": holder})
             written.update((row["email_id"], row["address"]) for row in found)
         else:
-            tx.execute(sql, values | params)
+            tx.run(sql, values | params)
     if holder is not None:
         ours = written if fenced else {(u.email_id, u.address) for u in updates}
         updates = [u for u in updates if (u.email_id, u.address) in ours]

@@ -666,16 +666,23 @@ def claim(
             for r in claimed
         ),
     )
-    # The next due recipient, or the end of a pause holding some back, whichever is first.
+    # The next due recipient, or the end of a pause holding some back, whichever is first:
+    # per status, the first in the due index that is neither leased nor paused. (A MIN over
+    # both statuses tested every waiting recipient for a pause: 9 ms a claim with 5,000
+    # waiting on PostgreSQL, where this stops at the first one free, past those just leased.)
+    first = [
+        f"(SELECT next_attempt_at FROM email_recipients WHERE status = '{status}'"
+        " AND domain = :domain AND next_attempt_at IS NOT NULL"
+        f" AND (lease_until IS NULL OR lease_until < :now) AND NOT {incidents.PAUSED}"
+        f" ORDER BY next_attempt_at LIMIT 1) AS {status}"
+        for status in ("queued", "deferred")
+    ]
     following = tx.one(
-        f"SELECT MIN(next_attempt_at) AS due, ({incidents.PAUSE_ENDS}) AS pause_ends"
-        " FROM email_recipients WHERE domain = :domain"
-        " AND status IN ('queued', 'deferred') AND (lease_until IS NULL OR lease_until < :now)"
-        f" AND NOT {incidents.PAUSED}",
+        f"SELECT {', '.join(first)}, ({incidents.PAUSE_ENDS}) AS pause_ends",
         {"domain": domain, "now": timestamp(now)},
     )
     assert following is not None
-    due = [parse_timestamp(t) for t in (following["due"], following["pause_ends"]) if t]
+    due = [parse_timestamp(t) for t in following.values() if t]
     return claimed, min(due, default=None)
 
 
@@ -708,7 +715,7 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary)
     final, final_params = _among(summary.final)
     for status, members in by_status.items():
         placeholders, names = in_list("id", members)
-        tx.execute(
+        tx.run(
             "UPDATE emails SET status = :status, updated_at = :now,"
             " delivered_at = CASE WHEN :status = :delivered THEN :now ELSE delivered_at END"
             f" WHERE id IN ({placeholders}) AND NOT {final}",

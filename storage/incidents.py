@@ -101,7 +101,7 @@ def record_round(
         strikes = 1 if found is None else found.strikes + 1
         # Another node may open the same incident meanwhile: the partial unique index makes
         # the second insert widen the first one instead.
-        tx.execute(
+        tx.run(
             "INSERT INTO delivery_incidents (id, workspace_id, domain_id, sending_domain,"
             " destination, kind, strikes, sample_reply, first_seen_at, last_seen_at,"
             " paused_until) VALUES (:id, :ws, :domain_id, :sending, :destination, :kind,"
@@ -124,7 +124,7 @@ def record_round(
         )
     for workspace_id, domain_id in delivered - set(hits):
         if (workspace_id, domain_id) in current:
-            tx.execute(
+            tx.run(
                 "UPDATE delivery_incidents SET resolved_at = :now WHERE workspace_id = :ws"
                 " AND domain_id = :domain_id AND destination = :destination"
                 " AND resolved_at IS NULL",

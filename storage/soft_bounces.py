@@ -61,4 +61,4 @@ def clear(tx: Tx, keys: Iterable[tuple[str, str]]) -> None:
     hashes = list(dict.fromkeys(address_hash(tx, ws, address) for ws, address in keys))
     if hashes:
         names, params = in_list("h", hashes)
-        tx.execute(f"DELETE FROM soft_bounces WHERE address_hash IN ({names})", params)
+        tx.run(f"DELETE FROM soft_bounces WHERE address_hash IN ({names})", params)

@@ -55,10 +55,14 @@ def _inserts(sql: str) -> bool:
 class Tx:
     """Runs statements inside the current transaction of one connection."""
 
-    __slots__ = ("_conn", "dialect", "inserted", "large", "notes", "sealer")
+    __slots__ = ("_conn", "_pipe", "dialect", "inserted", "large", "notes", "sealer", "spoiled")
 
-    def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer) -> None:
+    def __init__(self, conn: Any, dialect: Dialect, sealer: Sealer, pipe: Any = None) -> None:
         self._conn = conn
+        self._pipe = pipe  # psycopg's pipeline while one is open (see `pipeline`)
+        # Whether a pipeline failed: psycopg may then count as prepared a statement the server
+        # skipped (it fails later, once, with "prepared statement does not exist").
+        self.spoiled = False
         self.dialect: Dialect = dialect
         self.sealer = sealer  # seals and unseals secrets at rest (storage.sealing)
         self.notes: set[str] = set()  # topics of new work, announced once committed
@@ -77,14 +81,24 @@ class Tx:
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:
-        """Statements whose results nobody reads meanwhile go to PostgreSQL together, one
-        round trip instead of one each (psycopg's pipeline mode; errors surface by the end of
-        the block); on SQLite, in process, each runs as it comes."""
-        if self.dialect != "postgresql":
+        """Statements whose results nobody reads meanwhile (`run`, `execute_many`) go to
+        PostgreSQL together with the next one whose result is read, one round trip instead of
+        one each (psycopg's pipeline mode; errors surface by the end of the block at the
+        latest); on SQLite, in process, each runs as it comes. No COPY (`write_octets`)
+        inside."""
+        if self.dialect != "postgresql" or self._pipe is not None:
             yield
             return
-        with self._conn.pipeline():
-            yield
+        try:
+            with self._conn.pipeline() as pipe:
+                self._pipe = pipe
+                try:
+                    yield
+                finally:
+                    self._pipe = None
+        except BaseException:
+            self.spoiled = True
+            raise
 
     def inline_octets(self, data: bytes) -> bool:
         """Whether `data` may be bound as a parameter; if not, store a placeholder (an empty
@@ -150,12 +164,21 @@ class Tx:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql
 
     def execute(self, sql: str, params: Params | None = None) -> int:
-        """Run a statement; the number of rows it touched."""
+        """Run a statement; the number of rows it touched (inside `pipeline`, once what was
+        queued before it has run too: a round trip, where `run` takes none)."""
         cursor = self._conn.execute(self._sql(sql), params or {})
+        if self._pipe is not None:
+            self._pipe.sync()
         count = int(cursor.rowcount)
         if count > 0 and _inserts(sql):
             self.inserted = True
         return count
+
+    def run(self, sql: str, params: Params | None = None) -> None:
+        """Run a statement whose row count nobody reads: inside `pipeline`, on PostgreSQL,
+        it goes to the server with the next statement whose result is read."""
+        self._conn.execute(self._sql(sql), params or {})
+        self.inserted = self.inserted or _inserts(sql)
 
     def execute_many(self, sql: str, rows: Iterable[Params]) -> None:
         """Run one statement for each parameter set, in one driver call."""

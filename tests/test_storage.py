@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from storage import emails, migrations
 from storage.codec import new_id, parse_timestamp, timestamp
 from storage.database import Database, open_database
-from storage.engines import in_one_snapshot, runs_together
+from storage.engines import in_one_snapshot, pipelining, runs_together
 from storage.tx import Tx, to_pyformat
 
 
@@ -124,6 +124,54 @@ async def test_units_that_run_together_answer_each_caller_as_if_alone(database_u
             i: "LookupError" if i == 10 else "1" if i % 2 == 0 else "ValueError" for i in range(40)
         }
         assert sorted(await db.read(_bodies)) == [i for i in range(0, 40, 2) if i != 10]
+
+
+@pipelining
+def _renumber(tx: Tx, note_id: int, body: str) -> tuple[int, dict[int, str]]:
+    """A pipelined unit: an insert and an update whose results it does not read, a count it
+    does read, then what it wrote; a body "clash" makes its insert fail."""
+    tx.run(
+        "INSERT INTO notes (id, body) VALUES (:id, :body)",
+        {"id": 1 if body == "clash" else note_id, "body": body},
+    )
+    tx.run("UPDATE notes SET body = body || '!' WHERE id = :id", {"id": note_id})
+    touched = tx.execute("UPDATE notes SET body = body || '?' WHERE id >= 1000", {})
+    return touched, _bodies(tx)
+
+
+async def test_a_pipelined_unit_reads_exact_counts_and_its_own_writes_and_fails_alone(
+    database_url: str,
+) -> None:
+    async with open_database(database_url) as db:
+        await db.transaction(_create_table)
+        await db.write(_insert, 1, "first")
+        touched, seen = await db.write(_renumber, 1000, "a")
+        assert (touched, seen) == (1, {1: "first", 1000: "a!?"})
+        answers: dict[int, object] = {}
+
+        async def attempt(note_id: int, body: str) -> None:
+            try:
+                answers[note_id] = (await db.write(_renumber, note_id, body))[0]
+            except Exception as exc:
+                answers[note_id] = type(exc).__name__
+
+        # In batches with others, then alone (each clash after more than psycopg's five uses,
+        # which prepare a statement): a statement it did not read fails its unit only.
+        async with trio.open_nursery() as nursery:
+            for i in range(1001, 1021):
+                nursery.start_soon(attempt, i, "clash" if i % 5 == 0 else "b")
+        assert db.writer_statistics().largest_batch > 1
+        for i in range(1021, 1041):
+            await attempt(i, "clash" if i % 5 == 0 else "b")
+        clashed = {i for i in range(1001, 1041) if i % 5 == 0}
+        written = set(range(1001, 1041)) - clashed
+        assert all(isinstance(answers[i], str) for i in clashed), answers
+        assert all(isinstance(answers[i], int) for i in written), answers
+        bodies = await db.read(_bodies)
+        assert sorted(bodies) == [1, 1000, *sorted(written)]
+        assert bodies[1] == "first"
+        # Each later unit's count covered every row at 1000 or above committed before it.
+        assert max(a for a in answers.values() if isinstance(a, int)) == len(bodies) - 1
 
 
 async def test_a_constraint_violation_reaches_only_its_caller(database_url: str) -> None:

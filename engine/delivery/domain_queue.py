@@ -82,6 +82,7 @@ from storage import incidents as stored_incidents
 from storage.codec import new_id
 from storage.delivery import Unheld
 from storage.emails import Email, Event, Recipient, RecipientUpdate
+from storage.engines import pipelining
 from storage.errors import DatabaseUnreachable, is_outage
 from storage.suppressions import Suppression
 from storage.tx import Tx
@@ -306,6 +307,7 @@ def _write(
     return moved
 
 
+@pipelining  # the delivery's hot write: its round trips are most of its time on PostgreSQL
 def _record(
     tx: Tx, part: _Outcomes | None, domain: str, released: list[int], node: str
 ) -> list[tuple[str, str]]:
