@@ -703,6 +703,11 @@ def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary)
     if not ids:
         return
     placeholders, names = in_list("id", ids)
+    if tx.dialect == "postgresql":
+        # Another node may be writing outcomes of other recipients of these emails: the emails
+        # are locked first (in one order), so the node second to lock one reads its recipients
+        # once the first has committed, and neither sums it up without the other's outcomes.
+        tx.run(f"SELECT id FROM emails WHERE id IN ({placeholders}) ORDER BY id FOR UPDATE", names)
     statuses: dict[str, list[str]] = {email_id: [] for email_id in ids}
     for row in tx.all(
         f"SELECT email_id, status FROM email_recipients WHERE email_id IN ({placeholders})",

@@ -14,11 +14,14 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage import emails, migrations
+from engine.sending import statuses
+from storage import accounts, delivery, emails, migrations
 from storage.codec import new_id, parse_timestamp, timestamp
 from storage.database import Database, open_database
 from storage.engines import in_one_snapshot, pipelining, runs_together
+from storage.sealing import NO_MASTER_KEY
 from storage.tx import Tx, to_pyformat
+from tests.harness.service import fresh_postgres_database
 
 
 def _create_table(tx: Tx) -> None:
@@ -412,3 +415,75 @@ async def test_a_unit_marked_in_one_snapshot_sees_no_write_between_its_statement
                 await other.write(_insert, 2, "two")
             go_on.set()
         assert seen == [(1, 1)]
+
+
+def _email_with_two_recipients(tx: Tx, now: datetime) -> str:
+    user = accounts.User(new_id(), "owner@example.org", "-", False, now)
+    workspace = accounts.Workspace(new_id(), "Team", "business", user.id, now)
+    accounts.insert_user(tx, user)
+    accounts.insert_workspace(tx, workspace)
+    email = emails.Email(
+        id=new_id(), workspace_id=workspace.id, domain_id="dom_1",
+        from_address="news@sender.example", from_name=None, to=[], cc=[], bcc=[],
+        reply_to=None, subject="Issue 1", html=None, text="Hello.", headers={}, tags=[],
+        attachments=[], status="sending", source="api", message_id="<1@sender.example>",
+        rejection_reason=None, retry_of_id=None, send_at=None, created_at=now,
+        updated_at=now, delivered_at=None,
+    )  # fmt: skip
+    recipients = [
+        emails.Recipient(email.id, f"reader@{domain}", "to", domain, "queued", 0, now, None, now)
+        for domain in ("one.example", "two.example")
+    ]
+    emails.insert(tx, [email], recipients, [], announce=False)
+    return email.id
+
+
+def _delivered(tx: Tx, email_id: str, domain: str, now: datetime) -> None:
+    update = emails.RecipientUpdate(email_id, f"reader@{domain}", "delivered", None, "250 OK")
+    delivery.record_outcomes(tx, [update], [], [], now, statuses.SUMMARISE)
+
+
+def _both_delivered_at_once(url: str, email_id: str, now: datetime) -> None:
+    """Node one writes its recipient's outcome; node two writes the other's until it waits on
+    a lock node one holds; then node one commits, and node two after it."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    first = psycopg.connect(url, row_factory=dict_row)
+    second = psycopg.connect(url, row_factory=dict_row)
+    watcher = psycopg.connect(url, autocommit=True)
+    try:
+        _delivered(Tx(first, "postgresql", NO_MASTER_KEY), email_id, "one.example", now)
+
+        def other_node() -> None:
+            _delivered(Tx(second, "postgresql", NO_MASTER_KEY), email_id, "two.example", now)
+            second.commit()
+
+        thread = threading.Thread(target=other_node)
+        thread.start()
+        waiting = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s"
+        deadline = time.monotonic() + 10
+        while watcher.execute(waiting, (second.info.backend_pid,)).fetchone() != ("Lock",):
+            assert time.monotonic() < deadline, "the second write never waited for the first"
+            time.sleep(0.01)
+        first.commit()
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        for conn in (first, second, watcher):
+            conn.close()
+
+
+async def test_two_nodes_writing_outcomes_of_one_email_at_once_sum_up_all_of_them() -> None:
+    """Two nodes deliver one email's two recipients and write their outcomes at once: the
+    email is delivered, not left `sending` by the node that summed up its recipients without
+    the other's outcome (it waits for the first node's commit, then reads both)."""
+    now = datetime.now(UTC)
+    with fresh_postgres_database(migrated=True) as url:
+        async with open_database(url) as db:
+            email_id = await db.write(_email_with_two_recipients, now)
+            await trio.to_thread.run_sync(_both_delivered_at_once, url, email_id, now)
+            status = await db.read(
+                lambda tx: tx.value("SELECT status FROM emails WHERE id = :id", {"id": email_id})
+            )
+            assert status == "delivered"
