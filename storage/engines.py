@@ -565,6 +565,7 @@ class PostgresEngine:
         while True:
             try:
                 with self.space.refusals(), self._pool.connection() as conn:
+                    tx = None
                     try:
                         with (
                             conn.pipeline() if pipeline else nullcontext() as pipe,
@@ -573,12 +574,14 @@ class PostgresEngine:
                             tx = Tx(conn, "postgresql", self.sealer, pipe)
                             done = body(conn, tx), tx.inserted
                     except BaseException:
-                        if pipeline:  # its prepared statements may not be the server's (Tx.spoiled)
+                        # Failed in a pipeline (the transaction's own, or one the unit opened):
+                        # psycopg's prepared statements may not be the server's (Tx.spoiled).
+                        if pipeline or (tx is not None and tx.spoiled):
                             conn.close()
                         raise
                     if tx.large or tx.spoiled:
-                        # Its buffers grew to a value's size, or its prepared statements may not
-                        # be the server's: the pool replaces it.
+                        # Its buffers grew to a value's size, or a pipeline failed in it (a unit
+                        # of the batch that failed alone): the pool replaces it.
                         conn.close()
                     return done
             except Exception as exc:
