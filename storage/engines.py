@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -567,12 +567,20 @@ class PostgresEngine:
                 with self.space.refusals(), self._pool.connection() as conn:
                     tx = None
                     try:
-                        with (
-                            conn.pipeline() if pipeline else nullcontext() as pipe,
-                            conn.transaction(),
-                        ):
-                            tx = Tx(conn, "postgresql", self.sealer, pipe)
-                            done = body(conn, tx), tx.inserted
+                        if pipeline:
+                            # Not `conn.transaction()`: in a pipeline psycopg wraps it in
+                            # nested pipelines that sync after BEGIN and before COMMIT, two
+                            # round trips more. BEGIN goes with the first statement (the
+                            # connection is not autocommit) and COMMIT with the last sync;
+                            # a failure closes the connection below (no rollback needed).
+                            with conn.pipeline() as pipe:
+                                tx = Tx(conn, "postgresql", self.sealer, pipe)
+                                done = body(conn, tx), tx.inserted
+                                conn.commit()
+                        else:
+                            with conn.transaction():
+                                tx = Tx(conn, "postgresql", self.sealer, None)
+                                done = body(conn, tx), tx.inserted
                     except BaseException:
                         # Failed in a pipeline (the transaction's own, or one the unit opened):
                         # psycopg's prepared statements may not be the server's (Tx.spoiled).

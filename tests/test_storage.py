@@ -142,6 +142,12 @@ def _renumber(tx: Tx, note_id: int, body: str) -> tuple[int, dict[int, str]]:
     return touched, _bodies(tx)
 
 
+@pipelining
+def _append(tx: Tx, note_id: int) -> None:
+    """A pipelined unit that reads nothing: its statements and COMMIT go in one sync."""
+    tx.run("UPDATE notes SET body = body || '+' WHERE id = :id", {"id": note_id})
+
+
 async def test_a_pipelined_unit_reads_exact_counts_and_its_own_writes_and_fails_alone(
     database_url: str,
 ) -> None:
@@ -175,6 +181,9 @@ async def test_a_pipelined_unit_reads_exact_counts_and_its_own_writes_and_fails_
         assert bodies[1] == "first"
         # Each later unit's count covered every row at 1000 or above committed before it.
         assert max(a for a in answers.values() if isinstance(a, int)) == len(bodies) - 1
+        # One that reads nothing commits too (another connection reads it).
+        await db.write(_append, 1)
+        assert (await db.read(_bodies))[1] == "first+"
 
 
 async def test_a_constraint_violation_reaches_only_its_caller(database_url: str) -> None:
