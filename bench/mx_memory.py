@@ -65,7 +65,9 @@ def _by_process(pid: int) -> dict[str, float]:
         for flag, value in itertools.pairwise(words):
             if flag == b"--role":
                 role = value.decode()
-        rss = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        rss = next((line for line in status.splitlines() if line.startswith("VmRSS:")), None)
+        if rss is None:
+            continue  # ending: a zombie's status has no memory lines
         name = role if role not in found else f"{role}.{member}"
         found[name] = int(rss.split()[1]) / 1024
     return found
