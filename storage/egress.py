@@ -58,9 +58,17 @@ def list_sources(tx: Tx) -> list[Source]:
     return [_source(r) for r in tx.all("SELECT * FROM egress_sources ORDER BY created_at, id")]
 
 
-def get_source(tx: Tx, source_id: str) -> Source | None:
-    row = tx.one("SELECT * FROM egress_sources WHERE id = :id", {"id": source_id})
+def get_source(tx: Tx, source_id: str, *, lock: bool = False) -> Source | None:
+    """The source; with `lock`, held until commit, so two changes at once (from two nodes, or
+    two write transactions of one) are made one after the other and neither is lost."""
+    row = tx.one(
+        "SELECT * FROM egress_sources WHERE id = :id" + _for_update(tx, lock), {"id": source_id}
+    )
     return None if row is None else _source(row)
+
+
+def _for_update(tx: Tx, lock: bool) -> str:
+    return " FOR UPDATE" if lock and tx.dialect == "postgresql" else ""
 
 
 def sources_of(tx: Tx, source_ids: Iterable[str]) -> dict[str, Source]:
@@ -154,8 +162,10 @@ def list_pools(tx: Tx) -> list[Pool]:
     return _pools(tx, tx.all("SELECT * FROM egress_pools ORDER BY created_at, id"))
 
 
-def get_pool(tx: Tx, pool_id: str) -> Pool | None:
-    found = _pools(tx, tx.all("SELECT * FROM egress_pools WHERE id = :id", {"id": pool_id}))
+def get_pool(tx: Tx, pool_id: str, *, lock: bool = False) -> Pool | None:
+    """The pool; with `lock`, held until commit (as `get_source`)."""
+    sql = "SELECT * FROM egress_pools WHERE id = :id" + _for_update(tx, lock)
+    found = _pools(tx, tx.all(sql, {"id": pool_id}))
     return found[0] if found else None
 
 

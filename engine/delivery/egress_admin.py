@@ -82,7 +82,7 @@ def _save_source(tx: Tx, source_id: str | None, change: SourceChange, now: datet
         assert change.name and change.bind_address and change.ehlo_name
         found = Source(new_id(), change.name, change.bind_address, change.ehlo_name, now, now)
     else:
-        found = _existing(egress.get_source(tx, source_id), "source")
+        found = _existing(egress.get_source(tx, source_id, lock=True), "source")
     source = replace(
         found,
         name=change.name or found.name,
@@ -160,7 +160,7 @@ def _save_pool(tx: Tx, pool_id: str | None, change: PoolChange, now: datetime) -
         assert change.name and change.sources is not None
         found = Pool(new_id(), change.name, change.sources, now, now)
     else:
-        found = _existing(egress.get_pool(tx, pool_id), "pool")
+        found = _existing(egress.get_pool(tx, pool_id, lock=True), "pool")
     pool = replace(
         found,
         name=change.name or found.name,
