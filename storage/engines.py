@@ -214,10 +214,10 @@ def runs_together(together: Together) -> Callable[[U], U]:
 
 
 def pipelining(unit: U) -> U:
-    """Mark a write unit that, alone in its batch, runs as one pipeline on PostgreSQL: BEGIN,
-    its statements whose results it does not read (`Tx.run`, `Tx.execute_many`) and COMMIT
-    go with the next statement it reads (the delivery's outcome write: ~10 round trips were
-    most of its ~3.5 ms under load; 4 now). In a batch with others it runs as they do: after
+    """Mark a write unit that, alone in its batch, runs as one pipeline on PostgreSQL: its
+    statements whose results it does not read (`Tx.run`, `Tx.execute_many`), and at the end
+    COMMIT, go with the next statement it reads (the delivery's outcome write: ~10 round
+    trips were most of its ~3.5 ms under load; 4 now). In a batch with others it runs as they do: after
     a failed pipeline psycopg may count as prepared a statement the server skipped, and the
     units after it would fail on it (alone, the connection is replaced instead). Such a unit
     does not COPY (`Tx.write_octets`)."""
@@ -569,10 +569,10 @@ class PostgresEngine:
                     try:
                         if pipeline:
                             # Not `conn.transaction()`: in a pipeline psycopg wraps it in
-                            # nested pipelines that sync after BEGIN and before COMMIT, two
-                            # round trips more. BEGIN goes with the first statement (the
-                            # connection is not autocommit) and COMMIT with the last sync;
-                            # a failure closes the connection below (no rollback needed).
+                            # nested pipelines whose entry and exit sync again. psycopg begins
+                            # the transaction at the first statement (the connection is not
+                            # autocommit) and COMMIT goes with the last sync: one sync and two
+                            # flushes fewer. A failure closes the connection below.
                             with conn.pipeline() as pipe:
                                 tx = Tx(conn, "postgresql", self.sealer, pipe)
                                 done = body(conn, tx), tx.inserted
