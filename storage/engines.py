@@ -217,10 +217,10 @@ def pipelining(unit: U) -> U:
     """Mark a write unit that, alone in its batch, runs as one pipeline on PostgreSQL: its
     statements whose results it does not read (`Tx.run`, `Tx.execute_many`), and at the end
     COMMIT, go with the next statement it reads (the delivery's outcome write: ~10 round
-    trips were most of its ~3.5 ms under load; 4 now). In a batch with others it runs as they do: after
-    a failed pipeline psycopg may count as prepared a statement the server skipped, and the
-    units after it would fail on it (alone, the connection is replaced instead). Such a unit
-    does not COPY (`Tx.write_octets`)."""
+    trips were most of its ~3.5 ms under load; 4 now). In a batch with others it runs as
+    they do: after a failed pipeline psycopg may count as prepared a statement the server
+    skipped, and the units after it would fail on it (alone, the connection is replaced
+    instead). Such a unit does not COPY (`Tx.write_octets`)."""
     unit.pipelined = True  # type: ignore[attr-defined]
     return unit
 
