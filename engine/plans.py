@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.platform.errors import PlanFeature, PlanLimit
+from storage.accounts import hold_workspace
+from storage.tx import Tx
 
 UNLIMITED = -1
 PLAN_NAMES = ("free", "starter", "pro", "business")
@@ -59,6 +62,23 @@ def check_room(limit: int, used: int, what: str, plan_name: str) -> None:
             f"The {plan_name} plan allows {limit} {what}; upgrade the plan or remove one first.",
             limit=limit,
         )
+
+
+def check_workspace_room(
+    tx: Tx,
+    workspace_id: str,
+    limit: int,
+    count: Callable[[Tx, str], int],
+    what: str,
+    plan_name: str,
+) -> None:
+    """Raise PlanLimit when the workspace's `count` of `what` already fills `limit`, in a
+    write about to add one: the workspace is held first, so writes adding at once take turns
+    and the second counts the first's."""
+    if limit == UNLIMITED:
+        return
+    hold_workspace(tx, workspace_id)
+    check_room(limit, count(tx, workspace_id), what, plan_name)
 
 
 def require(feature_available: bool, feature: str, plan_name: str) -> None:

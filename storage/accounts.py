@@ -112,6 +112,14 @@ def has_users(tx: Tx, *, lock: bool = False) -> bool:
     return tx.value("SELECT 1 FROM users LIMIT 1") is not None
 
 
+def hold_workspace(tx: Tx, workspace_id: str) -> None:
+    """Hold the workspace's row until commit on PostgreSQL (SQLite has one writer): writes
+    that count its things before adding one (a plan's limits), or change who owns it, take
+    turns, on one node's writers as across nodes, each seeing what the one before added."""
+    if tx.dialect == "postgresql":
+        tx.execute("SELECT id FROM workspaces WHERE id = :ws FOR UPDATE", {"ws": workspace_id})
+
+
 def user_by_id(tx: Tx, user_id: str) -> User | None:
     row = tx.one("SELECT * FROM users WHERE id = :id", {"id": user_id})
     return None if row is None else _user(row)

@@ -1,14 +1,17 @@
 """The async face of storage: reads and writes handed to batching actors.
 
-`Database.write` hands a unit of work to the group-commit writer, a thread of its own that
-takes everything waiting, runs it in one transaction with one commit, then answers each caller.
+`Database.write` hands a unit of work to the group-commit writer: a thread of its own (two
+on PostgreSQL, each with its own connection, `StorageEngine.writer_slots`) that takes
+everything waiting, runs it in one transaction with one commit, then answers each caller.
 Under load thousands of commits become dozens; a caller still hears back only after its own
 data is durable. `Database.read` goes to a few reader threads that batch the same way on their
 own connections. A batch costs one hand-over into its thread and one back, never one per
 statement, and a worker with more waiting starts the next batch without waiting for Trio.
 
 A unit submitted after another unit's answer always runs in a later batch, so callers read
-their own writes.
+their own writes. Units handed over at once may commit in either order on PostgreSQL, as
+units of two nodes do: one that must follow another waits for its answer, and one that checks
+a total before adding to it locks what it adds to first (storage/emails.py `sent_in_month`).
 
 Topics of new work that committed units announced (`Tx.notify`) go to the `on_commit` hook
 (the engine's wake-ups) once committed; `listen` hands it those other nodes announced.
@@ -214,6 +217,7 @@ class Database:
         self._writer = writer
         self._reach = reach
         self.dialect: Dialect = engine.dialect
+        self.writers = engine.writer_slots  # write transactions that may run at once
         self._deliver: Callable[[set[str]], None] = lambda topics: None
         # The listening thread is always out: it takes no token of trio's default limiter,
         # whose borrowed tokens then count only work under way (RunningService.idle).
@@ -338,7 +342,7 @@ async def open_database(url: str) -> AsyncIterator[Database]:
     engine = await trio.to_thread.run_sync(open_engine, url)
     try:
         reader = Batcher(engine.read_batch, workers=engine.reader_slots)
-        writer = Batcher(engine.write_batch, workers=1)
+        writer = Batcher(engine.write_batch, workers=engine.writer_slots)
         reach = Reachability(engine.probe)
         async with trio.open_nursery() as nursery:
             await nursery.start(reader.run)

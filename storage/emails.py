@@ -303,8 +303,22 @@ def get(tx: Tx, workspace_id: str, email_id: str) -> Email | None:
 USAGE_SHARDS = 16
 
 
-def sent_in_month(tx: Tx, workspace_id: str, month: str) -> int:
-    """Emails the workspace sent (not rejected) in a calendar month ('YYYY-MM')."""
+def sent_in_month(tx: Tx, workspace_id: str, month: str, counting_in: int | None = None) -> int:
+    """Emails the workspace sent (not rejected) in a calendar month ('YYYY-MM').
+
+    A write about to add to the volume in shard `counting_in` (`count_sent`) locks that
+    shard's row first on PostgreSQL, so the node's transactions that check and then count
+    (its two writers) take turns, each seeing the others' counts: no overshoot of the plan's
+    volume within a node. Nodes count in their own shards and never wait on each other (the
+    accepts under way on other nodes may overshoot it, docs/decisions.md). SQLite has one
+    writer per file."""
+    if counting_in is not None and tx.dialect == "postgresql":
+        tx.execute(
+            "INSERT INTO usage_shards (workspace_id, month, shard, emails)"
+            " VALUES (:ws, :month, :shard, 0) ON CONFLICT (workspace_id, month, shard)"
+            " DO UPDATE SET emails = usage_shards.emails",
+            {"ws": workspace_id, "month": month, "shard": counting_in % USAGE_SHARDS},
+        )
     value = tx.value(
         "SELECT SUM(emails) FROM usage_shards WHERE workspace_id = :ws AND month = :month",
         {"ws": workspace_id, "month": month},

@@ -159,6 +159,9 @@ def notify_payloads(node: str, topics: set[str]) -> list[str]:
 class StorageEngine(Protocol):
     dialect: Dialect
     reader_slots: int
+    # Write transactions that may run at once, each on its own connection: one on SQLite
+    # (one writer per file), two on PostgreSQL (docs/architecture.md section 4).
+    writer_slots: int
     sealer: Sealer
     space: SpaceWatch
     notes: Notes
@@ -337,6 +340,7 @@ class SQLiteEngine:
         self._writer = self._connect()
         self._writer.execute(_SIGNALS_TABLE)
         self.reader_slots = readers
+        self.writer_slots = 1
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         for _ in range(readers):
             self._readers.put(self._connect())
@@ -486,9 +490,15 @@ class PostgresEngine:
     """PostgreSQL through psycopg 3 and a psycopg_pool connection pool."""
 
     dialect: Dialect = "postgresql"
+    # Two write transactions at once: a commit's round trips and the server's fsync then
+    # overlap the next batch's work. Units that check a total before adding to it lock what
+    # they count in first, as they must across nodes anyway (storage/emails.py
+    # `sent_in_month`).
+    WRITERS = 2
 
     def __init__(self, url: str, pool_size: int = 8) -> None:
-        self.reader_slots = pool_size - 1
+        self.writer_slots = self.WRITERS
+        self.reader_slots = pool_size - self.WRITERS
         self.sealer = NO_MASTER_KEY
         self.space = SpaceWatch()
         self.notes = Notes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from storage.accounts import hold_workspace
 from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
 from storage.tx import Row, Tx
 
@@ -63,8 +64,8 @@ def members(tx: Tx, workspace_id: str) -> list[Member]:
 def member(tx: Tx, workspace_id: str, user_id: str, *, lock: bool = False) -> Member | None:
     """One member; with `lock`, the workspace's membership is held until commit, so two
     changes to who owns it are taken one after the other."""
-    if lock and tx.dialect == "postgresql":
-        tx.execute("SELECT id FROM workspaces WHERE id = :ws FOR UPDATE", {"ws": workspace_id})
+    if lock:
+        hold_workspace(tx, workspace_id)
     row = tx.one(_MEMBERS + " AND m.user_id = :user", {"ws": workspace_id, "user": user_id})
     return None if row is None else _member(row)
 

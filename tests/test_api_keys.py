@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import trio
 from trio.testing import MockClock
 
 from tests.harness.service import Service
@@ -55,6 +56,24 @@ async def test_free_plan_caps_active_keys_at_two(service: Service) -> None:
     second = next(k for k in keys if k["name"] == "second")
     assert (await account.client.delete(f"/v1/api-keys/{second['id']}")).status_code == 204
     assert (await account.client.post("/v1/api-keys/", json={"name": "third"})).status_code == 201
+
+
+async def test_keys_created_at_once_never_pass_the_plan_cap(service: Service) -> None:
+    """Requests racing for the last key the plan allows: one gets it (on PostgreSQL each
+    node's two writers, and other nodes, count under the workspace's lock)."""
+    account = await service.account("free")  # one key of two held already
+    answers: list[int] = []
+
+    async def create(n: int) -> None:
+        created = await account.client.post("/v1/api-keys/", json={"name": f"racer {n}"})
+        answers.append(created.status_code)
+
+    async with trio.open_nursery() as nursery:
+        for n in range(8):
+            nursery.start_soon(create, n)
+    assert sorted(answers) == [201] + [403] * 7
+    listed = (await account.client.get("/v1/api-keys/")).json()
+    assert len([k for k in listed if k["is_active"]]) == 2
 
 
 async def test_starter_plan_allows_five_keys(service: Service) -> None:

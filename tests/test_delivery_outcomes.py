@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import trio
+import trio.testing
 
 from engine.delivery import outcomes
 from engine.delivery.classify import (
@@ -22,6 +23,7 @@ from engine.delivery.classify import (
     Unreachable,
     classify,
 )
+from engine.delivery.domain_queue import _Round
 from engine.delivery.egress import Lanes, Record, Routes, Transfer
 from engine.delivery.messages import WireMessage
 from engine.delivery.retry import GIVE_UP_AFTER
@@ -199,3 +201,37 @@ def test_routes_without_selective_egresses_send_everything_to_the_default() -> N
     assert trio.run(Routes().route, work, default) == [(default, work)]
     everything = _Taking("ws_1")
     assert trio.run(Routes([everything]).route, work, default) == [(everything, work)]
+
+
+def test_outcomes_count_as_recorded_only_up_to_the_earliest_write_under_way() -> None:
+    """Two writes of a round's outcomes at once (PostgreSQL's two writers) may end in either
+    order: a connection whose transaction's outcome the first write holds must not send its
+    next message because the second one ended first."""
+
+    async def main() -> None:
+        round_ = _Round(NOW, 2)
+        ok = Replied(R(250, "2.0.0 OK"))
+        round_.settle(EMAIL, recipient(), ok)
+        first = round_.hand()
+        assert round_.take() is not None
+        round_.settle(EMAIL, replace(recipient(), address="other@dest.example"), ok)
+        second = round_.hand()
+        assert round_.take() is not None
+        progress: list[int] = []
+
+        async def connection(upto: int) -> None:
+            await round_.recorded(upto)
+            progress.append(upto)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(connection, 1)
+            nursery.start_soon(connection, 2)
+            await trio.testing.wait_all_tasks_blocked()
+            round_.done_with(second)
+            await trio.testing.wait_all_tasks_blocked()
+            assert progress == []  # the earlier write is still under way
+            round_.done_with(first)
+        assert sorted(progress) == [1, 2]
+        assert round_.taken == 2
+
+    trio.run(main)

@@ -37,9 +37,11 @@ def insert_key(
 ) -> CreatedKey:
     """Create a key inside a unit of work: checks the cap, writes the key and its log entry
     (`test`: a test key, for sandbox mode only)."""
-    plans.check_room(
+    plans.check_workspace_room(
+        tx,
+        workspace_id,
         plans.plan(plan_name).api_keys,
-        api_keys.count_active(tx, workspace_id),
+        api_keys.count_active,
         "API keys",
         plan_name,
     )

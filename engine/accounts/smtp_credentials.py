@@ -55,9 +55,11 @@ def _insert(
             f"{domain.name} already has an active SMTP credential; delete it first",
             code="credential_exists",
         )
-    plans.check_room(
+    plans.check_workspace_room(
+        tx,
+        who.workspace_id,
         plans.plan(who.plan).smtp_credentials,
-        smtp_credentials.count_active(tx, who.workspace_id),
+        smtp_credentials.count_active,
         "SMTP credentials",
         who.plan,
     )

@@ -128,7 +128,7 @@ def _start(
         raise InvalidRequest("the contact list is empty", code="empty_list")
     plan = plans.plan(who.plan)
     to_send = audience(tx, who.workspace_id, found)
-    used = emails.sent_in_month(tx, who.workspace_id, intake.month(now))
+    used = emails.sent_in_month(tx, who.workspace_id, intake.month(now), shard)
     if problem := intake.volume_problem(plan, used, to_send):
         raise PlanLimit(
             f"{problem}; {used} are used and this send needs {to_send}",

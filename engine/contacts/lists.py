@@ -77,8 +77,8 @@ def _create(
     now: datetime,
 ) -> ContactList:
     plan = plans.plan(who.plan)
-    plans.check_room(
-        plan.contact_lists, contacts.count_lists(tx, who.workspace_id), "contact lists", plan.name
+    plans.check_workspace_room(
+        tx, who.workspace_id, plan.contact_lists, contacts.count_lists, "contact lists", plan.name
     )
     created = ContactList(new_id(), who.workspace_id, name, description, icon_seed, 0, now, now)
     contacts.insert_list(tx, created)

@@ -129,19 +129,25 @@ class _Round:
     server's 354, and sends that one's message only once they are written (`recorded`): a
     node that stops, stalls or dies leaves at most one transaction per connection delivered
     without its outcome. The rest (failures decided at the round's end) are written at the
-    end, after every such write."""
+    end, after every such write.
 
-    def __init__(self, now: datetime) -> None:
+    Up to `writes` writes run at once (the database's writers), each taking every outcome
+    settled and not taken when it starts. Writes may end in any order, so outcomes count as
+    recorded only up to where the earliest write still under way began."""
+
+    def __init__(self, now: datetime, writes: int) -> None:
         self.now = now
         self.updates: list[RecipientUpdate] = []
         self.events: list[Event] = []
         self.bounces: list[tuple[str, Suppression]] = []
         self.counts: dict[str, int] = defaultdict(int)
-        self.writing = trio.Lock()  # one write of its outcomes at a time, in order
-        self.write_queued = False  # a write is waiting for the lock: it takes what comes
+        self.writing = trio.Semaphore(writes)  # writes of its outcomes under way at once
+        self.write_queued = False  # a write is waiting for its turn: it takes what comes
         self.written: set[tuple[str, str]] = set()  # recipients whose outcome is written
         self.settled = 0  # outcomes settled so far
-        self.taken = 0  # of which a write took (or dropped: the leases were lost) so many
+        self._handed = 0  # of which the writes started so far took (or dropped) so many
+        self._under_way: set[int] = set()  # where the share of each write under way begins
+        self.taken = 0  # of the outcomes settled, so many were handed to writes that ended
         self._progress = trio.Event()  # set when `taken` grows
         self._hits_written: set[stored_incidents.Pair] = set()
         self._resolved: set[stored_incidents.Pair] = set()
@@ -173,11 +179,19 @@ class _Round:
         self.settled += 1
         return decision.verdict
 
-    def done_with(self, upto: int) -> None:
-        """A write has ended for the outcomes settled before `upto`: written, kept for the
+    def hand(self) -> int:
+        """A write starts with the outcomes settled and not handed yet: where they begin."""
+        begin, self._handed = self._handed, self.settled
+        self._under_way.add(begin)
+        return begin
+
+    def done_with(self, begin: int) -> None:
+        """The write handed the outcomes from `begin` has ended: written, kept for the
         database's return, or dropped with the leases."""
-        if upto > self.taken:
-            self.taken = upto
+        self._under_way.discard(begin)
+        taken = min(self._under_way, default=self._handed)
+        if taken > self.taken:
+            self.taken = taken
             self._progress.set()
             self._progress = trio.Event()
 
@@ -694,7 +708,7 @@ class _Scheduled:
             for email, domain, late in data.emails
         ]
         built = await trio.to_thread.run_sync(build_all, to_build, links)
-        outcome = _Round(rt.clock.now())
+        outcome = _Round(rt.clock.now(), rt.db.writers)
         for email_id, unreadable in data.unreadable.items():
             for recipient in by_email[email_id]:
                 outcome.unreadable(recipient, unreadable.workspace_id, unreadable.error)
@@ -940,17 +954,18 @@ class _Recording:
         return self._queue.draining
 
     async def _commit(self) -> None:
-        """Write the outcomes settled so far. Transactions that end while one write is under
-        way share the next: it writes everything settled until it takes the lock."""
+        """Write the outcomes settled so far. Transactions that end while the database's
+        writers are all busy with the round's share the next write: it writes everything
+        settled until its turn comes."""
         outcome, writer = self._outcome, self._queue.writer
         async with outcome.writing:
             outcome.write_queued = False
-            if writer.lost is None and not await self._rt.tenure.hold(self._epoch):
-                outcome.done_with(outcome.settled)
-                return  # the leases were freed: the outcomes are not this node's to write
-            upto, part = outcome.settled, outcome.take()
+            # Not held: the leases were freed, the outcomes are not this node's to write.
+            held = writer.lost is not None or await self._rt.tenure.hold(self._epoch)
+            begin = outcome.hand()
             try:
+                part = outcome.take() if held else None
                 if part is not None:
                     outcome.recount(await writer.write_or_keep(self._key, part, []))
             finally:
-                outcome.done_with(upto)
+                outcome.done_with(begin)

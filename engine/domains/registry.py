@@ -144,8 +144,8 @@ def _insert(tx: Tx, who: Principal, domain: Domain) -> Domain:
         raise Conflict(
             f"{domain.name} is already registered in this workspace", code="domain_exists"
         )
-    plans.check_room(
-        plans.plan(who.plan).domains, domains.count(tx, who.workspace_id), "domains", who.plan
+    plans.check_workspace_room(
+        tx, who.workspace_id, plans.plan(who.plan).domains, domains.count, "domains", who.plan
     )
     domains.insert(tx, domain)
     record(

@@ -112,8 +112,8 @@ async def _check_mx(rt: Runtime, domain: Domain) -> None:
 
 
 def _insert(tx: Tx, who: Principal, forward: Forward) -> Forward:
-    plans.check_room(
-        plans.plan(who.plan).forwards, forwards.count(tx, who.workspace_id), "forwards", who.plan
+    plans.check_workspace_room(
+        tx, who.workspace_id, plans.plan(who.plan).forwards, forwards.count, "forwards", who.plan
     )
     if forwards.by_source(tx, forward.source_email) is not None:
         raise Conflict(

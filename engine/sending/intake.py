@@ -562,10 +562,15 @@ def _context(tx: Tx, workspace_id: str, addresses: _Addresses, now: datetime) ->
 
 
 def _contexts(
-    tx: Tx, workspace_id: str, many: Sequence[_Addresses], now: datetime
+    tx: Tx,
+    workspace_id: str,
+    many: Sequence[_Addresses],
+    now: datetime,
+    counting_in: int | None = None,
 ) -> list[_Context]:
     """The contexts of a request or a batch, set-based: each distinct sender looked up once,
-    the recipients' suppressions in one query, the volume once."""
+    the recipients' suppressions in one query, the volume once (for a write that counts in
+    shard `counting_in`: `emails.sent_in_month`)."""
     senders: dict[str, tuple[Domain | None, str | None]] = {}
     for from_email in dict.fromkeys(a.from_email for a in many):
         found = verified_sender(tx, domains.sender_by_email(tx, workspace_id, from_email))
@@ -575,7 +580,7 @@ def _contexts(
     everyone = list(dict.fromkeys(r for a in many for r in a.recipients))
     suppressed = suppressions.suppressed_among(tx, workspace_id, everyone)
     overrides = suppression_overrides(tx, workspace_id, suppressed)
-    sent = emails.sent_in_month(tx, workspace_id, month(now))
+    sent = emails.sent_in_month(tx, workspace_id, month(now), counting_in)
     contexts = []
     for a in many:
         mine = scopes.blocking(
@@ -792,7 +797,7 @@ def _store_many(
     placed: list[int | EngineError] = []
     sent = 0  # accepted so far, not rejected
     checked = [e for e in entries if not isinstance(e, EngineError)]
-    contexts = iter(_contexts(tx, who.workspace_id, [c.addresses for c in checked], now))
+    contexts = iter(_contexts(tx, who.workspace_id, [c.addresses for c in checked], now, shard))
     for entry in entries:
         if isinstance(entry, EngineError):
             placed.append(entry)

@@ -32,7 +32,9 @@ def _require_plan(who: Principal) -> None:
 
 def _check_room(tx: Tx, who: Principal) -> None:
     plan = plans.plan(who.plan)
-    plans.check_room(plan.templates, templates.count(tx, who.workspace_id), "templates", plan.name)
+    plans.check_workspace_room(
+        tx, who.workspace_id, plan.templates, templates.count, "templates", plan.name
+    )
 
 
 def _with_variables(template: Template) -> Template:
