@@ -110,6 +110,17 @@ class LeasedTable:
         )
         return Claimed(items, parse_optional_timestamp(following), broken, quarantined)
 
+    def held(self, tx: Tx, id_: str, node: str) -> bool:
+        """Whether `node` still holds the row's lease, the row locked until commit on
+        PostgreSQL: a node declared dead while it worked the row (its leases freed, the row
+        perhaps claimed and worked by another node) must write nothing of it."""
+        lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+        found = tx.value(
+            f"SELECT 1 FROM {self.name} WHERE id = :id AND leased_by = :node{lock}",
+            {"id": id_, "node": node},
+        )
+        return found is not None
+
     def record_faults(
         self, tx: Tx, faults: Sequence[Fault], now: datetime, policy: FaultPolicy
     ) -> int:

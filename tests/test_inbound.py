@@ -9,6 +9,7 @@ from datetime import timedelta
 import trio
 from trio.testing import MockClock
 
+from engine.forwarding import forwarder
 from engine.platform import faults
 from storage import inbound as storage_inbound
 from storage.tx import Tx
@@ -211,3 +212,45 @@ async def test_work_leased_by_a_node_that_died_is_taken_over(
     [request] = await https_receiver.wait_for_requests(1)
     assert request.json()["forward_id"] == forward["id"]
     assert await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
+
+
+async def test_a_node_declared_dead_while_it_worked_a_job_queues_no_second_copy(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """A node that stalled while forwarding (its leases freed, the job claimed by another
+    node) must not store its copy when it wakes: the other node forwards it."""
+    account, domain = await forwarding_account(service, dns_server)
+    forward = (
+        await account.client.post(
+            "/v1/forwards/", json=rule(domain, destination_emails=[DESTINATION])
+        )
+    ).json()
+    rt = service.running.runtime
+    now = rt.clock.now()
+
+    def claimed_here(tx: Tx) -> tuple[storage_inbound.Job, storage_inbound.InboundMessage]:
+        job = storage_inbound.NewJob(
+            forward["id"], account.workspace_id, SOURCE, "email", DESTINATION
+        )
+        storage_inbound.insert_message(tx, "alice@sender.example", [SOURCE], letter(), [job], now)
+        lease = now + timedelta(minutes=5)
+        [claimed] = storage_inbound.claim_due(tx, now, lease, rt.node, 10, faults.policy(now)).items
+        stored, _ = storage_inbound.messages(tx, [claimed.message_id], content=False)
+        return claimed, stored[claimed.message_id]
+
+    job, message = await rt.db.write(claimed_here)
+
+    def taken_over(tx: Tx) -> None:
+        tx.execute(
+            "UPDATE forward_jobs SET leased_by = 'another-node' WHERE id = :id", {"id": job.id}
+        )
+
+    await rt.db.write(taken_over)
+    stale = await rt.db.write(forwarder._emailed, job, message, now, rt.usage_shard, rt.node)
+    assert stale is None
+    assert (await account.client.get("/v1/emails")).json() == []
+    assert (await account.client.get("/v1/forwards/logs/count")).json()["count"] == 0
+    # The node that holds it now forwards it, once.
+    mine = await rt.db.write(forwarder._emailed, job, message, now, rt.usage_shard, "another-node")
+    assert mine is True
+    assert len((await account.client.get("/v1/emails")).json()) == 1

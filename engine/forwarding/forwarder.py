@@ -3,17 +3,18 @@
 Work lives in the database (`forward_jobs`, written with the message before the inbound
 server answered 250) and is claimed with leases, so a restart resumes it and two nodes never
 run one job. A job reads its message's content only once the process's memory budget has
-room for it (engine/platform/message_memory.py). An email destination becomes an email of the forward's workspace through
-`raw_mail.store_raw` (source "forward"), in the same unit of work as the job's outcome and
-its log entry, so a copy is queued exactly once; delivery then signs it with the forward
-domain's key and sends it from that email's bounce address. A destination address on the
-workspace's suppression list is not sent to (unless only unsubscribed: a forward offers no
-unsubscribe, engine/suppressions/scopes.py). A URL destination gets the message as JSON
-(engine/mail/forwarding.py) in a POST, retried on the webhook schedule (1 m, 5 m, 30 m,
-2 h, 6 h, 24 h, 48 h; the 8th failure is final); for a workspace in the sandbox the POST is
-captured instead (engine/sandbox/posts.py, given by postroom/service.py as a
-`PostCapture`), never sent. Every forwarded copy writes a
-forward log entry and counts on its rule.
+room for it (engine/platform/message_memory.py). An email destination becomes an email of the
+forward's workspace through `raw_mail.store_raw` (source "forward"), in the same unit of work
+as the job's outcome and its log entry, and only while this node still holds the job's lease
+(checked in that unit: a node declared dead while it worked a job writes nothing of it), so a
+copy is queued exactly once; delivery then signs it with the forward domain's key and sends it
+from that email's bounce address. A destination address on the workspace's suppression list
+is not sent to (unless only unsubscribed: a forward offers no unsubscribe,
+engine/suppressions/scopes.py). A URL destination gets the message as JSON
+(engine/mail/forwarding.py) in a POST, retried on the webhook schedule (1 m, 5 m, 30 m, 2 h,
+6 h, 24 h, 48 h; the 8th failure is final); for a workspace in the sandbox the POST is
+captured instead (engine/sandbox/posts.py, given by postroom/service.py as a `PostCapture`),
+never sent. Every forwarded copy writes a forward log entry and counts on its rule.
 """
 
 from __future__ import annotations
@@ -131,7 +132,14 @@ def _email_one(
     return True
 
 
-def _emailed(tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int) -> bool:
+def _emailed(
+    tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: int, node: str
+) -> bool | None:
+    """Queue the job's copy, with its outcome; whether it was queued (else the job failed).
+    None when `node` no longer holds the job: it was declared dead meanwhile and another
+    node may have forwarded it, so nothing is written (no second copy)."""
+    if not inbound.JOBS.held(tx, job.id, node):
+        return None
     data = inbound.content(tx, message.id)
     if data is None:  # gone since the claim (retention): nothing to send
         reason = "the inbound message is gone"
@@ -147,7 +155,13 @@ def _emailed(tx: Tx, job: Job, message: InboundMessage, now: datetime, shard: in
     return queued
 
 
-def _posted(tx: Tx, job: Job, message: InboundMessage, outcome: Outcome, now: datetime) -> None:
+def _posted(
+    tx: Tx, job: Job, message: InboundMessage, outcome: Outcome, now: datetime, node: str
+) -> None:
+    """Record a POST's outcome, unless `node` no longer holds the job (another node's now:
+    its outcome is that node's to write)."""
+    if not inbound.JOBS.held(tx, job.id, node):
+        return
     if outcome.status == "done":
         forwards.record_delivery(tx, _log_entry(job, message, now), job.workspace_id)
     inbound.record_outcomes(tx, [outcome], now)
@@ -208,17 +222,20 @@ class Forwarder:
     async def _work(self, job: Job, message: InboundMessage) -> None:
         if job.kind == "email":
             rt = self._rt
-            queued = await rt.db.write(_emailed, job, message, rt.clock.now(), rt.usage_shard)
-            if not queued:
-                self._counts["failed"] += 1
-            else:
+            now = rt.clock.now()
+            queued = await rt.db.write(_emailed, job, message, now, rt.usage_shard, rt.node)
+            if queued is None:
+                log.warning("forward job %s was freed while this node worked it: dropped", job.id)
+            elif queued:
                 self._counts["emailed"] += 1
+            else:
+                self._counts["failed"] += 1
             return
         rt = self._rt
         data = await rt.db.read(inbound.content, message.id)
         if data is None:
             gone = Outcome(job.id, "failed", None, "the inbound message is gone")
-            await rt.db.write(_posted, job, message, gone, rt.clock.now())
+            await rt.db.write(_posted, job, message, gone, rt.clock.now(), rt.node)
             return
         message = replace(message, data=data)
         body, headers = _request(job, message)
@@ -226,14 +243,14 @@ class Forwarder:
             done = Outcome(job.id, "done", None, None)
 
             def posted(tx: Tx, now: datetime) -> None:
-                _posted(tx, job, message, done, now)
+                _posted(tx, job, message, done, now, rt.node)
 
             self._counts["posted"] += 1
             request = (job.target, headers, body)
             await self._sandbox.capture(job.workspace_id, "forward", job.id, request, posted)
             return
         outcome = await self._attempt(job, body, headers)
-        await rt.db.write(_posted, job, message, outcome, rt.clock.now())
+        await rt.db.write(_posted, job, message, outcome, rt.clock.now(), rt.node)
 
     async def _attempt(self, job: Job, body: bytes, headers: dict[str, str]) -> Outcome:
         assert self._client is not None
