@@ -389,13 +389,18 @@ def claim_due(
     )
 
 
-def record_attempts(tx: Tx, attempts: Sequence[Attempt], now: datetime) -> None:
+def record_attempts(tx: Tx, attempts: Sequence[Attempt], now: datetime, holder: str) -> None:
+    """Record attempts of deliveries `holder` still leases: a node declared dead while it
+    POSTed (its leases freed, the delivery perhaps sent and recorded by another node since)
+    must not overwrite what that node recorded."""
     tx.execute_many(
         "UPDATE webhook_deliveries SET status = :status, attempt = attempt + 1,"
         " next_retry_at = :next, response_status = :code, response_body = :body,"
-        " lease_until = NULL, leased_by = NULL, updated_at = :at WHERE id = :id",
+        " lease_until = NULL, leased_by = NULL, updated_at = :at"
+        " WHERE id = :id AND leased_by = :holder",
         (
             {
+                "holder": holder,
                 "status": a.status,
                 "next": None if a.next_retry_at is None else timestamp(a.next_retry_at),
                 "code": a.response_status,

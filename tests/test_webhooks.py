@@ -127,6 +127,36 @@ async def test_a_hanging_receiver_counts_as_a_failure(
     assert "10 s" in detail["response_body"]
 
 
+async def test_a_node_declared_dead_mid_post_does_not_overwrite_the_new_holder(
+    service: Service, https_receiver: HttpsReceiver, clock: MockClock
+) -> None:
+    """A node whose POST hung past the time it was declared dead (its leases freed, the
+    delivery taken and delivered by another node) records nothing of its late failure: the
+    delivery stays delivered and is not tried again."""
+    account = await service.account()
+    hook = await create_webhook(account, https_receiver)
+    https_receiver.respond(500, delay=30)
+    await account.client.post(f"/v1/webhooks/{hook['id']}/test")
+    await https_receiver.wait_for_requests(1)
+
+    def delivered_by_another_node(tx: Tx) -> None:
+        tx.execute(
+            "UPDATE webhook_deliveries SET status = 'delivered', attempt = 1,"
+            " response_status = 200, lease_until = NULL, leased_by = NULL"
+            " WHERE webhook_id = :hook",
+            {"hook": hook["id"]},
+        )
+
+    await service.running.runtime.db.write(delivered_by_another_node)
+    clock.jump(11)  # the hung POST times out: a failure, on the stale node
+    await service.settled()
+    [item] = (await account.client.get(f"/v1/webhooks/{hook['id']}/deliveries")).json()["items"]
+    assert (item["status"], item["attempt"], item["response_status"]) == ("delivered", 1, 200)
+    clock.jump(120)
+    await service.settled()
+    assert len(https_receiver.requests) == 1
+
+
 async def test_paused_webhook_gets_nothing_new(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, https_receiver: HttpsReceiver
 ) -> None:

@@ -136,14 +136,15 @@ class WebhookDispatcher:
             self._client, delivery.endpoint_url, body, headers, TIMEOUT
         )
         attempt = self._outcome(delivery, answer)
-        await self._rt.db.write(webhooks.record_attempts, [attempt], self._rt.clock.now())
+        rt = self._rt
+        await rt.db.write(webhooks.record_attempts, [attempt], rt.clock.now(), rt.node)
 
     async def _capture(self, delivery: Delivery, headers: dict[str, str], body: bytes) -> None:
         """The POST of a sandboxed workspace: captured as sent, and delivered."""
         attempt = Attempt(delivery.id, "delivered", None, None, self._sandbox.answer)
 
         def delivered(tx: Tx, now: datetime) -> None:
-            webhooks.record_attempts(tx, [attempt], now)
+            webhooks.record_attempts(tx, [attempt], now, self._rt.node)
 
         request = (delivery.endpoint_url, headers, body)
         await self._sandbox.capture(
