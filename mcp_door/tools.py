@@ -26,10 +26,10 @@ from engine.agents.policy import READ, SEND, McpPolicy
 from engine.contacts import csv_import
 from engine.contacts import lists as contact_lists
 from engine.contacts.bulk_send import BulkSendRequest
-from engine.delivery import verification
 from engine.domains import registry, senders, spf
 from engine.platform.errors import Unprocessable
 from engine.platform.runtime import Principal, Runtime
+from engine.sandbox import probes
 from engine.sending import email_log, intake, scheduling
 from engine.sending.intake import Mailbox, SendRequest
 from engine.suppressions import entries as suppression_entries
@@ -466,4 +466,4 @@ class VerifyAddress(Args):
 async def verify_address(rt: Runtime, who: Principal, _: McpPolicy, args: VerifyAddress) -> Json:
     """Check whether an address can receive mail (syntax, MX, an SMTP recipient probe that
     never sends): valid, invalid, risky or unknown. 30 checks a minute per workspace."""
-    return shapes.verification(await verification.verify(rt, who, args.email, rt.system_from))
+    return shapes.verification(await probes.verify(rt, who, args.email))

@@ -181,7 +181,7 @@ async def test_rotate_dkim_on_accept_gives_the_domain_a_new_key_to_publish(
     clock.jump(GIVE_UP_AFTER.total_seconds() - DAY)
     dns_server.set(dkim_after["host"], "TXT", [dkim_after["value"]])
     clock.jump(INTERVAL.total_seconds() + 1)
-    with trio.fail_after(10):
+    with trio.fail_after(30):  # a busy machine: the checker runs among every actor the jumps woke
         while True:
             if (await target.client.get(f"/v1/domains/{domain}")).json()["status"] == "verified":
                 break

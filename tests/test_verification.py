@@ -7,6 +7,7 @@ from typing import Any
 from trio.testing import MockClock
 
 from tests.harness.dns_server import DnsServer
+from tests.harness.sandbox import sandbox_account
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 
@@ -97,3 +98,29 @@ async def test_each_workspace_may_verify_thirty_addresses_a_minute(
     assert (await other.client.post("/v1/verify", json={"email": "x"})).status_code == 200
     clock.jump(61)
     assert (await account.client.post("/v1/verify", json={"email": "x"})).status_code == 200
+
+
+async def test_a_sandboxed_workspace_is_answered_by_the_sandbox_without_leaving_the_machine(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+) -> None:
+    """The sandbox's scripts answer the probe: no DNS lookup, no connection (a probe would
+    reach the sink here), the same four results and the same limit."""
+    account = await sandbox_account(service)
+    dns_server.set("dest.example", "MX", ["10 mx.dest.example."])
+    dns_server.set("mx.dest.example", "A", ["127.0.0.1"])
+    asked_before = len(dns_server.queries)
+
+    valid = await _verify(account, "Ann@Dest.example")
+    assert valid["result"] == "valid" and valid["email"] == "ann@dest.example"
+    assert valid["mx_found"] is True and valid["mx_host"] == "sandbox.invalid"
+    assert (await _verify(account, "bounce@dest.example"))["result"] == "invalid"
+    assert (await _verify(account, "defer3-then-deliver@dest.example"))["result"] == "risky"
+    assert (await _verify(account, "not-an-address"))["result"] == "invalid"
+
+    assert smtp_sink.connections == 0
+    assert [q.name for q in dns_server.queries[asked_before:] if "dest.example" in q.name] == []
+    answers = [
+        (await account.client.post("/v1/verify", json={"email": "x@dest.example"})).status_code
+        for _ in range(30)
+    ]
+    assert answers[-1] == 429  # 30 a minute, the four above included

@@ -1,4 +1,5 @@
-"""`/v1/verify`: check an address by syntax, MX and an SMTP probe; nothing is sent."""
+"""`/v1/verify`: check an address by syntax, MX and an SMTP probe (the sandbox's answer in a
+sandboxed workspace); nothing is sent."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from quart_schema import document_response
 from api.auth import principal, runtime
 from api.models import In
 from api.validation import json_body
-from engine.delivery import verification
+from engine.sandbox import probes
 
 blueprint = Blueprint("verify", __name__, url_prefix="/v1/verify")
 
@@ -30,8 +31,7 @@ class VerificationOut(BaseModel):
 @json_body(VerifyBody)
 @document_response(VerificationOut)
 async def verify(body: VerifyBody) -> dict[str, object]:
-    rt = runtime()
-    checked = await verification.verify(rt, principal(), body.email, rt.system_from)
+    checked = await probes.verify(runtime(), principal(), body.email)
     return VerificationOut(
         email=checked.email,
         result=checked.result,

@@ -8,6 +8,8 @@ and RCPT TO, then RSET — never DATA. 2xx -> `valid`, 5xx -> `invalid`, 4xx (gr
 A probe connects to a server of the caller's choosing and can get the service's address
 blocklisted, so each workspace may ask `VERIFY.attempts` times per window (429 beyond, held in
 the database for every node); a private or reserved MX is never probed (engine/delivery/mx.py).
+A sandboxed workspace's address is answered by the sandbox instead (engine/sandbox/probes.py),
+under the same limit and the same reading of the reply (`judged`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from engine.platform.errors import Unprocessable
 from engine.platform.rate_limits import Limit
 from engine.platform.runtime import Principal, Runtime
 from engine.smtp.errors import SmtpError
+from engine.smtp.replies import SmtpReply
 from engine.smtp.session import connect
 from storage.tx import Tx
 
@@ -45,13 +48,32 @@ def _count(tx: Tx, workspace_id: str, now: datetime) -> None:
     rate_limits.count(tx, [(VERIFY, VERIFY.key(workspace_id))], now, detail)
 
 
-async def verify(rt: Runtime, who: Principal, email: str, probe_sender: str) -> Verification:
-    """Check one address for `who`'s workspace (RateLimited once its limit is reached)."""
+async def counted(rt: Runtime, who: Principal, email: str) -> str | Verification:
+    """Count a verification against the workspace's limit (RateLimited once reached); the
+    address in canonical form, or the verdict on a malformed one."""
     await rt.db.write(_count, who.workspace_id, rt.clock.now())
     try:
-        address = normalize_email(email)
+        return normalize_email(email)
     except Unprocessable as exc:
         return Verification(email, "invalid", f"malformed address: {exc.detail}", False, None)
+
+
+def judged(address: str, reply: SmtpReply, mx_found: bool, mx_host: str) -> Verification:
+    """The verdict a server's answer to RCPT TO gives."""
+    if reply.is_success:
+        result, reason = "valid", "the mail server accepts this address"
+    elif reply.is_permanent:
+        result, reason = "invalid", f"the mail server refused this address: {reply}"
+    else:
+        result, reason = "risky", f"the mail server deferred the question: {reply}"
+    return Verification(address, result, reason, mx_found, mx_host)
+
+
+async def verify(rt: Runtime, who: Principal, email: str, probe_sender: str) -> Verification:
+    """Check one address for `who`'s workspace (RateLimited once its limit is reached)."""
+    address = await counted(rt, who, email)
+    if isinstance(address, Verification):
+        return address
     domain = address.rsplit("@", 1)[1]
     try:
         targets = await mx.targets(rt.resolver, domain, allow_private=rt.allow_private_targets)
@@ -85,10 +107,4 @@ async def verify(rt: Runtime, who: Principal, email: str, probe_sender: str) -> 
             mx_found,
             primary.host,
         )
-    if reply.is_success:
-        result, reason = "valid", "the mail server accepts this address"
-    elif reply.is_permanent:
-        result, reason = "invalid", f"the mail server refused this address: {reply}"
-    else:
-        result, reason = "risky", f"the mail server deferred the question: {reply}"
-    return Verification(address, result, reason, mx_found, primary.host)
+    return judged(address, reply, mx_found, primary.host)
