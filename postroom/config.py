@@ -48,6 +48,10 @@ DEFAULTS: dict[str, str] = {
     "extra_ca_file": "",
     "secret_key": "",
     "secret_key_file": "",  # beside the SQLite database, else ./postroom-data/secret.key
+    # Where a stop during a database outage saves the delivery outcomes the database did not
+    # take (engine/delivery/kept_journal.py); empty: beside the SQLite database, else
+    # ./postroom-data/spool.
+    "spool_dir": "",
     "system_from": "",
     "domain_transfers": "on",
     "allow_private_targets": "off",
@@ -93,6 +97,7 @@ class Settings:
     extra_ca_file: Path | None
     secret_key: str | None
     secret_key_file: Path  # the master key when secret_key is not set
+    spool_dir: Path  # outcomes a stop during an outage could not write, for the next start
     system_from: str
     domain_transfers: bool
     allow_private_targets: bool
@@ -193,12 +198,19 @@ def _smtp_host(value: str) -> str:
     return value
 
 
-def _secret_key_file(value: str, database_url: str) -> Path:
-    if value:
-        return Path(value).expanduser()
+def _data_dir(database_url: str) -> Path:
+    """The node's own files' default home: beside the SQLite database, else ./postroom-data."""
     if database_url.startswith("sqlite:///"):
-        return Path(database_url.removeprefix("sqlite:///")).expanduser().parent / "secret.key"
-    return Path("postroom-data", "secret.key")
+        return Path(database_url.removeprefix("sqlite:///")).expanduser().parent
+    return Path("postroom-data")
+
+
+def _secret_key_file(value: str, database_url: str) -> Path:
+    return Path(value).expanduser() if value else _data_dir(database_url) / "secret.key"
+
+
+def _spool_dir(value: str, database_url: str) -> Path:
+    return Path(value).expanduser() if value else _data_dir(database_url) / "spool"
 
 
 def _log_format(value: str) -> str:
@@ -299,6 +311,7 @@ def load(environ: Mapping[str, str] | None = None, file: Path | None = None) -> 
         extra_ca_file=_file("extra_ca_file", raw["extra_ca_file"]),
         secret_key=raw["secret_key"] or None,
         secret_key_file=_secret_key_file(raw["secret_key_file"], raw["database_url"]),
+        spool_dir=_spool_dir(raw["spool_dir"], raw["database_url"]),
         system_from=raw["system_from"] or f"postroom@{smtp_host}",
         domain_transfers=_flag("domain_transfers", raw["domain_transfers"]),
         allow_private_targets=_flag("allow_private_targets", raw["allow_private_targets"]),

@@ -61,6 +61,7 @@ from relay.submission import submission_listener
 from relay.tls import server_context
 from storage import backlog
 from storage.database import open_database
+from storage.errors import is_outage
 
 log = logging.getLogger("postroom")
 
@@ -274,9 +275,22 @@ async def serve(
             # now, on another node).
             engine.cancel_scope.cancel()
         with trio.move_on_after(10):
-            released = await nodes.stop(rt)
-            log.info("node %s left, giving back %d leases", rt.node, released)
-            log_left_behind(log, await db.read(backlog.read))
+            try:
+                released = await nodes.stop(rt)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                # Stopping during an outage is a clean stop all the same: what delivery kept
+                # is in the spool, and the leases go when the cluster declares this node dead.
+                log.warning(
+                    "node %s left without the database (%s): its leases are freed when it"
+                    " is declared dead",
+                    rt.node,
+                    exc,
+                )
+            else:
+                log.info("node %s left, giving back %d leases", rt.node, released)
+                log_left_behind(log, await db.read(backlog.read))
 
 
 async def _front_doors(

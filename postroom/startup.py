@@ -38,6 +38,7 @@ async def open_runtime(db: Database, settings: Settings) -> Runtime:
         clock=Clock(),
         resolver=make_resolver(settings.dns_servers, dnssec=settings.dnssec),
         dnssec=settings.dnssec,
+        spool_dir=settings.spool_dir.absolute(),
         secret_key=secret_key,
         smtp_host=settings.smtp_host,
         smtp_port=settings.smtp_port,

@@ -346,3 +346,87 @@ async def test_database_crashes_under_load_lose_nothing_and_keep_every_node(
             json.loads(line)  # every line a JSON record, none plain text
     finally:
         await start(node.stop)
+
+
+@pytest.mark.parametrize("ending", ["stop", "kill"])
+async def test_a_node_ended_during_an_outage_leaves_what_it_delivered_to_the_next_start(
+    postgres_server: PostgresServer,
+    tmp_path: Path,
+    dns_server: DnsServer,
+    smtp_sink: SmtpSink,
+    ending: str,
+) -> None:
+    """The database crashes while messages wait for the receiver's 250, and the node ends
+    before it comes back, stopped (SIGTERM) or killed (SIGKILL): the outcomes it could not
+    write were saved in its spool once its transactions ended, and the next process started
+    on that disk writes them before delivering. Without that they died with the process, and
+    every such message went out a second time once the node was declared dead and its
+    recipients freed."""
+    url = await trio.to_thread.run_sync(
+        postgres_server.new_database, "stopped_" + secrets.token_hex(4)
+    )
+    smtp_sink.data_delay = 2.0  # each message waits for its 250: the crash comes meanwhile
+    env = node_env(
+        url, tmp_path, dns_nameserver=dns_server.nameserver, delivery_port=smtp_sink.port
+    )
+    spool = Path(env["POSTROOM_SPOOL_DIR"])
+    first, second = Node(env, tmp_path), Node(dict(env), tmp_path)
+    start = trio.to_thread.run_sync
+    try:
+        await start(first.start)
+        key = await prepare_account(Cluster(url, [first]), dns_server, [LOAD_DOMAIN], None)
+        headers = {"Authorization": f"Bearer {key}"}
+        body = [
+            {
+                "from_": {"email": SENDER},
+                "to": [{"email": f"reader{i}@{LOAD_DOMAIN}"}],
+                "subject": f"Email {i}",
+                "text": "Hello.",
+            }
+            for i in range(3)
+        ]
+        async with httpx.AsyncClient(base_url=first.url, headers=headers, timeout=30) as client:
+            sent = await client.post("/v1/emails/batch", json=body)
+        assert sent.status_code == 202, sent.text
+        ids = [each["id"] for each in sent.json()]
+        with trio.fail_after(30):
+            while True:  # a message waits for its 250
+                if smtp_sink.past_data:
+                    break
+                await trio.sleep(0.01)
+        await start(postgres_server.crash)
+        assert smtp_sink.messages
+        assert first.log is not None
+        with trio.fail_after(30):  # the 250s arrive: nothing can write them
+            while True:
+                if "saved the outcomes of" in await start(first.log.read_text):
+                    break
+                await trio.sleep(0.1)
+
+        await start(first.stop if ending == "stop" else first.kill)
+        assert first.process is not None
+        assert first.process.returncode == (0 if ending == "stop" else -9)
+        assert len(await start(_spool_files, spool)) == 1
+
+        await start(postgres_server.start)
+        await start(second.start)
+        async with httpx.AsyncClient(base_url=second.url, headers=headers, timeout=30) as client:
+            with trio.fail_after(90):  # the ended node's other work waits for its death
+                for email_id in ids:
+                    while True:
+                        email = (await client.get(f"/v1/emails/{email_id}")).json()
+                        if email["status"] == "delivered":
+                            break
+                        await trio.sleep(0.2)
+        assert _delivered_twice(smtp_sink) == 0, [mid for mid, _ in arrivals(smtp_sink)]
+        assert len(smtp_sink.messages) == 3
+        assert second.log is not None
+        assert "kept through an outage" in await start(second.log.read_text)
+        assert await start(_spool_files, spool) == [], "the spool file is gone once written"
+    finally:
+        await start(first.stop)
+        await start(second.stop)
+
+
+def _spool_files(spool: Path) -> list[str]:
+    return sorted(path.name for path in spool.glob("kept-*"))

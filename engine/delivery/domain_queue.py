@@ -108,7 +108,7 @@ class DomainQueueStatistics:
 
 
 @dataclass(frozen=True, slots=True)
-class _Outcomes:
+class Outcomes:
     """Outcomes of a round not written yet, taken to be written."""
 
     updates: list[RecipientUpdate]
@@ -242,7 +242,7 @@ class _Round:
             self.delivered.add(pair)
             self.mailboxes.note_delivered(workspace_id, recipient.address)
 
-    def take(self) -> _Outcomes | None:
+    def take(self) -> Outcomes | None:
         """The outcomes not yet written (None: none), no longer held here. A pair's incident
         is written once per round, with the first outcome that hit it, as the round's
         deferrals are (a reader never sees one without the other)."""
@@ -250,7 +250,7 @@ class _Round:
         delivered = self.delivered - set(self.incidents) - self._resolved
         if not (self.updates or self.events or self.bounces or hits or delivered):
             return None
-        taken = _Outcomes(
+        taken = Outcomes(
             self.updates, self.events, self.bounces, self.now, hits, delivered, self.mailboxes
         )
         self.updates, self.events, self.bounces = [], [], []
@@ -294,7 +294,7 @@ def _acquire(tx: Tx, key: str, limit: int, now: datetime, node: str) -> list[int
 
 
 def _write(
-    tx: Tx, part: _Outcomes | None, domain: str, node: str, unheld: Unheld | None = None
+    tx: Tx, part: Outcomes | None, domain: str, node: str, unheld: Unheld | None = None
 ) -> list[tuple[str, str]]:
     """Write outcomes of recipients `node` still holds, and those `unheld` allows over
     recipients no node holds (storage/delivery.py fences the rest), with the destination
@@ -323,7 +323,7 @@ def _write(
 
 @pipelining  # the delivery's hot write: its round trips are most of its time on PostgreSQL
 def _record(
-    tx: Tx, part: _Outcomes | None, domain: str, released: list[int], node: str
+    tx: Tx, part: Outcomes | None, domain: str, released: list[int], node: str
 ) -> list[tuple[str, str]]:
     """A round's end: its last outcomes, and the slots it gives back."""
     moved = _write(tx, part, domain, node)
@@ -334,20 +334,24 @@ def _record(
 @dataclass(frozen=True, slots=True)
 class Kept:
     """Outcomes of finished SMTP transactions the database did not take (it was gone), kept
-    in memory by the router (engine/delivery/router.py) until it answers again, under the key
-    of the queue's connection slots (which its destination incidents are recorded for)."""
+    by the router (engine/delivery/router.py; on disk across a stop,
+    engine/delivery/kept_journal.py) until it answers again, under the key of the queue's
+    connection slots (which its destination incidents are recorded for) and the node whose
+    leases the recipients were claimed under."""
 
     key: str
-    part: _Outcomes
+    part: Outcomes
+    node: str
 
 
-def write_kept(tx: Tx, kept: Sequence[Kept], node: str) -> None:
+def write_kept(tx: Tx, kept: Sequence[Kept]) -> None:
     """Write outcomes kept through an outage, in the order they were kept. Those of recipients
-    `node` still holds are written as ever; when another node declared it dead meanwhile,
-    only those `statuses.UNHELD` allows over recipients no node holds: a success wins over a
-    re-delivery scheduled elsewhere, never over one under way or done (no work resurrected)."""
+    their node still holds are written as ever; when another node declared it dead meanwhile
+    (or it stopped and its leases were freed), only those `statuses.UNHELD` allows over
+    recipients no node holds: a success wins over a re-delivery scheduled elsewhere, never
+    over one under way or done (no work resurrected)."""
     for each in kept:
-        _write(tx, each.part, each.key, node, statuses.UNHELD)
+        _write(tx, each.part, each.key, each.node, statuses.UNHELD)
 
 
 def _give_back(tx: Tx, claim: throttle.Claimed, node: str) -> None:
@@ -442,7 +446,7 @@ class _Writer:
         self.counts: dict[str, int] = defaultdict(int)  # outcomes written, by status
 
     async def write_or_keep(
-        self, key: str, part: _Outcomes | None, released: list[int]
+        self, key: str, part: Outcomes | None, released: list[int]
     ) -> list[tuple[str, str]]:
         """Write `part` and give back the `released` slots (counted under `key`); the moves a
         mailbox full for days made. When the database fails the write, or failed one before,
@@ -458,7 +462,7 @@ class _Writer:
                     raise
                 self.lose(exc)
         if part is not None:
-            self._keep(Kept(key, part))
+            self._keep(Kept(key, part, self._rt.node))
         return []
 
     async def faulted(

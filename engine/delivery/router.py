@@ -19,9 +19,13 @@ hand them to the router (`Kept`), which alone holds and writes them. Once every 
 ended it raises the outage; the supervisor starts it again when the database answers, and it
 first writes what it kept (fenced: storage/delivery.py, `statuses.UNHELD`), then gives back
 its node's leases and looks for work. So what a node delivered is not sent again because the
-database was gone when it was, and nothing is delivered before those outcomes are written. (A
-clean stop writes them too if the database takes them; what a process still keeps when it
-ends is lost with it, and those recipients are sent again.)
+database was gone when it was, and nothing is delivered before those outcomes are written. A
+clean stop writes them too if the database takes them; if it does not, they are saved to the
+node's spool (engine/delivery/kept_journal.py, POSTROOM_SPOOL_DIR), and the next router to
+start on that disk writes them first, under the leases of the node that kept them. They are
+saved as soon as a write of them fails (the router's run ending with the outage, or a drain),
+so a process killed afterwards loses nothing; one killed while its last transactions are
+still under way loses what those return, and those recipients are sent again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import trio
 
 from engine.delivery.domain_queue import DomainQueue, DomainQueueStatistics, Kept, write_kept
 from engine.delivery.egress import Routes, Selective, Source
+from engine.delivery.kept_journal import Adopted, Journal
 from engine.delivery.latency import LatencyHistogram, LatencySnapshot
 from engine.delivery.site_pool import SitePool
 from engine.delivery.smtp_egress import SourcedEgress, opportunistic_tls
@@ -85,22 +90,34 @@ class DeliveryRouter:
         self._draining = False
         self._drained = trio.Event()  # draining, and every queue has returned
         # Outcomes the queues could not write (an outage), handed over on this channel and
-        # taken into `_kept` only by `_write_kept` (one call at a time: a restarted `run`, or
-        # a drain); both outlive a run, so a restart writes them.
+        # taken into `_kept` only under `_writing_kept` (one holder at a time: a restarted
+        # `run`, its end by an outage, or a drain); they outlive a run, so a restart writes
+        # them. What is kept is saved to the spool as soon as a write of it fails
+        # (`_unsaved` until then), and the spool files holding the rest (saved by this
+        # process, or adopted from one that ended) stay held in `_files` until written.
         self._keep, self._kept_receive = trio.open_memory_channel[Kept](math.inf)
         self._kept: list[Kept] = []
+        self._unsaved: list[Kept] = []
+        self._files: list[Adopted] = []
         self._writing_kept = trio.Lock()
+        self._journal = None if rt.spool_dir is None else Journal(rt.spool_dir)
         self._lost: BaseException | None = None  # the outage that is draining the queues
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         db = self._rt.db
         self._lost = None
-        await self._write_kept()
+        await self._write_kept(adopt=True)
         # Started again after a fault: the recipients and connection slots this node held died
         # with their queues, and its heartbeat would renew those leases for as long as it lives.
         await db.write(nodes.release, self._rt.node, OWN_LEASES)
         try:
             await self._route(task_status=task_status)
+        except Exception as exc:
+            if is_outage(exc):  # every queue has ended: what they kept goes to the spool
+                async with self._writing_kept:
+                    self._take_handed()
+                    await self._save_unsaved()
+            raise
         finally:
             await self._sites.abandon()
 
@@ -127,36 +144,77 @@ class DeliveryRouter:
                 if domain != RESCAN:
                     self._wake(nursery, domain)
 
-    async def _write_kept(self) -> None:
+    async def _write_kept(self, *, adopt: bool = False) -> None:
         """Write the outcomes kept through an outage, before anything else: before this node
         gives back its leases (they are still its own unless it was declared dead) and long
-        before it claims anything. Raises while the database cannot take them: kept still."""
+        before it claims anything; with `adopt`, first those in spool files that no other
+        process holds (saved by one that ended). Raises while the database cannot take them:
+        kept still, and saved."""
         async with self._writing_kept:
-            await self._write_kept_now()
+            if adopt and self._journal is not None:
+                for adopted in await trio.to_thread.run_sync(self._journal.adopt):
+                    self._files.append(adopted)
+                    self._kept.extend(adopted.kept)
+            self._take_handed()
+            if not self._kept:
+                return
+            recipients = sum(len(each.part.updates) for each in self._kept)
+            try:
+                await self._rt.db.write(write_kept, self._kept)
+            except Exception as exc:
+                if is_outage(exc):
+                    await self._save_unsaved()
+                    raise
+                # Never let what was kept hold delivery back for good.
+                log.exception(
+                    "could not write the outcomes of %d recipients kept through an outage;"
+                    " they will be delivered again",
+                    recipients,
+                )
+                if self._journal is not None:
+                    await trio.to_thread.run_sync(self._journal.refused, self._files)
+            else:
+                log.warning(
+                    "wrote the outcomes of %d recipients kept through an outage", recipients
+                )
+                if self._journal is not None:
+                    await trio.to_thread.run_sync(self._journal.done, self._files)
+            self._kept, self._unsaved, self._files = [], [], []
 
-    async def _write_kept_now(self) -> None:
+    def _take_handed(self) -> None:
+        """Take what the queues handed over (under `_writing_kept`)."""
         while True:
             try:
-                self._kept.append(self._kept_receive.receive_nowait())
+                kept = self._kept_receive.receive_nowait()
             except trio.WouldBlock:
-                break
-        if not self._kept:
+                return
+            self._kept.append(kept)
+            self._unsaved.append(kept)
+
+    async def _save_unsaved(self) -> None:
+        """Save to the spool what is kept and not saved yet (under `_writing_kept`)."""
+        if self._journal is None or not self._unsaved:
             return
-        recipients = sum(len(each.part.updates) for each in self._kept)
+        recipients = sum(len(each.part.updates) for each in self._unsaved)
         try:
-            await self._rt.db.write(write_kept, self._kept, self._rt.node)
-        except Exception as exc:
-            if is_outage(exc):
-                raise
-            # Never let what was kept hold delivery back for good.
-            log.exception(
-                "could not write the outcomes of %d recipients kept through an outage;"
-                " they will be delivered again",
+            saved = await trio.to_thread.run_sync(self._journal.save, self._unsaved)
+        except (OSError, TypeError, ValueError) as exc:
+            log.error(
+                "could not save the outcomes of %d recipients the database did not take in"
+                " %s (%s): they are kept in memory only",
                 recipients,
+                self._journal.directory,
+                exc,
             )
-        else:
-            log.warning("wrote the outcomes of %d recipients kept through an outage", recipients)
-        self._kept = []
+            return
+        self._files.append(saved)
+        self._unsaved = []
+        log.warning(
+            "saved the outcomes of %d recipients the database did not take in %s: written"
+            " when it answers, or by the next node started on this disk",
+            recipients,
+            saved.path,
+        )
 
     def _lose(self, exc: BaseException) -> None:
         """The database is gone: every queue drains as for a stop (the transactions under way
@@ -181,17 +239,26 @@ class DeliveryRouter:
         await self._drained.wait()
         await self._sites.close()
         # Stopping during or just after an outage: what is kept is written if the database
-        # takes it now; else it is lost with the process, and those recipients sent again.
+        # takes it now; else it is in the spool, for the next node started on this disk.
         try:
             await self._write_kept()
         except Exception as exc:
             if not is_outage(exc):
                 raise
-            log.error(
-                "stopping with the outcomes of %d recipients the database did not take: they"
-                " will be delivered again",
-                sum(len(each.part.updates) for each in self._kept),
-            )
+            unsaved = sum(len(each.part.updates) for each in self._unsaved)
+            if unsaved:
+                log.error(
+                    "stopping with the outcomes of %d recipients the database did not take"
+                    " and that could not be saved: they will be delivered again",
+                    unsaved,
+                )
+            else:
+                log.warning(
+                    "stopping with the outcomes of %d recipients the database did not take,"
+                    " saved in %s",
+                    sum(len(each.part.updates) for each in self._kept),
+                    self._journal.directory if self._journal else None,
+                )
 
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:
         if self._draining or self._lost is not None:

@@ -73,6 +73,9 @@ class Runtime:
     mta_sts_port: int = 443
     # POSTROOM_DNSSEC: the resolver's AD bit is trusted and DANE enforced (delivery/dane.py).
     dnssec: bool = False
+    # POSTROOM_SPOOL_DIR: where a stop during an outage saves the delivery outcomes it kept
+    # (engine/delivery/kept_journal.py); None: nowhere (they are lost with the process).
+    spool_dir: Path | None = None
     # Delivered recipients by TLS policy and outcome (engine/delivery/mta_sts.py), /metrics.
     tls_deliveries: TlsDeliveries = field(default_factory=TlsDeliveries)
 

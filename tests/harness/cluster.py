@@ -174,6 +174,7 @@ def node_env(
             "POSTROOM_DELIVERY_PORT": str(delivery_port),
             "POSTROOM_ALLOW_PRIVATE_TARGETS": "on",
             "POSTROOM_SECRET_KEY_FILE": str(cwd / "secret.key"),
+            "POSTROOM_SPOOL_DIR": str(cwd / "spool"),
             "POSTROOM_LOG_FORMAT": "text",
             "PYTHONPATH": str(REPO),
         }

@@ -221,6 +221,12 @@ def test_settings(
             / "postroom-test-keys"
             / (hashlib.sha256(database_url.encode()).hexdigest()[:24] + ".key")
         ),
+        # And its own spool (a stop during an outage saves the outcomes it kept there).
+        "POSTROOM_SPOOL_DIR": str(
+            Path(tempfile.gettempdir())
+            / "postroom-test-spool"
+            / hashlib.sha256(database_url.encode()).hexdigest()[:24]
+        ),
     }
     if dns is not None:
         env["POSTROOM_DNS_SERVERS"] = dns.nameserver
