@@ -756,21 +756,25 @@ def record_faults(
     policy: FaultPolicy,
     summary: Summary,
     quarantine: Move,
+    holder: str,
 ) -> list[Event]:
-    """Count a fault on each recipient (its round made the delivery actor raise) and try it
-    again at `policy.retry_at`; those that reached `policy.quarantine_after` are quarantined
-    (`quarantine`: `failed`) with the error, and an event of that name. The events of those
-    quarantined, for the engine's outbox."""
-    keys = [{"email_id": r.email_id, "address": r.address} for r in recipients]
-    tx.execute_many(
-        "UPDATE email_recipients SET faults = faults + 1, last_fault = :error,"
-        " lease_until = NULL, leased_by = NULL, next_attempt_at = :retry, updated_at = :now"
-        " WHERE email_id = :email_id AND address = :address",
-        (
-            {"error": error, "retry": timestamp(policy.retry_at), "now": timestamp(now), **k}
-            for k in keys
-        ),
-    )
+    """Count a fault on each recipient `holder` still leases (its round made the delivery
+    actor raise; one freed since is another node's) and try it again at `policy.retry_at`;
+    those that reached `policy.quarantine_after` are quarantined (`quarantine`: `failed`)
+    with the error, and an event of that name. The events of those quarantined, for the
+    engine's outbox."""
+    counting = {"error": error, "retry": timestamp(policy.retry_at), "now": timestamp(now)}
+    keys = [
+        key
+        for key in ({"email_id": r.email_id, "address": r.address} for r in recipients)
+        if tx.execute(
+            "UPDATE email_recipients SET faults = faults + 1, last_fault = :error,"
+            " lease_until = NULL, leased_by = NULL, next_attempt_at = :retry,"
+            " updated_at = :now WHERE email_id = :email_id AND address = :address"
+            " AND leased_by = :holder",
+            counting | key | {"holder": holder},
+        )
+    ]
     note = f"quarantined after {policy.quarantine_after} faults: {error}"
     events: list[Event] = []
     among, params = _among(quarantine.from_)

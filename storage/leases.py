@@ -122,28 +122,38 @@ class LeasedTable:
         return found is not None
 
     def record_faults(
-        self, tx: Tx, faults: Sequence[Fault], now: datetime, policy: FaultPolicy
+        self,
+        tx: Tx,
+        faults: Sequence[Fault],
+        now: datetime,
+        policy: FaultPolicy,
+        holder: str | None = None,
     ) -> int:
         """Count a fault on each row and release it to be tried again at `policy.retry_at`;
-        quarantine those that reached `policy.quarantine_after`. How many were quarantined."""
+        quarantine those that reached `policy.quarantine_after`. How many were quarantined.
+        With `holder`, only rows that node still leases: a node declared dead while its work
+        raised must not count a fault on (or quarantine) a row another node works now."""
         if not faults:
             return 0
-        tx.execute_many(
-            f"UPDATE {self.name} SET faults = faults + 1, last_fault = :error,"
-            f" lease_until = NULL, leased_by = NULL, {self.due_column} = :retry,"
-            " updated_at = :now WHERE id = :id",
-            (
+        held = " AND leased_by = :holder" if holder is not None else ""
+        counted = [
+            f
+            for f in faults
+            if tx.execute(
+                f"UPDATE {self.name} SET faults = faults + 1, last_fault = :error,"
+                f" lease_until = NULL, leased_by = NULL, {self.due_column} = :retry,"
+                f" updated_at = :now WHERE id = :id{held}",
                 {
                     "error": f.error,
                     "retry": timestamp(policy.retry_at),
                     "now": timestamp(now),
                     "id": f.id,
-                }
-                for f in faults
-            ),
-        )
+                    "holder": holder,
+                },
+            )
+        ]
         quarantined = 0
-        for f in faults:
+        for f in counted:
             quarantined += tx.execute(
                 f"UPDATE {self.name} SET status = :final, {self.due_column} = NULL,"
                 f" {self.error_column} = :note WHERE id = :id AND faults >= :limit"

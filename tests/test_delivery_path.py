@@ -12,6 +12,7 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
+from engine.platform import faults
 from engine.sending import statuses as email_statuses
 from engine.webhooks import outbox
 from storage import delivery, emails
@@ -307,4 +308,50 @@ async def test_kept_outcomes_are_written_over_lost_leases_only_when_they_end_a_f
     assert await db.read(found) == {
         key: (kept[key], 1, None, 1) if key in written else (status, 0, holder, 0)
         for key, (status, holder) in rows.items()
+    }
+
+
+async def test_a_round_that_raised_counts_faults_only_on_recipients_its_node_still_holds(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """A node declared dead while its round raised must not count a fault on (nor release,
+    nor quarantine) a recipient another node holds now; its own still count."""
+    account = await ready_account(service, dns_server)
+    [email_id] = await _schedule(account, "faulted.example", 1)
+    db = service.running.runtime.db
+    holders = {"a0@faulted.example": "this-node", "b0@faulted.example": "other-node"}
+
+    def prepare(tx: Tx) -> list[emails.Recipient]:
+        for address, holder in holders.items():
+            tx.execute(
+                "UPDATE email_recipients SET leased_by = :holder"
+                " WHERE email_id = :id AND address = :address",
+                {"holder": holder, "id": email_id, "address": address},
+            )
+        return emails.recipients_of(tx, email_id)
+
+    recipients = await db.write(prepare)
+    now = datetime.now(UTC)
+    quarantine = email_statuses.recipients_move(email_statuses.Trigger.GAVE_UP)
+
+    def fault(tx: Tx) -> dict[str, tuple[int, str | None]]:
+        emails.record_faults(
+            tx,
+            recipients,
+            "boom",
+            now,
+            faults.policy(now),
+            email_statuses.SUMMARISE,
+            quarantine,
+            "this-node",
+        )
+        rows = tx.all(
+            "SELECT address, faults, leased_by FROM email_recipients WHERE email_id = :id",
+            {"id": email_id},
+        )
+        return {row["address"]: (row["faults"], row["leased_by"]) for row in rows}
+
+    assert await db.write(fault) == {
+        "a0@faulted.example": (1, None),
+        "b0@faulted.example": (0, "other-node"),
     }

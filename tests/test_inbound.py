@@ -12,6 +12,7 @@ from trio.testing import MockClock
 from engine.forwarding import forwarder
 from engine.platform import faults
 from storage import inbound as storage_inbound
+from storage.leases import Fault
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
@@ -254,3 +255,42 @@ async def test_a_node_declared_dead_while_it_worked_a_job_queues_no_second_copy(
     mine = await rt.db.write(forwarder._emailed, job, message, now, rt.usage_shard, "another-node")
     assert mine is True
     assert len((await account.client.get("/v1/emails")).json()) == 1
+
+
+async def test_a_node_declared_dead_while_a_job_raised_counts_no_fault_on_it(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """A stale node whose work on a job raised must not count a fault on it (nor release or
+    quarantine it) once another node holds it: only the holder's faults count."""
+    account, domain = await forwarding_account(service, dns_server)
+    forward = (
+        await account.client.post(
+            "/v1/forwards/", json=rule(domain, destination_emails=[DESTINATION])
+        )
+    ).json()
+    rt = service.running.runtime
+    now = rt.clock.now()
+    policy = faults.policy(now)
+
+    def taken_over(tx: Tx) -> str:
+        job = storage_inbound.NewJob(
+            forward["id"], account.workspace_id, SOURCE, "email", DESTINATION
+        )
+        storage_inbound.insert_message(tx, "alice@sender.example", [SOURCE], letter(), [job], now)
+        lease = now + timedelta(minutes=5)
+        [claimed] = storage_inbound.claim_due(tx, now, lease, rt.node, 10, policy).items
+        tx.execute(
+            "UPDATE forward_jobs SET leased_by = 'another-node' WHERE id = :id", {"id": claimed.id}
+        )
+        return claimed.id
+
+    job_id = await rt.db.write(taken_over)
+
+    def fault(tx: Tx, holder: str) -> tuple[int, str | None]:
+        storage_inbound.JOBS.record_faults(tx, [Fault(job_id, "boom")], now, policy, holder)
+        row = tx.one("SELECT faults, leased_by FROM forward_jobs WHERE id = :id", {"id": job_id})
+        assert row is not None
+        return row["faults"], row["leased_by"]
+
+    assert await rt.db.write(fault, rt.node) == (0, "another-node")
+    assert await rt.db.write(fault, "another-node") == (1, None)

@@ -373,7 +373,7 @@ def _record_faults(
     destination_slots.release(tx, domain, slots, node)
     quarantine = statuses.recipients_move(Trigger.GAVE_UP)
     quarantined = emails.record_faults(
-        tx, recipients, error, now, faults.policy(now), statuses.SUMMARISE, quarantine
+        tx, recipients, error, now, faults.policy(now), statuses.SUMMARISE, quarantine, node
     )
     outbox.queue(tx, quarantined)
     return len(quarantined)

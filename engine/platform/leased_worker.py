@@ -157,7 +157,11 @@ class LeasedWorker(Generic[T]):
             error = rt.faults.item_fault(self._work.name, f"item {key}", exc)
             now = rt.clock.now()
             quarantined = await rt.db.write(
-                self._work.table.record_faults, [Fault(key, error)], now, faults.policy(now)
+                self._work.table.record_faults,
+                [Fault(key, error)],
+                now,
+                faults.policy(now),
+                rt.node,  # not if the node was declared dead meanwhile: another's row now
             )
             rt.faults.quarantined(self._work.name, quarantined)
         finally:
