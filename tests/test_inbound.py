@@ -27,7 +27,7 @@ from tests.harness.inbound import (
     send_inbound,
 )
 from tests.harness.sending import dkim_verifies, route_mail
-from tests.harness.service import Service
+from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 
 
@@ -215,11 +215,11 @@ async def test_work_leased_by_a_node_that_died_is_taken_over(
     assert await poll(account, "/v1/forwards/logs/count", lambda b: b["count"] == 1)
 
 
-async def test_a_node_declared_dead_while_it_worked_a_job_queues_no_second_copy(
+async def _job_taken_over(
     service: Service, dns_server: DnsServer
-) -> None:
-    """A node that stalled while forwarding (its leases freed, the job claimed by another
-    node) must not store its copy when it wakes: the other node forwards it."""
+) -> tuple[Account, storage_inbound.Job, storage_inbound.InboundMessage]:
+    """A forward job this node claimed, then taken over by `another-node` (as when this node
+    stalled and was declared dead); the account, the job and its message."""
     account, domain = await forwarding_account(service, dns_server)
     forward = (
         await account.client.post(
@@ -229,7 +229,7 @@ async def test_a_node_declared_dead_while_it_worked_a_job_queues_no_second_copy(
     rt = service.running.runtime
     now = rt.clock.now()
 
-    def claimed_here(tx: Tx) -> tuple[storage_inbound.Job, storage_inbound.InboundMessage]:
+    def taken_over(tx: Tx) -> tuple[storage_inbound.Job, storage_inbound.InboundMessage]:
         job = storage_inbound.NewJob(
             forward["id"], account.workspace_id, SOURCE, "email", DESTINATION
         )
@@ -237,16 +237,23 @@ async def test_a_node_declared_dead_while_it_worked_a_job_queues_no_second_copy(
         lease = now + timedelta(minutes=5)
         [claimed] = storage_inbound.claim_due(tx, now, lease, rt.node, 10, faults.policy(now)).items
         stored, _ = storage_inbound.messages(tx, [claimed.message_id], content=False)
+        tx.execute(
+            "UPDATE forward_jobs SET leased_by = 'another-node' WHERE id = :id", {"id": claimed.id}
+        )
         return claimed, stored[claimed.message_id]
 
-    job, message = await rt.db.write(claimed_here)
+    job, message = await rt.db.write(taken_over)
+    return account, job, message
 
-    def taken_over(tx: Tx) -> None:
-        tx.execute(
-            "UPDATE forward_jobs SET leased_by = 'another-node' WHERE id = :id", {"id": job.id}
-        )
 
-    await rt.db.write(taken_over)
+async def test_a_node_declared_dead_while_it_worked_a_job_queues_no_second_copy(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """A node that stalled while forwarding (its leases freed, the job claimed by another
+    node) must not store its copy when it wakes: the other node forwards it."""
+    account, job, message = await _job_taken_over(service, dns_server)
+    rt = service.running.runtime
+    now = rt.clock.now()
     stale = await rt.db.write(forwarder._emailed, job, message, now, rt.usage_shard, rt.node)
     assert stale is None
     assert (await account.client.get("/v1/emails")).json() == []
@@ -262,33 +269,15 @@ async def test_a_node_declared_dead_while_a_job_raised_counts_no_fault_on_it(
 ) -> None:
     """A stale node whose work on a job raised must not count a fault on it (nor release or
     quarantine it) once another node holds it: only the holder's faults count."""
-    account, domain = await forwarding_account(service, dns_server)
-    forward = (
-        await account.client.post(
-            "/v1/forwards/", json=rule(domain, destination_emails=[DESTINATION])
-        )
-    ).json()
+    _, job, _ = await _job_taken_over(service, dns_server)
     rt = service.running.runtime
     now = rt.clock.now()
-    policy = faults.policy(now)
-
-    def taken_over(tx: Tx) -> str:
-        job = storage_inbound.NewJob(
-            forward["id"], account.workspace_id, SOURCE, "email", DESTINATION
-        )
-        storage_inbound.insert_message(tx, "alice@sender.example", [SOURCE], letter(), [job], now)
-        lease = now + timedelta(minutes=5)
-        [claimed] = storage_inbound.claim_due(tx, now, lease, rt.node, 10, policy).items
-        tx.execute(
-            "UPDATE forward_jobs SET leased_by = 'another-node' WHERE id = :id", {"id": claimed.id}
-        )
-        return claimed.id
-
-    job_id = await rt.db.write(taken_over)
 
     def fault(tx: Tx, holder: str) -> tuple[int, str | None]:
-        storage_inbound.JOBS.record_faults(tx, [Fault(job_id, "boom")], now, policy, holder)
-        row = tx.one("SELECT faults, leased_by FROM forward_jobs WHERE id = :id", {"id": job_id})
+        storage_inbound.JOBS.record_faults(
+            tx, [Fault(job.id, "boom")], now, faults.policy(now), holder
+        )
+        row = tx.one("SELECT faults, leased_by FROM forward_jobs WHERE id = :id", {"id": job.id})
         assert row is not None
         return row["faults"], row["leased_by"]
 
