@@ -110,7 +110,7 @@ def get_list(tx: Tx, workspace_id: str, list_id: str) -> ContactList | None:
 
 def lock_list(tx: Tx, workspace_id: str, list_id: str) -> ContactList | None:
     """The list, locked against other writers until the transaction ends."""
-    lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock()
     row = tx.one(
         f"SELECT * FROM contact_lists WHERE workspace_id = :ws AND id = :id{lock}",
         {"ws": workspace_id, "id": list_id},

@@ -198,7 +198,7 @@ def _still_held(
     if not keys:
         return set(), set()
     rows, params = _pairs("h", keys)
-    lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock()
     waiting, waiting_params = in_list("u", unheld.from_)
     holders = f"(leased_by = :holder OR (leased_by IS NULL AND status IN ({waiting})))"
     params |= waiting_params

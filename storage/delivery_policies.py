@@ -266,7 +266,7 @@ def lock_budgets(tx: Tx, windows: dict[str, datetime]) -> dict[str, Budget]:
         ({"k": key, "w": timestamp(windows[key])} for key in ordered),
     )
     names, params = in_list("k", ordered)
-    lock = " ORDER BY budget_key FOR UPDATE" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock("ORDER BY budget_key FOR UPDATE")
     rows = tx.all(
         f"SELECT budget_key, window_start, used, tat FROM delivery_budgets"
         f" WHERE budget_key IN ({names}){lock}",
@@ -307,7 +307,7 @@ PRUNE_BATCH = 100
 def prune_budgets(tx: Tx, before: datetime) -> None:
     """Remove up to PRUNE_BATCH budget rows whose window started before `before`."""
     # Rows another node is spending are skipped, not waited for.
-    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock("FOR UPDATE SKIP LOCKED")
     tx.execute(
         "DELETE FROM delivery_budgets WHERE budget_key IN (SELECT budget_key FROM"
         f" delivery_budgets WHERE window_start < :before ORDER BY window_start"

@@ -14,7 +14,7 @@ from storage.tx import Tx
 
 
 def _free(tx: Tx, destination: str, limit: int, wanted: int, now: datetime) -> list[int]:
-    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock("FOR UPDATE SKIP LOCKED")
     rows = tx.all(
         "SELECT slot FROM destination_slots WHERE destination = :d AND slot < :limit"
         " AND (held_by IS NULL OR lease_until < :now) ORDER BY slot LIMIT :wanted" + lock,

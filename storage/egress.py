@@ -62,13 +62,9 @@ def get_source(tx: Tx, source_id: str, *, lock: bool = False) -> Source | None:
     """The source; with `lock`, held until commit, so two changes at once (from two nodes, or
     two write transactions of one) are made one after the other and neither is lost."""
     row = tx.one(
-        "SELECT * FROM egress_sources WHERE id = :id" + _for_update(tx, lock), {"id": source_id}
+        "SELECT * FROM egress_sources WHERE id = :id" + tx.row_lock(when=lock), {"id": source_id}
     )
     return None if row is None else _source(row)
-
-
-def _for_update(tx: Tx, lock: bool) -> str:
-    return " FOR UPDATE" if lock and tx.dialect == "postgresql" else ""
 
 
 def sources_of(tx: Tx, source_ids: Iterable[str]) -> dict[str, Source]:
@@ -164,7 +160,7 @@ def list_pools(tx: Tx) -> list[Pool]:
 
 def get_pool(tx: Tx, pool_id: str, *, lock: bool = False) -> Pool | None:
     """The pool; with `lock`, held until commit (as `get_source`)."""
-    sql = "SELECT * FROM egress_pools WHERE id = :id" + _for_update(tx, lock)
+    sql = "SELECT * FROM egress_pools WHERE id = :id" + tx.row_lock(when=lock)
     found = _pools(tx, tx.all(sql, {"id": pool_id}))
     return found[0] if found else None
 

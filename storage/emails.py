@@ -658,7 +658,7 @@ def claim(
     """Lease up to `limit` due recipients of a domain; and when the next one falls due.
     Recipients whose sending domain has a paused incident here wait for its end."""
     params: dict[str, Any] = {"domain": domain, "now": timestamp(now), "limit": limit}
-    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock("FOR UPDATE SKIP LOCKED")
     rows = tx.all(
         "SELECT * FROM email_recipients WHERE domain = :domain"
         " AND status IN ('queued', 'deferred') AND next_attempt_at <= :now"

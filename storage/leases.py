@@ -83,7 +83,7 @@ class LeasedTable:
     ) -> Claimed[T]:
         """Lease up to `limit` due rows (alias `q`; `join`/`also` add joined columns), each
         decoded. A row that cannot be decoded is not leased: it counts a fault instead."""
-        lock = " FOR UPDATE OF q SKIP LOCKED" if tx.dialect == "postgresql" else ""
+        lock = tx.row_lock("FOR UPDATE OF q SKIP LOCKED")
         due = self.due_column
         rows = tx.all(
             f"SELECT q.*{also} FROM {self.name} q{join}"
@@ -114,7 +114,7 @@ class LeasedTable:
         """Whether `node` still holds the row's lease, the row locked until commit on
         PostgreSQL: a node declared dead while it worked the row (its leases freed, the row
         perhaps claimed and worked by another node) must write nothing of it."""
-        lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+        lock = tx.row_lock()
         found = tx.value(
             f"SELECT 1 FROM {self.name} WHERE id = :id AND leased_by = :node{lock}",
             {"id": id_, "node": node},

@@ -147,7 +147,7 @@ def declared_dead(tx: Tx, node_id: str) -> bool:
     """Whether other nodes declared `node_id` dead (freeing what it held) and it has not beaten
     since: it must claim nothing until it has. Locks the node's row until the transaction ends,
     so a claim and a reap of the same node never overlap."""
-    lock = " FOR SHARE" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock("FOR SHARE")
     state = tx.value(f"SELECT state FROM nodes WHERE id = :id{lock}", {"id": node_id})
     return state is not None and state != ALIVE
 

@@ -55,7 +55,7 @@ def prune(tx: Tx, now: datetime) -> None:
     """Remove up to PRUNE_BATCH keys whose window has ended."""
     # Rows another node is counting right now are skipped, not waited for: pruning never
     # blocks a caller and never takes part in a lock cycle.
-    lock = " FOR UPDATE SKIP LOCKED" if tx.dialect == "postgresql" else ""
+    lock = tx.row_lock("FOR UPDATE SKIP LOCKED")
     tx.execute(
         "DELETE FROM rate_limits WHERE limit_key IN (SELECT limit_key FROM rate_limits"
         f" WHERE window_ends <= :now ORDER BY window_ends LIMIT {PRUNE_BATCH}{lock})",

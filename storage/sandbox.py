@@ -73,7 +73,7 @@ class Scheduled:
 def is_sandboxed(tx: Tx, workspace_id: str, *, lock: bool = False) -> bool:
     """Whether the workspace is in the sandbox; `lock`: and hold its row until the unit ends
     (on PostgreSQL), so a mark and a departure from the sandbox never interleave."""
-    suffix = " FOR UPDATE" if lock and tx.dialect == "postgresql" else ""
+    suffix = tx.row_lock(when=lock)
     value = tx.value("SELECT sandbox FROM workspaces WHERE id = :id" + suffix, {"id": workspace_id})
     return bool(value)
 

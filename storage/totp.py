@@ -27,7 +27,7 @@ def of_user(tx: Tx, user_id: str, *, lock: bool = False) -> Totp | None:
     codes checked at once are taken one after the other (no replay between them)."""
     row = tx.one(
         "SELECT user_id, secret, confirmed_at, last_step FROM user_totp WHERE user_id = :user"
-        + (" FOR UPDATE" if lock and tx.dialect == "postgresql" else ""),
+        + tx.row_lock(when=lock),
         {"user": user_id},
     )
     if row is None:

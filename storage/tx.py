@@ -160,6 +160,12 @@ class Tx:
             for start in range(0, len(data), _INLINE_OCTETS):
                 blob.write(view[start : start + _INLINE_OCTETS])
 
+    def row_lock(self, clause: str = "FOR UPDATE", *, when: bool = True) -> str:
+        """` <clause>` to append to a query on PostgreSQL (when `when`), where concurrent
+        transactions need row locks; nothing on SQLite, whose single writer already holds
+        the whole database for every write transaction."""
+        return f" {clause}" if when and self.dialect == "postgresql" else ""
+
     def _sql(self, sql: str) -> str:
         return to_pyformat(sql) if self.dialect == "postgresql" else sql
 

@@ -131,6 +131,9 @@ class _CountingTx:
     def notify(self, topic: str) -> None:
         self._tx.notify(topic)
 
+    def row_lock(self, clause: str = "FOR UPDATE", *, when: bool = True) -> str:
+        return self._tx.row_lock(clause, when=when)  # a clause, not a statement
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._tx, name)
 
