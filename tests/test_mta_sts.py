@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from engine.delivery import mta_sts
+from engine.delivery.messages import WireMessage
 from tests.harness import tls_policies
-from tests.harness.sending import ready_account
+from tests.harness.sending import message, ready_account, wait_for_email
 from tests.harness.tls_policies import (
     DOMAIN,
     Loopback,
@@ -74,6 +75,47 @@ async def test_enforce_defers_for_a_wrong_certificate_or_an_unlisted_mx_never_in
         assert "mx.unlisted.example is not listed" in reasons["unlisted.example"]
         assert sink.messages == []  # never fell back to plain text
         assert not any(line.startswith("MAIL") for line in sink.transcript)
+
+
+async def test_tls_required_no_delivers_where_the_policy_passes_every_host_over(
+    loopback: Loopback,
+) -> None:
+    """RFC 8689 5: a sender who sets `TLS-Required: No` (say, to tell a domain's postmaster
+    that its MTA-STS is broken) has the message delivered all the same, with opportunistic
+    TLS; the same message without it waits for the policy to be met."""
+    dns_server = loopback.dns
+    sink = await loopback.sink("localhost", "127.0.0.1")  # not the MX name: enforce refuses
+    loopback.publish(DOMAIN, "1", 200, sts_policy("enforce", f"mx.{DOMAIN}"))
+    async with loopback.service(sink) as service:
+        account = await ready_account(service, dns_server)
+        first = await send_until(account, f"ann@{DOMAIN}", was_deferred)
+        assert events_of(first, "deferred")[0]["reason"] == "tls_policy"
+        body = message(f"bob@{DOMAIN}", headers={"TLS-Required": "No"})
+        sent = (await account.client.post("/v1/emails/", json=body)).json()
+        done = await wait_for_email(account, sent["id"], is_delivered)
+        [delivered] = events_of(done, "delivered")
+        assert delivered["policy"] == "opportunistic"
+        assert delivered["tls"]["verified"] is False
+        [received] = sink.messages
+        assert received.rcpt_to == (f"bob@{DOMAIN}",) and received.tls
+        assert b"\r\nTLS-Required: No\r\n" in received.data
+        # The other one still waits for the policy to be met.
+        waiting = (await account.client.get(f"/v1/emails/{first['id']}")).json()
+        assert waiting["status"] != "delivered" and not events_of(waiting, "delivered")
+
+
+def test_tls_required_is_read_from_the_header_as_rfc_8689_writes_it() -> None:
+    def asks(header: bytes) -> bool:
+        data = b"From: a@example.org\r\n" + header + b"Subject: x\r\n\r\nTLS-Required: No\r\n"
+        return WireMessage("id", "a@example.org", data).asks_no_tls_policy()
+
+    assert asks(b"TLS-Required: No\r\n")
+    assert asks(b"tls-required:no\r\n")
+    assert asks(b"TLS-Required:\r\n No\r\n")  # folded
+    assert not asks(b"TLS-Required: Yes\r\n")
+    assert not asks(b"TLS-Required: No thanks\r\n")
+    assert not asks(b"X-TLS-Required: No\r\n")
+    assert not asks(b"")  # in the body only
 
 
 async def test_testing_delivers_and_records_and_a_new_id_is_fetched_and_enforced(

@@ -16,6 +16,7 @@ are one message for all their recipients at a domain, with no List-Unsubscribe.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime
@@ -34,6 +35,8 @@ from engine.smtp.grammar import has_utf8_header, header_end, to_crlf
 from storage.domains import Domain
 from storage.emails import Email
 
+_UNFOLDED = re.compile(r"\r\n(?![ \t])")  # where one header field ends and the next begins
+
 
 @dataclass(frozen=True, slots=True)
 class WireMessage:
@@ -49,6 +52,16 @@ class WireMessage:
     recipient: str | None = None
     ascii_header: bytes | None = None
     header_length: int = 0
+
+    def asks_no_tls_policy(self) -> bool:
+        """Whether its sender set `TLS-Required: No` (RFC 8689 5): deliver it even where the
+        recipient domain's TLS policy (MTA-STS, DANE) would pass every host over."""
+        header = self.data[: header_end(self.data)].decode("ascii", "replace")
+        for field in _UNFOLDED.split(header):
+            name, colon, value = field.partition(":")
+            if colon and name.strip().lower() == "tls-required":
+                return value.strip().lower() == "no"
+        return False
 
     def for_hop(self, smtputf8: bool) -> bytes:
         """What to send to a server that offers SMTPUTF8 (`smtputf8`) or does not: `data`,

@@ -8,6 +8,8 @@ plain text) unless the domain's MTA-STS policy demands verified TLS
 (engine/delivery/mta_sts.py: then never plain text, and a host the policy does not allow is
 passed over, `tls_policy`) or DANE covers the MX host (engine/delivery/dane.py: TLS matching
 its TLSA records or nothing; DANE wins over MTA-STS for the hosts it covers, RFC 8461 2).
+A message whose sender set `TLS-Required: No` (RFC 8689 5) that the policies left with no
+host is sent once more as if the domain had none (never one submitted with REQUIRETLS).
 
 It alone holds its connections: those still usable after a round are kept for the next one
 while one is ready, unless the TLS policies changed meanwhile; when the ready queue gives them
@@ -106,21 +108,60 @@ class SmtpEgress:
             if policy != self._policy or covered != self._dane:
                 self.close()  # kept ones were opened under another policy: for whom it fits
             self._policy, self._dane = policy, covered
-            applied = "opportunistic" if policy is None else "mta-sts"
-            queue = deque(transfers)
-            problems: list[Outcome] = []
-            async with trio.open_nursery() as nursery:
-                for _ in range(min(lanes.connections, len(transfers))):
-                    nursery.start_soon(
-                        self._connection, targets, queue, record, problems, lanes.per_connection
-                    )
-            transfers = list(queue)  # whatever no connection could take
-            failure = _worst(problems)
-            if isinstance(failure, Unreachable) and failure.policy is None:
-                failure = replace(failure, policy=applied)
+            transfers, failure = await self._spread(targets, transfers, record, lanes)
             if record.stopping():
                 return
+            if isinstance(failure, Unreachable) and failure.tls_policy:
+                # RFC 8689 5: mail whose sender set `TLS-Required: No` goes all the same, as
+                # if the domain had no TLS policy (never one sent with REQUIRETLS).
+                unbound = [
+                    t
+                    for t in transfers
+                    if not t.email.requiretls and t.message.asks_no_tls_policy()
+                ]
+                if unbound:
+                    transfers = [t for t in transfers if all(t is not u for u in unbound)]
+                    await self._send_without_policy(targets, unbound, record, lanes)
         for transfer in transfers:
+            for recipient in transfer.recipients:
+                record.settle(transfer.email, recipient, failure)
+
+    async def _spread(
+        self, targets: list[mx.MxTarget], transfers: list[Transfer], record: Record, lanes: Lanes
+    ) -> tuple[list[Transfer], Outcome]:
+        """Send `transfers` over up to `lanes.connections` connections under the current TLS
+        policies; those no connection could take, and why."""
+        queue = deque(transfers)
+        problems: list[Outcome] = []
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(lanes.connections, len(transfers))):
+                nursery.start_soon(
+                    self._connection, targets, queue, record, problems, lanes.per_connection
+                )
+        failure = _worst(problems)
+        if isinstance(failure, Unreachable) and failure.policy is None:
+            applied = "opportunistic" if self._policy is None else "mta-sts"
+            failure = replace(failure, policy=applied)
+        return list(queue), failure
+
+    async def _send_without_policy(
+        self, targets: list[mx.MxTarget], transfers: list[Transfer], record: Record, lanes: Lanes
+    ) -> None:
+        """Send `transfers` with opportunistic TLS, ignoring the domain's MTA-STS policy and
+        DANE, on connections of their own: those kept under the policy go to the site pool
+        first, and these go there after (their posture says how they were opened), so none
+        is ever reused under a policy it was not opened for."""
+        policy, covered = self._policy, self._dane
+        self.close()
+        self._policy, self._dane = None, {}
+        try:
+            left, failure = await self._spread(targets, transfers, record, lanes)
+        finally:
+            self.close()
+            self._policy, self._dane = policy, covered
+        if record.stopping():
+            return
+        for transfer in left:
             for recipient in transfer.recipients:
                 record.settle(transfer.email, recipient, failure)
 
