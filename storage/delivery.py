@@ -3,8 +3,9 @@
 Set-based: a delivery round is loaded and recorded with a fixed number of statements
 whatever its size (load: one query each for emails, their submitted messages, sending
 domains, suppressions and unsubscribe footers; record: one UPDATE per distinct outcome, the
-events, one SELECT and one UPDATE per resulting email status; plus one insert per new hard
-bounce), never a query per email or per recipient. The claim is storage/emails.py's (one
+events, one UPDATE per resulting email status, and one SELECT of the recipients of the emails
+the write does not hold every recipient of; plus one insert per new hard bounce), never a
+query per email or per recipient. The claim is storage/emails.py's (one
 SELECT, one batched UPDATE, one MIN).
 """
 
@@ -158,7 +159,11 @@ def record_outcomes(
     # transaction ends, so a node reaping `holder` waits for this write) and says which:
     # one statement per outcome, where a SELECT ... FOR UPDATE first made two (the outcomes
     # are written per SMTP transaction, so statements per write are the delivery's cost).
+    # It also says how many recipients each email has: an email whose every recipient this
+    # write holds is summed up from what it wrote, without reading them back.
     written: set[tuple[str, str]] = set()
+    wrote: dict[str, list[str]] = defaultdict(list)  # email id -> the statuses written
+    recipients_of: dict[str, int] = {}
     for (status, when, response), keys in alike.items():
         rows, params = _pairs("k", keys)
         sql = (
@@ -168,9 +173,15 @@ def record_outcomes(
         )
         values = {"status": status, "next": when, "response": response, "now": timestamp(now)}
         if fenced:
-            sql += " AND leased_by = :holder RETURNING email_id, address"
+            sql += (
+                " AND leased_by = :holder RETURNING email_id, address, (SELECT COUNT(*) FROM"
+                " email_recipients o WHERE o.email_id = email_recipients.email_id) AS recipients"
+            )
             found = tx.all(sql, values | params | {"holder": holder})
-            written.update((row["email_id"], row["address"]) for row in found)
+            for row in found:
+                written.add((row["email_id"], row["address"]))
+                wrote[row["email_id"]].append(status)
+                recipients_of[row["email_id"]] = row["recipients"]
         else:
             tx.run(sql, values | params)
     if holder is not None:
@@ -183,7 +194,8 @@ def record_outcomes(
             if (entry.source_email_id or "", entry.email) in ours
         ]
     recorded = emails.insert_events(tx, events)
-    emails.summarise(tx, [u.email_id for u in updates], now, summary)
+    whole = {e: found for e, found in wrote.items() if len(found) == recipients_of[e]}
+    emails.summarise(tx, [u.email_id for u in updates], now, summary, whole)
     for workspace_id, entry in hard_bounces:
         suppressions.add(tx, workspace_id, entry)
     return recorded

@@ -8,7 +8,7 @@ it dies (storage/nodes.py), so a crashed node's work is taken over in seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -709,25 +709,41 @@ class Summary:
     delivered: str  # an email summarised to this is stamped delivered_at
 
 
-def summarise(tx: Tx, email_ids: Sequence[str], now: datetime, summary: Summary) -> None:
+def summarise(
+    tx: Tx,
+    email_ids: Sequence[str],
+    now: datetime,
+    summary: Summary,
+    known: Mapping[str, Sequence[str]] | None = None,
+) -> None:
     """Set each email's status from its recipients' by the engine's rule `summary` (after
     some of them changed): one read of their recipients and one UPDATE per resulting
-    status; emails in a final status keep theirs."""
+    status; emails in a final status keep theirs. `known`: the statuses of every recipient
+    of some of the emails, each row locked by this unit (it has just written them all), so
+    no other unit can change one before this one ends: those emails need no read."""
     ids = list(dict.fromkeys(email_ids))
     if not ids:
         return
-    placeholders, names = in_list("id", ids)
-    if tx.dialect == "postgresql":
-        # Another node may be writing outcomes of other recipients of these emails: the emails
-        # are locked first (in one order), so the node second to lock one reads its recipients
-        # once the first has committed, and neither sums it up without the other's outcomes.
-        tx.run(f"SELECT id FROM emails WHERE id IN ({placeholders}) ORDER BY id FOR UPDATE", names)
-    statuses: dict[str, list[str]] = {email_id: [] for email_id in ids}
-    for row in tx.all(
-        f"SELECT email_id, status FROM email_recipients WHERE email_id IN ({placeholders})",
-        names,
-    ):
-        statuses[row["email_id"]].append(row["status"])
+    known = known or {}
+    statuses = {email_id: list(known[email_id]) for email_id in ids if email_id in known}
+    unknown = [email_id for email_id in ids if email_id not in known]
+    if unknown:
+        placeholders, names = in_list("id", unknown)
+        if tx.dialect == "postgresql":
+            # Another node may be writing outcomes of other recipients of these emails: the
+            # emails are locked first (in one order), so the node second to lock one reads its
+            # recipients once the first has committed, and neither sums it up without the
+            # other's outcomes.
+            tx.run(
+                f"SELECT id FROM emails WHERE id IN ({placeholders}) ORDER BY id FOR UPDATE",
+                names,
+            )
+        statuses |= {email_id: [] for email_id in unknown}
+        for row in tx.all(
+            f"SELECT email_id, status FROM email_recipients WHERE email_id IN ({placeholders})",
+            names,
+        ):
+            statuses[row["email_id"]].append(row["status"])
     by_status: dict[str, list[str]] = {}
     for email_id, found in statuses.items():
         by_status.setdefault(summary.of(found), []).append(email_id)

@@ -358,3 +358,46 @@ async def test_a_round_that_raised_counts_faults_only_on_recipients_its_node_sti
         "a0@faulted.example": (1, None),
         "b0@faulted.example": (0, "other-node"),
     }
+
+
+async def test_a_write_holding_every_recipient_of_an_email_sums_it_up_without_reading_them(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """The outcome write learns from its own UPDATE how many recipients each email has: an
+    email all of whose recipients it wrote (and holds locked) is summed up from what it
+    wrote, with no lock and read of the recipients; one it wrote only some of is read."""
+    account = await ready_account(service, dns_server)
+    whole, partial = await _schedule(account, "whole.example", 2)
+    db = service.running.runtime.db
+    now = datetime.now(UTC) + timedelta(days=1)
+
+    def write(tx: Tx, keys: list[tuple[str, str]]) -> int:
+        emails.claim(tx, "whole.example", now, now + timedelta(seconds=30), "test-node", 500)
+        counting = _CountingTx(tx)
+        delivery.record_outcomes(
+            counting,  # type: ignore[arg-type]
+            [RecipientUpdate(e, a, "delivered", None, "250 2.0.0 OK") for e, a in keys],
+            [],
+            [],
+            now,
+            email_statuses.SUMMARISE,
+            holder="test-node",
+        )
+        return counting.statements
+
+    # Both recipients of one email: the UPDATE, the events, the email's UPDATE.
+    both = [(whole, "a0@whole.example"), (whole, "b0@whole.example")]
+    assert await db.write(write, both) == 3
+    # One of the other's two: its recipients are read (and on PostgreSQL locked first).
+    one = [(partial, "a1@whole.example")]
+    assert await db.write(write, one) == (5 if db.dialect == "postgresql" else 4)
+
+    def statuses(tx: Tx) -> dict[str, str]:
+        rows = tx.all(
+            "SELECT id, status FROM emails WHERE id IN (:a, :b)", {"a": whole, "b": partial}
+        )
+        return {row["id"]: row["status"] for row in rows}
+
+    found = await db.read(statuses)
+    assert found[whole] == "delivered"
+    assert found[partial] not in ("delivered", "scheduled")  # one delivered, one still waiting
