@@ -84,12 +84,13 @@ def test_an_unreadable_file_is_set_aside(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     (tmp_path / "kept-broken.json").write_text('{"version": 1, "kept": [{"key": ')
     (tmp_path / "kept-future.json").write_text('{"version": 99, "kept": []}')
+    (tmp_path / "kept-list.json").write_text("[1, 2]")  # not even an object
     good = _saved(journal, [_kept()])
 
     adopted = journal.adopt()
     assert [each.path for each in adopted] == [good]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["kept-broken.unreadable", "kept-future.unreadable", good.name]
+        ["kept-broken.unreadable", "kept-future.unreadable", "kept-list.unreadable", good.name]
     )
     journal.done(adopted)
 

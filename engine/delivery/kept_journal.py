@@ -159,8 +159,9 @@ def _sync_directory(directory: Path) -> None:
 def _read(fd: int, path: Path) -> list[Kept]:
     with os.fdopen(os.dup(fd), "rb") as file:
         data = json.loads(file.read())
-    if data.get("version") != VERSION:
-        raise ValueError(f"version {data.get('version')!r}, not {VERSION}")
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != VERSION:
+        raise ValueError(f"version {version!r}, not {VERSION}")
     return [_parse_kept(each) for each in data["kept"]]
 
 
