@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -219,3 +219,15 @@ class Tx:
             return None
         self.inserted = self.inserted or _inserts(sql)
         return next(iter(dict(row).values()))
+
+    def later(self, sql: str, params: Params | None = None) -> Callable[[], list[Row]]:
+        """A query the unit will read later, sent now: what it returns gives the rows. Inside
+        `pipeline`, on PostgreSQL, the query goes to the server with the next statement
+        whose result is read, so a read known ahead rides on that one's round trip (the
+        outcome write's webhooks, read with its recipients' UPDATE); elsewhere it runs now.
+        For reads only: nothing marks the unit `inserted`."""
+        cursor = self._conn.execute(self._sql(sql), params or {})
+        if self._pipe is None:
+            rows = [dict(row) for row in cursor.fetchall()]
+            return lambda: rows
+        return lambda: [dict(row) for row in cursor.fetchall()]

@@ -11,13 +11,14 @@ this module's reads.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from storage.codec import (
     from_json,
+    in_list,
     new_id,
     parse_optional_timestamp,
     parse_timestamp,
@@ -162,12 +163,29 @@ def get(tx: Tx, workspace_id: str, webhook_id: str) -> Webhook | None:
 
 
 def list_active(tx: Tx, workspace_id: str) -> list[Webhook]:
-    rows = tx.all(
-        "SELECT * FROM webhooks WHERE workspace_id = :ws AND is_active AND deleted_at IS NULL"
-        " ORDER BY created_at, id",
-        {"ws": workspace_id},
+    return active_of(tx, [workspace_id])().get(workspace_id, [])
+
+
+def active_of(tx: Tx, workspace_ids: Collection[str]) -> Callable[[], dict[str, list[Webhook]]]:
+    """The active webhooks of each of `workspace_ids` (oldest first), read later: sent now
+    and read when the result is called (`Tx.later`), so that a write knowing its events'
+    workspaces ahead reads them with the statement before them in one round trip."""
+    if not workspace_ids:
+        return dict
+    names, params = in_list("ws", workspace_ids)
+    rows = tx.later(
+        f"SELECT * FROM webhooks WHERE workspace_id IN ({names}) AND is_active"
+        " AND deleted_at IS NULL ORDER BY created_at, id",
+        params,
     )
-    return [_webhook(tx, row) for row in rows]
+
+    def read() -> dict[str, list[Webhook]]:
+        found: dict[str, list[Webhook]] = {}
+        for row in rows():
+            found.setdefault(row["workspace_id"], []).append(_webhook(tx, row))
+        return found
+
+    return read
 
 
 def update(tx: Tx, webhook: Webhook, now: datetime) -> None:

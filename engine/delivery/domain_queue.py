@@ -304,6 +304,7 @@ def _write(
         return []
     # Mailbox-full counts first: an address whose count runs out is bounced instead.
     moved = part.mailboxes.settle(tx, part.updates, part.events, part.bounces, part.now)
+    hooks = outbox.ahead(tx, part.events)  # read with the recipients' UPDATE: one round trip
     recorded = delivery.record_outcomes(
         tx,
         part.updates,
@@ -314,7 +315,7 @@ def _write(
         holder=node,
         unheld=unheld,
     )
-    outbox.queue(tx, recorded)
+    outbox.queue(tx, recorded, hooks)
     stored_incidents.record_round(
         tx, domain, part.hits, part.delivered, part.now, incidents.pause_for
     )

@@ -13,13 +13,16 @@ them; webhooks name them `email.delivered`. `webhook_event` is the one place tha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from storage import emails, webhooks
 from storage.emails import Event
 from storage.tx import Tx
+from storage.webhooks import Webhook
+
+Hooks = Callable[[], dict[str, list[Webhook]]]
 
 _WEBHOOK_PREFIX = "email."
 # The email events webhooks carry (others, such as queued or deferred, are not sent).
@@ -69,16 +72,29 @@ def record(tx: Tx, events: Iterable[Event]) -> None:
     queue(tx, emails.insert_events(tx, events))
 
 
-def queue(tx: Tx, events: Sequence[Event]) -> None:
-    """Queue the webhook deliveries of events just recorded in this unit of work."""
+def ahead(tx: Tx, events: Iterable[Event]) -> Hooks:
+    """The webhooks `queue` will want for `events`, asked for now and read when it queues
+    them: a write that knows its events before it records them (the delivery's outcome
+    write) so reads them with its first statement, in one round trip (`Tx.later`)."""
+    return webhooks.active_of(
+        tx, {e.workspace_id for e in events if webhook_event(e.event_type) is not None}
+    )
+
+
+def queue(tx: Tx, events: Sequence[Event], hooks: Hooks | None = None) -> None:
+    """Queue the webhook deliveries of events just recorded in this unit of work (`hooks`:
+    their webhooks, when asked for `ahead`)."""
     by_workspace: dict[str, list[tuple[str, Event]]] = {}
     for e in events:
         name = webhook_event(e.event_type)
         if name is not None:
             by_workspace.setdefault(e.workspace_id, []).append((name, e))
+    if not by_workspace:
+        return
+    active = (hooks or webhooks.active_of(tx, by_workspace))()
     for workspace_id, named in by_workspace.items():
-        hooks = webhooks.list_active(tx, workspace_id)
-        wanted = {event_type for hook in hooks for event_type in hook.events}
+        found = active.get(workspace_id, [])
+        wanted = {event_type for hook in found for event_type in hook.events}
         # Payloads only for what some webhook takes: most workspaces have none, and the
         # delivery's outcome writes (two events per recipient) are on its hot path.
         items = [
@@ -88,7 +104,7 @@ def queue(tx: Tx, events: Sequence[Event]) -> None:
         ]
         if items:
             at = max(e.created_at for e in events)
-            webhooks.fan_out(tx, workspace_id, items, at, hooks)
+            webhooks.fan_out(tx, workspace_id, items, at, found)
 
 
 def queue_sender_event(
