@@ -24,6 +24,7 @@ from tests.harness.tls_policies import (
     MX,
     Loopback,
     dane_sink,
+    delivered_without_policy,
     events_of,
     is_delivered,
     publish_tlsa,
@@ -87,6 +88,21 @@ async def test_dane_ee_mismatch_defers_and_never_sends_in_plain_text(
         assert "no TLSA record matches" in deferred["response"]
         assert sink.messages == []
         assert not any(line.startswith("MAIL") for line in sink.transcript)
+
+
+@one_engine
+async def test_tls_required_no_delivers_where_no_tlsa_record_matches(loopback: Loopback) -> None:
+    """RFC 8689 5 under DANE as under MTA-STS: a message with `TLS-Required: No` that no
+    TLSA-matching host can take goes with opportunistic TLS; one without it waits."""
+    sink, _ = await dane_sink(loopback, loopback.tls_ca.ca, MX)
+    publish_tlsa(loopback, sink, f"3 1 1 {'00' * 32}")
+    async with _service(loopback, sink) as service:
+        account = await ready_account(service, loopback.dns)
+        first = await send_until(account, f"ann@{DOMAIN}", was_deferred)
+        assert events_of(first, "deferred")[0]["policy"] == "dane"
+        await delivered_without_policy(account, sink, f"bob@{DOMAIN}")
+        waiting = (await account.client.get(f"/v1/emails/{first['id']}")).json()
+        assert waiting["status"] != "delivered" and not events_of(waiting, "delivered")
 
 
 @one_engine

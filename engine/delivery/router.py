@@ -253,11 +253,12 @@ class DeliveryRouter:
                     unsaved,
                 )
             else:
+                assert self._journal is not None  # without one, all that is kept is unsaved
                 log.warning(
                     "stopping with the outcomes of %d recipients the database did not take,"
                     " saved in %s",
                     sum(len(each.part.updates) for each in self._kept),
-                    self._journal.directory if self._journal else None,
+                    self._journal.directory,
                 )
 
     def _wake(self, nursery: trio.Nursery, domain: str) -> None:

@@ -115,6 +115,20 @@ async def send_until(account: Account, to: str, until: Callable[[dict[str, Any]]
     return await wait_for_email(account, sent.json()["id"], until)
 
 
+async def delivered_without_policy(account: Account, sink: SmtpSink, to: str) -> bytes:
+    """Send `to` a message with `TLS-Required: No` (RFC 8689 5) where the domain's TLS policy
+    passes every host over: it is delivered with opportunistic TLS, unverified, and is the
+    one message `sink` received; what the sink received."""
+    body = message(to, headers={"TLS-Required": "No"})
+    sent = (await account.client.post("/v1/emails/", json=body)).json()
+    done = await wait_for_email(account, sent["id"], is_delivered)
+    [delivered] = events_of(done, "delivered")
+    assert delivered["policy"] == "opportunistic" and delivered["tls"]["verified"] is False
+    [received] = sink.messages
+    assert received.rcpt_to == (to,) and received.tls
+    return received.data
+
+
 def events_of(email: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [e["metadata"] for e in email["events"] if e["event_type"] == kind]
 
