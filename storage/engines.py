@@ -223,7 +223,8 @@ def pipelining(unit: U) -> U:
     delivery's outcome write: ~10 round trips were most of its ~3.5 ms under load; 2 now:
     its recipients' UPDATE and the end). In a batch with others it runs as they do: after a
     failed pipeline psycopg may count as prepared a statement the server skipped, and the
-    units after it would fail on it (alone, the connection is replaced instead). Such a unit does not COPY (`Tx.write_octets`)."""
+    units after it would fail on it (alone, the connection is replaced instead). Such a unit
+    does not COPY (`Tx.write_octets`)."""
     unit.pipelined = True  # type: ignore[attr-defined]
     return unit
 
