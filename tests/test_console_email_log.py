@@ -98,6 +98,17 @@ async def test_the_log_filters_counts_and_exports_and_a_bounce_warns_before_its_
         page.get_by_label("Created before").fill("")
         page.get_by_role("button", name="Search").click()
         expect(page.locator("#email-total")).to_have_text("3 emails")
+        # Saved, the search keeps its source and its date range.
+        page.get_by_text("Saved searches (0)").click()
+        page.get_by_label("Save this search as").fill("Batches since 2000")
+        page.get_by_role("button", name="Save", exact=True).click()
+        expect(page.get_by_text("Search saved.")).to_be_visible()
+        page.goto("/emails")
+        expect(page.locator("#email-total")).to_have_text("5 emails")
+        page.get_by_text("Saved searches (1)").click()
+        page.get_by_role("link", name="Batches since 2000").click()
+        expect(page.locator("#email-total")).to_have_text("3 emails")
+        expect(page.get_by_label("Created from")).to_have_value("2000-01-01")
         link = page.get_by_role("link", name="Export CSV")
         href = link.get_attribute("href") or ""
         expect(page.get_by_text("at most 50,000 rows")).to_be_visible()

@@ -424,6 +424,18 @@ async def test_saved_searches_are_replaced_whole(service: Service) -> None:
         ("News", "tag:news"),
     ]
     assert all(s["id"] for s in listed)
+    # The date filters are kept as given: a day as a day, a time as a time.
+    dated = {
+        "name": "November",
+        "created_from": "2026-11-01",
+        "created_before": "2026-12-01T06:00:00Z",
+    }
+    saved = await account.client.put("/v1/emails/saved-searches", json={"searches": [dated]})
+    assert saved.status_code == 200
+    [kept] = (await account.client.get("/v1/emails/saved-searches")).json()["searches"]
+    assert (kept["created_from"], kept["created_before"]) == ("2026-11-01", "2026-12-01T06:00:00Z")
+    wrong = {"searches": [{"name": "x", "created_from": "last week"}]}
+    assert (await account.client.put("/v1/emails/saved-searches", json=wrong)).status_code == 422
     too_many = {"searches": [{"name": f"s{i}"} for i in range(51)]}
     assert (await account.client.put("/v1/emails/saved-searches", json=too_many)).status_code == 422
     await account.client.put("/v1/emails/saved-searches", json={"searches": []})

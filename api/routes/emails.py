@@ -9,7 +9,7 @@ import io
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 import pydantic
@@ -410,6 +410,13 @@ class SavedSearch(In):
     status: str | None = Field(None, max_length=50)
     domain: str | None = Field(None, max_length=253)
     source: str | None = Field(None, max_length=50)
+    # The log's date filters (LogFilters), kept as given: a day stays a day.
+    created_from: date | datetime | None = None
+    created_before: date | datetime | None = None
+
+    def stored(self) -> dict[str, Any]:
+        """As kept and listed: JSON values (a day as YYYY-MM-DD, a time in ISO 8601)."""
+        return self.model_dump(mode="json")
 
 
 class SavedSearches(In):
@@ -458,7 +465,7 @@ async def saved_searches() -> dict[str, Any]:
 @json_body(SavedSearches)
 @document_response(SavedSearches)
 async def replace_saved_searches(body: SavedSearches) -> dict[str, Any]:
-    searches = [s.model_dump() for s in body.searches]
+    searches = [s.stored() for s in body.searches]
     await email_log.replace_saved_searches(runtime(), principal(), searches)
     return {"searches": searches}
 

@@ -38,6 +38,12 @@ def _filters() -> dict[str, str]:
     return {k: v for k, v in request.args.items() if k in FILTERS and v}
 
 
+def _filters_of(search: dict[str, Any]) -> dict[str, str]:
+    """The log's filters a saved search stands for (its words are `q`): its page's query."""
+    named = {**search, "q": search.get("query")}
+    return {k: str(named[k]) for k in FILTERS if named.get(k)}
+
+
 async def _index(status: int = 200, **extra: Any) -> Response:
     args = _filters()
     if request.args.get("page"):
@@ -54,7 +60,7 @@ async def _index(status: int = 200, **extra: Any) -> Response:
     else:
         found = await email_log.search(runtime, principal, wanted, query.page, query.limit)
         total = await email_log.count(runtime, principal, wanted)
-    saved = await email_log.saved_searches(runtime, principal)
+    saved = [(s, _filters_of(s)) for s in await email_log.saved_searches(runtime, principal)]
     extra.setdefault("problems", problems)
     return await page(
         "emails.html",
@@ -100,11 +106,11 @@ async def save_search() -> Response:
         return await _index(422, problems=problems)
     runtime, principal = rt(), who()
     current = await email_log.saved_searches(runtime, principal)
-    searches = [*current, entry.model_dump()]
+    searches = [*current, entry.stored()]
     if len(searches) > 50:
         return await _index(422, problems={"name": "at most 50 saved searches"})
     await email_log.replace_saved_searches(runtime, principal, searches)
-    return go("console.emails.index", q=entry.query, done="saved")
+    return go("console.emails.index", **_filters_of(entry.stored()), done="saved")
 
 
 @blueprint.post("/emails/saved-searches/<search_id>/delete")
