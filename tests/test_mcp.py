@@ -7,6 +7,7 @@ cap, attribution in the activity log, and the HTTP edge (credentials, methods).
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import httpx
@@ -95,6 +96,16 @@ async def test_search_finds_emails_by_the_seed_tokens(
         emails = found["emails"]
         assert [e["untrusted"]["to_addresses"] for e in emails] == [["ann@customer.example"]]
         detail = await call(client, "get_email", email_id=emails[0]["id"])
+        # Narrowed as the API's list is: by source and by when the emails were created.
+        both = {"q": "tag:receipt", "source": "api"}
+        assert len((await call(client, "search_emails", **both))["emails"]) == 1
+        since = await call(client, "search_emails", **both, created_from="2000-01-01T00:00:00")
+        assert len(since["emails"]) == 1
+        before = await call(client, "search_emails", **both, created_before="2000-01-01")
+        assert before["emails"] == []
+        assert (await call(client, "search_emails", q="tag:receipt", source="smtp"))["emails"] == []
+        error = await refused(client, "search_emails", source="fax")
+        assert "source" in json.dumps(error)
     assert detail["untrusted"]["subject"] == "Your receipt"
     assert detail["timeline"][0]["event_type"] == "queued"
     assert detail["recipients"][0]["untrusted"]["address"] == "ann@customer.example"

@@ -186,17 +186,13 @@ class LogFilters(In):
             status,
             tag,
             source=self.source,
-            created_from=_utc(self.created_from),
-            created_before=_utc(self.created_before),
+            created_from=self.created_from,
+            created_before=self.created_before,
         )
 
 
 class ListQuery(PageQuery, LogFilters):
     status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _counted(found: list[Email], total: int) -> tuple[list[dict[str, Any]], int, dict[str, str]]:

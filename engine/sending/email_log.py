@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from engine.platform.errors import Conflict, NotFound, Unprocessable, unknown_name
@@ -70,7 +70,8 @@ def parse_query(
     match nothing and read as "no email matches". `where` is what the caller's door calls
     the search's parameters (`query`, `arguments`), for the error's loc. `source` (one of
     SOURCES) and the range `created_from` (inclusive) to `created_before` (exclusive) narrow
-    it further; a range that ends before it starts is refused."""
+    it further (a time without a zone is UTC); a range that ends before it starts is
+    refused."""
     parts: dict[str, list[str]] = {name: [] for name in (*_TOKENS.values(), "words")}
     for word in q.split():
         if len(word) > 1 and word.startswith('"') and word.endswith('"'):
@@ -102,6 +103,7 @@ def parse_query(
         parts["tags"].append(tag)
     if source and source not in SOURCES:
         raise _refused(where, "source", unknown_name("source", source, SOURCES))
+    created_from, created_before = _utc(created_from), _utc(created_before)
     if created_from and created_before and created_before <= created_from:
         raise _refused(where, "created_before", "must be later than created_from")
     return Search(
@@ -110,6 +112,10 @@ def parse_query(
         created_from=created_from,
         created_before=created_before,
     )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
 
 
 async def search(
