@@ -130,9 +130,10 @@ def record_outcomes(tx: Tx, day: date, domain: str, outcomes: dict[str, str]) ->
     )
 
 
-def day_finished(tx: Tx, day: date) -> bool:
-    found = tx.value("SELECT COUNT(*) FROM tls_rpt_days WHERE day = :day", {"day": day.isoformat()})
-    return bool(found)
+def finished_days(tx: Tx, since: date) -> set[date]:
+    """The days from `since` on all of whose domains are settled (`finish_day`)."""
+    rows = tx.all("SELECT day FROM tls_rpt_days WHERE day >= :since", {"since": since.isoformat()})
+    return {date.fromisoformat(row["day"]) for row in rows}
 
 
 def finish_day(tx: Tx, day: date, now: datetime) -> None:

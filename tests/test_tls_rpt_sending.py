@@ -257,14 +257,18 @@ async def test_reports_are_mailed_to_a_mailto_rua_with_what_delivery_recorded_on
         assert len(receiver.requests) == 1
 
 
-async def test_the_daily_actor_reports_the_day_before_once(
+@pytest.mark.parametrize("days_later", [1, 3], ids=["next-day", "after-a-2-day-outage"])
+async def test_the_daily_actor_reports_each_day_over_once(
     nursery: trio.Nursery,
     database_url: str,
     dns_server: DnsServer,
     tls_ca: TlsAuthority,
     clock: trio.testing.MockClock,
     tmp_path: Path,
+    days_later: int,
 ) -> None:
+    """The day's report goes at the actor's first round of the next day, or, when no round
+    ran for days (the service was stopped), at the first round after: once either way."""
     sink, policies = await _peers(nursery, dns_server, tls_ca)
     dns_server.set(f"_smtp._tls.{GOOD}", "TXT", [f"v=TLSRPTv1; rua=mailto:tls@{REPORTS}"])
     config = harness.test_settings(
@@ -275,7 +279,7 @@ async def test_the_daily_actor_reports_the_day_before_once(
         sent = (await account.client.post("/v1/emails/", json=message(f"a@{GOOD}"))).json()
         await wait_for_email(account, sent["id"], _status_is("delivered"))
         before = len(sink.messages)
-        clock.jump(24 * 3600)  # the next day: the actor's next (hourly) round reports it
+        clock.jump(days_later * 24 * 3600)  # the actor's next (hourly) round reports it
         arrived = await sink.wait_for_messages(before + 1, timeout=15)
         [received] = [m for m in arrived if m.rcpt_to == (f"tls@{REPORTS}",)]
         _, report, _ = _report_of(received)

@@ -10,8 +10,10 @@ rua is POSTed after, once, through the client for user-chosen URLs (private netw
 unless POSTROOM_ALLOW_PRIVATE_TARGETS), and a failed POST is recorded, not tried again. A
 domain whose record DNS could not read is left for the next run of the day.
 
-The daily actor reports the day before (UTC) every `INTERVAL`, by one node at a time (the
-leadership `tls_reports`); a day all of whose domains were settled is not looked at again.
+The daily actor reports every `INTERVAL`, by one node at a time (the leadership
+`tls_reports`), each day (UTC) over within the last `CATCH_UP` days that is not finished,
+oldest first: the day before, and those a service stopped (or every node down) for days did
+not report. A day all of whose domains were settled is not looked at again.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from storage.tls_rpt import Sessions
 from storage.tx import Tx
 
 INTERVAL = timedelta(hours=1)
+CATCH_UP = 7  # days back the actor still reports a day not finished (a week's outage)
 MAX_TARGETS = 5  # rua URIs of one domain served; a domain chooses them, not the operator
 POST_WITHIN = 30.0  # seconds for one POST
 LOOKUPS = 16  # `_smtp._tls` records looked up at once
@@ -234,7 +237,7 @@ class TlsReporterStatistics:
 
 
 class TlsReporter:
-    """The actor that sends yesterday's reports (see the module's header)."""
+    """The actor that sends the reports of the days over (see the module's header)."""
 
     name = "tls_reports"
 
@@ -251,23 +254,33 @@ class TlsReporter:
                 await self.report()
 
     async def report(self) -> None:
-        """One round: yesterday's reports, unless that day is settled already."""
+        """One round: the reports of each of the last `CATCH_UP` days not finished yet,
+        oldest first."""
         rt = self._rt
-        day = rt.clock.now().astimezone(UTC).date() - timedelta(days=1)
-        if await rt.db.read(stored.day_finished, day):
-            return
+        today = rt.clock.now().astimezone(UTC).date()
+        days = [today - timedelta(days=back) for back in range(CATCH_UP, 0, -1)]
+        finished = await rt.db.read(stored.finished_days, days[0])
+        for day in days:
+            if day not in finished and not await self._report_day(day):
+                return
+
+    async def _report_day(self, day: date) -> bool:
+        """Send `day`'s reports; False when the service cannot send any now (no system
+        sender): the later days would say the same, next round tries again."""
+        rt = self._rt
         self._rounds += 1
         try:
             done = await send_day(rt, day)
         except EngineError as exc:
             log.info("TLS reports of %s not sent: %s", day, exc.detail)
-            return
-        except Exception as exc:  # the round's fault: tried again next round
+            return False
+        except Exception as exc:  # the day's fault: tried again next round
             if not faults.blames_item(exc):
                 raise
             rt.faults.item_fault(self.name, f"day {day}", exc)
-            return
+            return True
         self._sent += done.sent
+        return True
 
     def statistics(self) -> TlsReporterStatistics:
         return TlsReporterStatistics(self._rounds, self._sent)
