@@ -260,15 +260,17 @@ class TlsReporter:
         today = rt.clock.now().astimezone(UTC).date()
         days = [today - timedelta(days=back) for back in range(CATCH_UP, 0, -1)]
         finished = await rt.db.read(stored.finished_days, days[0])
-        for day in days:
-            if day not in finished and not await self._report_day(day):
+        due = [day for day in days if day not in finished]
+        if due:
+            self._rounds += 1  # a round that had days to report (the metric counts rounds)
+        for day in due:
+            if not await self._report_day(day):
                 return
 
     async def _report_day(self, day: date) -> bool:
         """Send `day`'s reports; False when the service cannot send any now (no system
         sender): the later days would say the same, next round tries again."""
         rt = self._rt
-        self._rounds += 1
         try:
             done = await send_day(rt, day)
         except EngineError as exc:
