@@ -2,8 +2,8 @@
 
 The service runs on a PostgreSQL server of the test's own (tests/harness/postgres_server.py),
 crashed with `pg_ctl stop -m immediate` and started again. Asserted, as an operator sees it:
-- while the database is gone, the API answers 503 `database_unavailable` with Retry-After in
-  well under a second (not after the pool's time-out), and the SMTP relay 451 4.3.0;
+- while the database is gone, the API answers 503 `database_unavailable` with Retry-After
+  within a second (not after the pool's 5 s time-out), and the SMTP relay 451 4.3.0;
 - the service comes back by itself when the database does, as the same processes;
 - a second outage, however long after the first, is waited out like the first (the grace
   before the service stops counts from the latest time the database answered);
@@ -50,7 +50,10 @@ from tests.harness.service import test_settings as settings_for
 from tests.harness.smtp_sink import SmtpSink
 from tests.harness.tls import TlsAuthority
 
-FAST = 0.5  # seconds: the slowest answer allowed once the service knows the database is gone
+# Seconds: the slowest answer allowed once the service knows the database is gone, against the
+# pool's 5 s wait (storage/engines.py POOL_WAIT). Alone the slowest is ~0.02 s; a full suite's
+# four workers on two cores once held one answer 0.8 s, so 0.5 s failed a sound service.
+FAST = 1.0
 KNOWN_WITHIN = 2.0  # seconds after the crash by which every answer must be fast
 HALTED_WITHIN = 1.0  # seconds after the crash from which no SMTP transaction may start
 

@@ -7,7 +7,7 @@ not). Codes are made with pyotp from the service's own clock, as an authenticato
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pyotp
@@ -32,15 +32,21 @@ def code_now(service: Service, secret: str, offset: int = 0) -> str:
     return pyotp.TOTP(secret).at(now, counter_offset=offset)
 
 
-async def enrolled(service: Service, client: httpx.AsyncClient) -> tuple[str, list[str]]:
-    """Enrol and confirm the client's user; the secret and the recovery codes."""
+class Enrolment(NamedTuple):
+    secret: str
+    recovery_codes: list[str]
+    confirmed_with: str  # the code that confirmed it, spent from then on
+
+
+async def enrolled(service: Service, client: httpx.AsyncClient) -> Enrolment:
+    """Enrol and confirm the client's user."""
     made = await client.post("/v1/auth/totp/enrol")
     assert made.status_code == 200, made.text
     secret: str = made.json()["secret"]
-    confirmed = await client.post("/v1/auth/totp/confirm", json={"code": code_now(service, secret)})
+    code = code_now(service, secret)
+    confirmed = await client.post("/v1/auth/totp/confirm", json={"code": code})
     assert confirmed.status_code == 200, confirmed.text
-    codes: list[str] = confirmed.json()["recovery_codes"]
-    return secret, codes
+    return Enrolment(secret, confirmed.json()["recovery_codes"], code)
 
 
 async def pending(service: Service, email: str, password: str) -> str:
@@ -123,10 +129,11 @@ async def test_a_wrong_code_a_replayed_code_and_a_forged_token_open_nothing(
     service: Service, clock: MockClock
 ) -> None:
     account = await service.account()
-    secret, _ = await enrolled(service, await signed_in(service, account))
+    secret, _, spent = await enrolled(service, await signed_in(service, account))
     token = await pending(service, account.email, account.password)
-    # The code that confirmed the enrolment is spent: it does not sign in.
-    assert_error(await second_step(service, token, code_now(service, secret)), 401, "unauthorized")
+    # The code that confirmed the enrolment is spent: it does not sign in. (Not code_now: the
+    # clock runs, and a new time step may have begun since.)
+    assert_error(await second_step(service, token, spent), 401, "unauthorized")
     service.clock.jump(STEP)
     code = code_now(service, secret)
     too_late = code_now(service, secret, 5)  # outside the drift allowed
@@ -145,7 +152,7 @@ async def test_a_wrong_code_a_replayed_code_and_a_forged_token_open_nothing(
 async def test_a_recovery_code_signs_in_once(service: Service) -> None:
     account = await service.account()
     client = await signed_in(service, account)
-    _, codes = await enrolled(service, client)
+    codes = (await enrolled(service, client)).recovery_codes
     token = await pending(service, account.email, account.password)
     used = await second_step(service, token, codes[0].upper().replace("-", ""))
     assert used.status_code == 200, used.text
@@ -157,7 +164,7 @@ async def test_a_recovery_code_signs_in_once(service: Service) -> None:
 
 async def test_wrong_codes_are_counted_like_wrong_passwords(service: Service) -> None:
     account = await service.account()
-    secret, _ = await enrolled(service, await signed_in(service, account))
+    secret = (await enrolled(service, await signed_in(service, account))).secret
     token = await pending(service, account.email, account.password)
     # The password step counts one attempt, which only the second factor forgives: else the
     # password, once known, would buy a fresh set of guesses at the code each time.
@@ -173,7 +180,7 @@ async def test_turning_it_off_needs_a_code_or_the_password(
 ) -> None:
     account = await service.account()
     client = await signed_in(service, account)
-    secret, _ = await enrolled(service, client)
+    secret = (await enrolled(service, client)).secret
     refused = await client.post("/v1/auth/totp/disable", json={})
     assert_error(refused, 422, "validation_error")
     wrong = await client.post("/v1/auth/totp/disable", json={"password": "not the password"})
