@@ -159,6 +159,35 @@ async def test_the_log_filters_counts_and_exports_and_a_bounce_warns_before_its_
     await tab.close()
 
 
+async def test_a_saved_search_with_a_time_of_day_keeps_it_when_searched_again(
+    console: RunningService, browsing: Browsing
+) -> None:
+    """A saved search made through the API may hold a time of day, which a date input cannot
+    show: the console shows it in UTC to the second, and searching again keeps it."""
+    email, key = await _workspace(console)
+    async with _api(console, key) as api:
+        assert (await api.post("/v1/emails/", json=_letter("one@customer.example"))).is_success
+        later = {"name": "Later", "created_from": "2999-01-01T10:30:15+02:00"}
+        saved = await api.put("/v1/emails/saved-searches", json={"searches": [later]})
+        assert saved.status_code == 200, saved.text
+    tab = await browsing.open(console.api_url)
+
+    def search_again(page: Page) -> None:
+        sign_in(page, email)
+        page.goto("/emails")
+        expect(page.locator("#email-total")).to_have_text("1 email")
+        page.get_by_text("Saved searches (1)").click()
+        page.get_by_role("link", name="Later").click()
+        expect(page.locator("#email-total")).to_have_text("0 emails")
+        expect(page.get_by_label("Created from")).to_have_value("2999-01-01T08:30:15")
+        page.get_by_role("button", name="Search").click()
+        expect(page).to_have_url(re.compile(r"created_from=2999-01-01T08%3A30%3A15"))
+        expect(page.locator("#email-total")).to_have_text("0 emails")
+
+    await tab.do(search_again)
+    await tab.close()
+
+
 async def test_the_sandbox_fast_forwards_pending_outcomes_and_sends_mail_into_a_forward(
     console: RunningService, browsing: Browsing
 ) -> None:

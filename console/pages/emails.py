@@ -7,6 +7,7 @@ cancel and send now."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from quart import Blueprint, Response, request
@@ -31,6 +32,7 @@ DONE = {
 
 
 FILTERS = ("q", "status", "source", "created_from", "created_before")
+MOMENTS = ("created_from", "created_before")
 
 
 def _filters() -> dict[str, str]:
@@ -42,6 +44,22 @@ def _filters_of(search: dict[str, Any]) -> dict[str, str]:
     """The log's filters a saved search stands for (its words are `q`): its page's query."""
     named = {**search, "q": search.get("query")}
     return {k: str(named[k]) for k in FILTERS if named.get(k)}
+
+
+def _moment_field(value: str | None) -> tuple[str, str]:
+    """The input type and value a date filter is shown with: a date in a date input; a moment
+    with a time of day (a saved search made through the API, a link) in a datetime-local
+    input, in UTC, to the second, so that searching again keeps it where a date input would
+    show it empty and drop it."""
+    if not value or len(value) <= len("YYYY-MM-DD"):
+        return "date", value or ""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return "text", value  # shown as given, beside the problem that refused it
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return "datetime-local", moment.isoformat(timespec="seconds")
 
 
 async def _index(status: int = 200, **extra: Any) -> Response:
@@ -74,6 +92,7 @@ async def _index(status: int = 200, **extra: Any) -> Response:
         statuses=STATUSES,
         sources=email_log.SOURCES,
         filters=_filters(),
+        moments={name: _moment_field(_filters().get(name)) for name in MOMENTS},
         export_limit=email_log.EXPORT_LIMIT,
         notice=DONE.get(request.args.get("done", "")),
         **extra,
