@@ -200,6 +200,29 @@ async def test_the_phone_navigation_folds_behind_a_menu_button(
 
 
 @sqlite_only
+async def test_without_scripts_the_phone_shows_the_navigation_unfolded(
+    console: RunningService, browsing: Browsing
+) -> None:
+    """The Menu button needs JavaScript: where none runs, a phone gets every link instead of
+    a button that opens nothing."""
+    email = new_email()
+    await users.create_account(console.runtime, email, PASSWORD, "business", admin=True)
+    tab = await browsing.open(console.api_url, scripts=False)
+
+    def unfolded(page: Page) -> None:
+        page.set_viewport_size(PHONE)
+        sign_in(page, email)
+        expect(page.get_by_role("button", name="Menu")).to_be_hidden()
+        nav = page.get_by_role("navigation", name="Console")
+        nav.get_by_role("link", name="Domains").click()
+        expect(page.get_by_role("heading", name="Domains", exact=True)).to_be_visible()
+        expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+    await tab.do(unfolded)
+    await tab.close()
+
+
+@sqlite_only
 async def test_the_api_docs_pass_axe(console: RunningService, browsing: Browsing) -> None:
     tab = await browsing.open(console.api_url)
 

@@ -130,13 +130,16 @@ class Browsing:
 
     browser: BrowserThread
 
-    async def open(self, base_url: str) -> Tab:
-        """A fresh tab (no cookies) whose relative URLs start at `base_url`."""
+    async def open(self, base_url: str, *, scripts: bool = True) -> Tab:
+        """A fresh tab (no cookies) whose relative URLs start at `base_url`; with `scripts`
+        off, a browser that runs no JavaScript."""
         problems: list[str] = []
 
         def open_page(browser: Browser) -> Page:
             context = browser.new_context(
-                base_url=base_url, viewport={"width": 1280, "height": 900}
+                base_url=base_url,
+                viewport={"width": 1280, "height": 900},
+                java_script_enabled=scripts,
             )
             context.set_default_timeout(10_000)
             page = context.new_page()
