@@ -16,6 +16,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ import pytest
 from tests.harness.service import free_port
 
 OS_USER = "postgres"
+START_ATTEMPTS = 3
 
 
 def _bin_dir() -> Path | None:
@@ -44,6 +46,7 @@ class PostgresServer:
         self._bin = bin_dir
         self.root = root
         self.data = root / "data"
+        self.log = root / "server.log"
         self.port = free_port()
 
     def _run(self, *argv: str, timeout: float = 60) -> None:
@@ -52,16 +55,35 @@ class PostgresServer:
             command = ["runuser", "-u", OS_USER, "--", *command]
         subprocess.run(command, check=True, capture_output=True, timeout=timeout)
 
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
+        except OSError:
+            return "(no server log)"
+
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", OS_USER, "--auth=trust", "--no-sync")
 
     def start(self) -> None:
+        """Start the server, again after a crash. Once in a full suite a start right after a
+        crash failed at once (exit 1, the log gone with the folder): it is tried again a few
+        times, and the last failure says what the server logged."""
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
             " -c fsync=off -c full_page_writes=off -c max_connections=200"
         )
-        log = self.root / "server.log"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(log), "-w", "-o", options, "start")
+        start = ("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-o", options, "start")
+        for attempt in range(START_ATTEMPTS):
+            try:
+                self._run(*start)
+                return
+            except subprocess.CalledProcessError as failed:
+                if attempt == START_ATTEMPTS - 1:
+                    raise RuntimeError(
+                        f"PostgreSQL did not start: {failed.stderr!r}; its log ends:\n"
+                        + self._log_tail()
+                    ) from failed
+                time.sleep(1.0)
 
     def crash(self) -> None:
         """Stop at once, as a crash: clients see their connections drop."""
