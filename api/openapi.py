@@ -171,6 +171,23 @@ DECLARED: dict[str, tuple[int, ...]] = {
 }
 
 # Each resource's tag, by blueprint: Swagger groups the operations by it.
+# Successes no response model describes: (status, media type or None for no body, what it is).
+# An operation in neither this nor `document_response` answers JSON without a documented
+# schema (tests/test_openapi.py fails on it) or, if it is a DELETE, 204.
+SUCCESS: dict[str, tuple[int, str | None, str]] = {
+    "members.leave": (204, None, "Left the workspace."),
+    "sessions.logout": (204, None, "Signed out: the session is over and its cookie cleared."),
+    "totp.disable": (204, None, "Two-factor sign-in is off."),
+    "health.metrics": (200, "text/plain", "Prometheus's text exposition format."),
+    "tracking.opened": (200, "image/gif", "A 1x1 transparent GIF."),
+    "tracking.clicked": (302, None, "A redirect to the link's destination."),
+    "tracking.unsubscribe_page": (200, "text/html", "A page asking to confirm."),
+    "tracking.unsubscribe": (200, "text/html", "A page saying the address is unsubscribed."),
+    "bimi.logo": (200, "image/svg+xml", "The domain's BIMI logo (SVG Tiny PS)."),
+    "emails.export": (200, "text/csv", "The log as CSV, newest first."),
+    "sandbox.source": (200, "message/rfc822", "The message as it would have been sent."),
+}
+
 TAGS: dict[str, str] = {
     "admin": "admin",
     "api_keys": "api-keys",
@@ -863,7 +880,12 @@ class ErrorDocumentingProvider(OpenAPIProvider):
                 responses = {str(code): r for code, r in operation["responses"].items()}
                 for status in sorted(statuses):
                     responses[str(status)] = _error_response(status)
-                if not any(code.startswith("2") for code in responses):
+                if rule.endpoint in SUCCESS:
+                    status, media, said = SUCCESS[rule.endpoint]
+                    responses[str(status)] = {"description": said}
+                    if media is not None:
+                        responses[str(status)]["content"] = {media: {}}
+                elif not any(code.startswith("2") for code in responses):
                     responses["204" if method == "delete" else "200"] = {"description": "Success."}
                 operation["responses"] = responses
         if statuses:

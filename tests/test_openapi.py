@@ -14,8 +14,9 @@ import httpx
 import jsonschema
 from openapi_spec_validator import validate
 
-from api.openapi import DECLARED, OPERATIONS, TAGS
+from api.openapi import DECLARED, OPERATIONS, SUCCESS, TAGS
 from tests.harness.service import Service
+from tests.harness.sessions import signed_in_client
 
 # No input and no credential: nothing a client can get wrong (503 when degraded is a 5xx).
 NO_CLIENT_ERROR = {("get", "/healthz")}
@@ -59,7 +60,7 @@ async def test_every_operation_documents_its_errors_with_the_error_body(service:
             assert response["content"]["application/json"]["schema"] == error_ref, (path, status)
         if not errors and (method, path) not in NO_CLIENT_ERROR:
             undocumented.append(f"{method.upper()} {path}")
-        assert any(status.startswith("2") for status in operation["responses"]), (method, path)
+        assert any(status[0] in "23" for status in operation["responses"]), (method, path)
     assert undocumented == []
     send = document["paths"]["/v1/emails/"]["post"]["responses"]
     assert {"401", "403", "409", "413", "422"} <= set(send)
@@ -83,6 +84,36 @@ PUBLIC = {
     ("post", "/v1/domain-transfers/stop/{stop_token}"),  # the token is the credential
     ("post", "/v1/workspace/invitations/sign-up"),  # so is the invitation's
 }
+
+
+async def test_every_operation_documents_what_it_answers_on_success(service: Service) -> None:
+    """A client generated from the document knows each success's status and body: JSON
+    answers have their schema, others their media type, and an empty answer is a 204."""
+    document = await _document(service)
+    vague = []
+    for method, path, operation in _operations(document):
+        successes = {s: r for s, r in operation["responses"].items() if s[0] in "23"}
+        described = [s for s, r in successes.items() if "content" in r or s in ("204", "302")]
+        if not described:
+            vague.append(f"{method.upper()} {path}: {sorted(successes)}")
+    assert vague == [], "\n".join(vague)
+    login = document["paths"]["/v1/auth/login"]["post"]["responses"]
+    assert {"200", "202"} <= set(login), login
+    logout = document["paths"]["/v1/auth/logout"]["post"]["responses"]
+    assert "204" in logout and "200" not in logout, logout
+
+
+async def test_the_successes_said_by_hand_are_what_the_service_answers(
+    service: Service,
+) -> None:
+    """Two of `SUCCESS`'s entries, answered for real: a sign-out is a 204 with no body, the
+    metrics are text."""
+    account = await service.account()
+    client = await signed_in_client(service, account)
+    logout = await client.post("/v1/auth/logout")
+    assert (logout.status_code, logout.content) == (SUCCESS["sessions.logout"][0], b"")
+    metrics = await service.client().get("/metrics")
+    assert metrics.headers["Content-Type"].startswith(SUCCESS["health.metrics"][1] or "")
 
 
 async def test_every_operation_has_a_summary_a_description_a_tag_and_its_security(

@@ -13,7 +13,9 @@ from typing import Protocol
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
 from quart import Blueprint, Response, current_app, request
+from quart_schema import document_response
 
 from api.auth import public, runtime
 from api.errors import error_response
@@ -33,8 +35,13 @@ class Scrape(Protocol):
     async def refresh(self) -> None: ...
 
 
+class HealthOut(BaseModel):
+    status: str  # "ok"
+
+
 @blueprint.get("/healthz")
 @public
+@document_response(HealthOut)
 async def healthz() -> Response:
     if not current_app.extensions["postroom.supervisor"].running:
         return error_response(503, "unavailable", "the engine's actors are not running")

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 from quart import Blueprint, Response, jsonify, request
+from quart_schema import document_response
 
 from api.auth import principal, public, runtime, set_session_cookie
 from api.models import EmailText, In
@@ -74,6 +75,8 @@ def login_out(session: accounts.LoggedIn) -> dict[str, object]:
 @blueprint.post("/login")
 @public
 @json_body(Login)
+@document_response(LoginOut)
+@document_response(PendingLoginOut, 202)
 async def login(body: Login) -> Response:
     rt = runtime()
     session = await accounts.login(rt, body.email, body.password, client_address())
@@ -95,8 +98,13 @@ async def logout() -> Response:
     return response
 
 
+class ReauthOut(BaseModel):
+    reauthenticated_until: datetime
+
+
 @blueprint.post("/reauth")
 @json_body(Reauth)
+@document_response(ReauthOut)
 async def reauth(body: Reauth) -> dict[str, object]:
     until = await accounts.reauthenticate(runtime(), principal(), body.password, client_address())
-    return {"reauthenticated_until": until.isoformat().replace("+00:00", "Z")}
+    return ReauthOut(reauthenticated_until=until).model_dump(mode="json")

@@ -17,7 +17,7 @@ from quart_schema import document_response
 
 from api.auth import principal, public, runtime, set_session_cookie
 from api.models import In, Out
-from api.routes.sessions import client_address, login_out
+from api.routes.sessions import LoginOut, client_address, login_out
 from api.validation import json_body
 from engine.accounts import totp
 
@@ -106,6 +106,7 @@ async def disable(body: DisableIn) -> Response:
 @blueprint.post("/login")
 @public
 @json_body(SecondStepIn)
+@document_response(LoginOut)
 async def login(body: SecondStepIn) -> Response:
     rt = runtime()
     session = await totp.finish_login(rt, body.pending_token, body.code, client_address())
