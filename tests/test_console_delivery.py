@@ -1,7 +1,7 @@
-"""The console's Delivery page in Chromium (tests/harness/browser.py): creating and deleting a
-destination policy and a warm-up ramp, resolving a destination incident, and a queue action's
-dry run then the real one, each first refused with the API's own error for bad input; and the
-domain page's tracking host and bounce domain with their state."""
+"""The console's Delivery page in Chromium (tests/harness/browser.py): creating, changing
+(on its own page) and deleting a destination policy and a warm-up ramp, resolving a destination
+incident, and a queue action's dry run then the real one, each first refused with the API's own
+error for bad input; and the domain page's tracking host and bounce domain with their state."""
 
 from __future__ import annotations
 
@@ -83,6 +83,20 @@ async def test_delivery_controls_on_a_page_with_the_apis_rules(
         expect(page.get_by_role("status")).to_contain_text("Destination policy created")
         row = page.get_by_role("row", name=re.compile(r"^gmail\.com"))
         expect(row).to_contain_text("5000")
+        # Changed on its own page: a bad value is the API's refusal, an emptied limit is cleared.
+        row.get_by_role("link", name="Edit").click()
+        expect(page.get_by_label("Per day", exact=True)).to_have_value("5000")
+        page.get_by_label("Per minute", exact=True).fill("0")
+        page.get_by_role("button", name="Save the policy").click()
+        expect(page.locator("#policy-f-per_minute-error")).to_contain_text(
+            "greater than or equal to 1"
+        )
+        page.get_by_label("Per minute", exact=True).fill("120")
+        page.get_by_label("Per day", exact=True).fill("")
+        page.get_by_role("button", name="Save the policy").click()
+        expect(page.get_by_role("status")).to_contain_text("Destination policy changed")
+        expect(row).to_contain_text("120")
+        expect(row).not_to_contain_text("5000")
         page.once("dialog", lambda dialog: dialog.accept())
         row.get_by_role("button", name="Delete").click()
         expect(page.get_by_role("status")).to_contain_text("Destination policy deleted")
@@ -105,6 +119,17 @@ async def test_delivery_controls_on_a_page_with_the_apis_rules(
         expect(page.get_by_role("status")).to_contain_text("Warm-up ramp created")
         row = page.get_by_role("row", name=re.compile("^" + re.escape(DOMAIN)))
         expect(row).to_contain_text("day 1: 500 per destination")
+        row.get_by_role("link", name="Edit").click()
+        page.get_by_label("Target per day").fill("400")
+        page.get_by_role("button", name="Save the ramp").click()
+        expect(page.locator("#ramp-f-target_per_day-error")).to_contain_text(
+            "target_per_day must be more than first_day"
+        )
+        page.get_by_label("First day").fill("300")
+        page.get_by_role("button", name="Save the ramp").click()
+        expect(page.get_by_role("status")).to_contain_text("Warm-up ramp changed")
+        expect(row).to_contain_text("day 1: 300 per destination")
+        expect(row).to_contain_text("400")
         page.once("dialog", lambda dialog: dialog.accept())
         row.get_by_role("button", name="Delete").click()
         expect(page.get_by_role("status")).to_contain_text("Warm-up ramp deleted")

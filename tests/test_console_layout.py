@@ -78,17 +78,19 @@ def check_everywhere(page: Page) -> list[str]:
 
 async def _more_resources(api: httpx.AsyncClient) -> dict[str, str]:
     """Besides `resources`: a suppression (a table of its own), a destination policy and a
-    warm-up ramp (the Delivery page's tables), a broadcast and the sandbox's captured
-    message."""
+    warm-up ramp (the Delivery page's tables, and their own pages), a broadcast and the
+    sandbox's captured message."""
     added = await api.post("/v1/suppressions/", json={"email": "someone-long@customer.example"})
     assert added.status_code == 201, added.text
     [listed] = (await api.get("/v1/contacts/")).json()
     await api.post(f"/v1/contacts/{listed['id']}/contacts", json={"email": "ann@customer.example"})
     [sender] = (await api.get("/v1/senders/")).json()
     policy = {"match": "*.outlook.com", "per_minute": 300, "per_day": 50000}
-    assert (await api.post("/v1/delivery/policies", json=policy)).status_code == 201
+    made_policy = await api.post("/v1/delivery/policies", json=policy)
+    assert made_policy.status_code == 201, made_policy.text
     ramp = {"domain_id": sender["domain_id"], "first_day": 200, "target_per_day": 20000}
-    assert (await api.post("/v1/delivery/ramps", json=ramp)).status_code == 201
+    made_ramp = await api.post("/v1/delivery/ramps", json=ramp)
+    assert made_ramp.status_code == 201, made_ramp.text
     sent = await api.post(
         f"/v1/contacts/{listed['id']}/send",
         json={
@@ -99,13 +101,13 @@ async def _more_resources(api: httpx.AsyncClient) -> dict[str, str]:
         },
     )
     assert sent.status_code == 200, sent.text
-    found: dict[str, str] = {}
+    found = {"policy_id": made_policy.json()["id"], "ramp_id": made_ramp.json()["id"]}
     with trio.fail_after(20):
-        while not found:
+        while "message_id" not in found:
             broadcasts = (await api.get("/v1/broadcasts/")).json()
             captured = (await api.get("/v1/sandbox/messages")).json()["items"]
             if broadcasts and captured:
-                found = {"broadcast_id": broadcasts[0]["id"], "message_id": captured[0]["id"]}
+                found |= {"broadcast_id": broadcasts[0]["id"], "message_id": captured[0]["id"]}
             await trio.sleep(0.1)
     return found
 

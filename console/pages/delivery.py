@@ -1,5 +1,6 @@
 """Delivery control on one page: destination policies, warm-up ramps, destination incidents
-and queue actions by search (a dry run first, then the real one).
+and queue actions by search (a dry run first, then the real one); a policy and a ramp each have
+a page of their own to change it on.
 
 Each form is read with the API's own request model (api/routes/delivery.py, queue.py) and
 calls the engine function the API calls (engine/delivery/controls.py, incidents.py,
@@ -13,7 +14,7 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from api.errors import status_of
-from api.routes.delivery import CreatePolicy, CreateRamp, ramp_out
+from api.routes.delivery import CreatePolicy, CreateRamp, UpdateRamp, ramp_out
 from api.routes.queue import QueueAction
 from console.web import form, go, page, parse, problems_of, rt, who
 from engine.delivery import controls, incidents, policies
@@ -28,6 +29,8 @@ blueprint = Blueprint("delivery", __name__)
 DONE = {
     "policy": "Destination policy created.",
     "policy_deleted": "Destination policy deleted.",
+    "policy_changed": "Destination policy changed.",
+    "ramp_changed": "Warm-up ramp changed.",
     "ramp": "Warm-up ramp created.",
     "ramp_deleted": "Warm-up ramp deleted.",
     "resolved": "Incident resolved: the destination is open again.",
@@ -71,24 +74,73 @@ async def index() -> Response:
     return await _index()
 
 
-@blueprint.post("/delivery/policies")
-async def create_policy() -> Response:
-    fields = await form()
-    values = _given(fields, ("match", "domain_id", *LIMIT_FIELDS))
-    body, problems = parse(CreatePolicy, values)
-    if body is None:
-        return await _index(422, "policy", problems=problems, values=values)
-    change = PolicyChange(
+POLICY_FIELDS = ("match", "domain_id", *LIMIT_FIELDS)
+
+
+def _whole_policy(body: CreatePolicy) -> PolicyChange:
+    """A policy form as the change it makes: every field given (a form is the whole policy)."""
+    return PolicyChange(
         match=body.match,
         domain_id=body.domain_id,
         domain_given=True,
         limits={name: getattr(body, name) for name in LIMIT_FIELDS},
     )
+
+
+@blueprint.post("/delivery/policies")
+async def create_policy() -> Response:
+    values = _given(await form(), POLICY_FIELDS)
+    body, problems = parse(CreatePolicy, values)
+    if body is None:
+        return await _index(422, "policy", problems=problems, values=values)
     try:
-        await controls.create_policy(rt(), who(), change)
+        await controls.create_policy(rt(), who(), _whole_policy(body))
     except EngineError as exc:
         return await _index(status_of(exc), "policy", problems=problems_of(exc), values=values)
     return go("console.delivery.index", done="policy")
+
+
+async def _policy_page(
+    policy_id: str, values: dict[str, str] | None = None, status: int = 200, **extra: Any
+) -> Response:
+    """The page changing one policy: its form holds `values`, or the policy as it is."""
+    runtime, principal = rt(), who()
+    rule = await controls.get_policy(runtime, principal, policy_id)
+    if values is None:
+        values = {"match": rule.match, "domain_id": rule.domain_id or ""}
+        values |= {n: str(getattr(rule, n)) for n in LIMIT_FIELDS if getattr(rule, n) is not None}
+    domains = await registry.list_all(runtime, principal)
+    extra.setdefault("problems", {})
+    return await page(
+        "delivery_policy.html",
+        status=status,
+        title=f"Policy for {rule.match}",
+        rule=rule,
+        values=values,
+        limit_fields=LIMIT_FIELDS,
+        domains={d.id: d.name for d in domains},
+        **extra,
+    )
+
+
+@blueprint.get("/delivery/policies/<id:policy_id>")
+async def policy(policy_id: str) -> Response:
+    return await _policy_page(policy_id)
+
+
+@blueprint.post("/delivery/policies/<id:policy_id>")
+async def change_policy(policy_id: str) -> Response:
+    """The whole form is the policy: a limit left empty is cleared, as null clears it in a
+    PATCH, and an empty sending domain makes it apply to every one."""
+    values = _given(await form(), POLICY_FIELDS)
+    body, problems = parse(CreatePolicy, values)
+    if body is None:
+        return await _policy_page(policy_id, values, 422, problems=problems)
+    try:
+        await controls.update_policy(rt(), who(), policy_id, _whole_policy(body))
+    except EngineError as exc:
+        return await _policy_page(policy_id, values, status_of(exc), problems=problems_of(exc))
+    return go("console.delivery.index", done="policy_changed")
 
 
 @blueprint.post("/delivery/policies/<id:policy_id>/delete")
@@ -120,6 +172,52 @@ async def create_ramp() -> Response:
     except EngineError as exc:
         return await _index(status_of(exc), "ramp", problems=problems_of(exc), values=values)
     return go("console.delivery.index", done="ramp")
+
+
+RAMP_FIELDS = ("first_day", "factor", "target_per_day", "starts_on")
+
+
+async def _ramp_page(
+    ramp_id: str, values: dict[str, str] | None = None, status: int = 200, **extra: Any
+) -> Response:
+    """The page changing one ramp: its form holds `values`, or the ramp as it is."""
+    runtime, principal = rt(), who()
+    ramp = ramp_out(await controls.get_ramp(runtime, principal, ramp_id))
+    if values is None:
+        values = {name: str(ramp[name]) for name in RAMP_FIELDS}
+    domains = {d.id: d.name for d in await registry.list_all(runtime, principal)}
+    name = domains.get(ramp["domain_id"], ramp["domain_id"])
+    extra.setdefault("problems", {})
+    return await page(
+        "delivery_ramp.html",
+        status=status,
+        title=f"Warm-up ramp of {name}",
+        ramp=ramp,
+        domain_name=name,
+        values=values,
+        **extra,
+    )
+
+
+@blueprint.get("/delivery/ramps/<id:ramp_id>")
+async def ramp(ramp_id: str) -> Response:
+    return await _ramp_page(ramp_id)
+
+
+@blueprint.post("/delivery/ramps/<id:ramp_id>")
+async def change_ramp(ramp_id: str) -> Response:
+    """Every field of the form is the ramp's: none may be left empty."""
+    values = {name: value.strip() for name, value in (await form()).items() if name in RAMP_FIELDS}
+    missing = {name: "required" for name in RAMP_FIELDS if not values.get(name)}
+    body, problems = parse(UpdateRamp, {k: v for k, v in values.items() if v})
+    if body is None or missing:
+        return await _ramp_page(ramp_id, values, 422, problems={**missing, **problems})
+    fields = {name: getattr(body, name) for name in RAMP_FIELDS}
+    try:
+        await controls.update_ramp(rt(), who(), ramp_id, fields)
+    except EngineError as exc:
+        return await _ramp_page(ramp_id, values, status_of(exc), problems=problems_of(exc))
+    return go("console.delivery.index", done="ramp_changed")
 
 
 @blueprint.post("/delivery/ramps/<id:ramp_id>/delete")
