@@ -207,9 +207,9 @@ async def ramp(ramp_id: str) -> Response:
 @blueprint.post("/delivery/ramps/<id:ramp_id>")
 async def change_ramp(ramp_id: str) -> Response:
     """Every field of the form is the ramp's: none may be left empty."""
-    values = {name: value.strip() for name, value in (await form()).items() if name in RAMP_FIELDS}
-    missing = {name: "required" for name in RAMP_FIELDS if not values.get(name)}
-    body, problems = parse(UpdateRamp, {k: v for k, v in values.items() if v})
+    values = _given(await form(), RAMP_FIELDS)
+    missing = {name: "required" for name in RAMP_FIELDS if name not in values}
+    body, problems = parse(UpdateRamp, values)
     if body is None or missing:
         return await _ramp_page(ramp_id, values, 422, problems={**missing, **problems})
     fields = {name: getattr(body, name) for name in RAMP_FIELDS}
