@@ -93,6 +93,10 @@ class Batcher:
     async def submit(self, job: Job) -> Any:
         """Run one unit of work durably; its result, or its exception re-raised."""
         if self._closed:
+            # Closed because the service is being cancelled: a caller inside that
+            # cancellation ends with it, not with an error of its own that would outlive it
+            # (an actor's, escaping its supervisor among the Cancelled).
+            await trio.lowlevel.checkpoint()
             raise trio.ClosedResourceError("the database is closing")
         pending = _Pending(job)
         self._unanswered += 1

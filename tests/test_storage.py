@@ -197,6 +197,33 @@ async def test_a_constraint_violation_reaches_only_its_caller(database_url: str)
         assert await db.read(_bodies) == {1: "first", 2: "second"}
 
 
+async def test_a_unit_submitted_while_the_service_is_cancelled_ends_with_the_cancellation(
+    database_url: str,
+) -> None:
+    """A service cancelled from outside closes its database while its actors still run; one
+    that asks the database then sees the cancellation, not "the database is closing" (which
+    escaped the supervisor and failed a test's teardown), and one asking outside any
+    cancellation still hears that the database is closed."""
+    asked: list[str] = []
+    with trio.CancelScope() as service:
+        async with open_database(database_url) as db:
+
+            async def actor() -> None:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(0.2)  # the cancellation reaches the database first
+                asked.append("asking")
+                await db.read(lambda tx: tx.value("SELECT 1"))
+                asked.append("answered")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(actor)
+                await trio.sleep(0.05)
+                service.cancel()
+    assert service.cancelled_caught and asked == ["asking"]
+    with pytest.raises(trio.ClosedResourceError):
+        await db.read(lambda tx: tx.value("SELECT 1"))
+
+
 async def test_committed_writes_survive_reopening(database_url: str) -> None:
     async with open_database(database_url) as db:
         await db.transaction(_create_table)
