@@ -170,10 +170,9 @@ DECLARED: dict[str, tuple[int, ...]] = {
     "mcp_policy.update": (403,),
 }
 
-# Each resource's tag, by blueprint: Swagger groups the operations by it.
 # Successes no response model describes: (status, media type or None for no body, what it is).
-# An operation in neither this nor `document_response` answers JSON without a documented
-# schema (tests/test_openapi.py fails on it) or, if it is a DELETE, 204.
+# Every other operation documents its answer with `document_response`, or is a DELETE that
+# answers 204 (tests/test_openapi.py checks that none is left vague).
 SUCCESS: dict[str, tuple[int, str | None, str]] = {
     "members.leave": (204, None, "Left the workspace."),
     "sessions.logout": (204, None, "Signed out: the session is over and its cookie cleared."),
@@ -188,6 +187,7 @@ SUCCESS: dict[str, tuple[int, str | None, str]] = {
     "sandbox.source": (200, "message/rfc822", "The message as it would have been sent."),
 }
 
+# Each resource's tag, by blueprint: Swagger groups the operations by it.
 TAGS: dict[str, str] = {
     "admin": "admin",
     "api_keys": "api-keys",
