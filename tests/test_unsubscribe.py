@@ -192,6 +192,20 @@ async def test_the_footer_is_added_when_the_body_places_no_link_and_never_twice(
     refused = await account.client.post("/v1/emails/", json=message(ANN, **placed))
     assert refused.status_code == 422
     assert refused.json()["errors"][0]["loc"] == ["body", "unsubscribe"]
+    # Only the parts are filled: a subject placing it is refused by every door that takes one.
+    titled = {"subject": "Leave: {{ unsubscribe_url }}", "unsubscribe": True}
+    contact_list = await create_list(account)
+    broadcast = body(contact_list["id"], await sender_id(account), subject=titled["subject"])
+    for path, sent in (
+        ("/v1/emails/", message(ANN, **titled)),
+        ("/v1/templates/", {"name": "Leave", "subject": titled["subject"], "text_body": "Hi"}),
+        (f"/v1/contacts/{contact_list['id']}/send", broadcast),
+    ):
+        answer = await account.client.post(path, json=sent)
+        assert answer.status_code == 422, (path, answer.text)
+        assert answer.json()["errors"][0]["loc"] == ["body", "subject"], (path, answer.text)
+    [entry] = (await account.client.post("/v1/emails/batch", json=[message(ANN, **titled)])).json()
+    assert entry["status"] == "error" and "would show the braces" in entry["rejection_reason"]
     _, [own] = await _delivered(account, smtp_sink, ANN, unsubscribe=True, **placed)
     one_click, _ = _links(own)
     seen = parsed(own.data)

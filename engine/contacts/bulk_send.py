@@ -35,6 +35,7 @@ from engine.contacts.lists import CappedErrors
 from engine.domains.marketing import stopped_problem
 from engine.mail import list_headers
 from engine.mail.compose import header_text_problem
+from engine.mail.unsubscribe_footer import subject_problem
 from engine.platform.errors import Conflict, InvalidRequest, NotFound, PlanLimit, Unprocessable
 from engine.platform.runtime import Principal, Runtime
 from engine.sending import intake
@@ -255,12 +256,15 @@ def _close(
 
 
 def check_request(req: BulkSendRequest) -> None:
-    """The rules of the body itself: html or text, and tags that fit a header line (422)."""
+    """The rules of the body itself: html or text, a subject without the unsubscribe link,
+    and tags that fit a header line (422)."""
     if not (req.html or req.text):
         raise Unprocessable(
             "at least one of html or text is required",
             errors=[{"loc": ["body", "html"], "msg": "html or text is required"}],
         )
+    if problem := subject_problem(req.subject):
+        raise Unprocessable(problem, errors=[{"loc": ["body", "subject"], "msg": problem}])
     for i, tag in enumerate(req.tags):
         if problem := header_text_problem(tag):
             message = f"tag {problem}"

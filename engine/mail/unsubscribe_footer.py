@@ -10,6 +10,8 @@ Rules:
   there is none). A part that places the link itself gets none: the link is never there twice.
 - A workspace's footer has a text and an html wording, each of which must place
   `{{unsubscribe_url}}` once at least; no stored footer means `DEFAULT`.
+- A subject may not place it (`subject_problem`): only the parts are filled, so every
+  recipient would read the braces. Sends, templates and broadcasts refuse it (422).
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ UNSUBSCRIBE_URL = "unsubscribe_url"
 VARIABLE = re.compile(r"\{\{\s*unsubscribe_url\s*\}\}")
 MAX_FOOTER = 2_000  # characters of each wording
 _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
+
+
+def subject_problem(subject: str | None) -> str | None:
+    """Why a subject may not go out as it is, or None."""
+    if subject and VARIABLE.search(subject):
+        return "{{unsubscribe_url}} is filled in the body only: the subject would show the braces"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

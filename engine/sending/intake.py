@@ -32,7 +32,7 @@ from engine.addresses import normalize_email
 from engine.domains.marketing import stopped_problem
 from engine.mail.addresses import message_id as new_message_id
 from engine.mail.compose import header_text_problem, validate_custom_headers
-from engine.mail.unsubscribe_footer import VARIABLE
+from engine.mail.unsubscribe_footer import VARIABLE, subject_problem
 from engine.platform.errors import (
     EngineError,
     InvalidRequest,
@@ -204,6 +204,8 @@ def _request_issues(
                 loc=("unsubscribe",),
             )
         )
+    if problem := subject_problem(req.subject):
+        issues.append(Issue("subject", problem))
     issues.extend(_header_issues(req))
     _decoded_attachments(req, issues)
     if req.send_at is not None:

@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from engine import plans
 from engine.activity import Change, record
-from engine.platform.errors import NotFound
+from engine.mail.unsubscribe_footer import subject_problem
+from engine.platform.errors import NotFound, Unprocessable
 from engine.platform.runtime import Principal, Runtime
 from engine.templates.variables import extract, render, render_subject
 from storage import templates
@@ -38,6 +39,10 @@ def _check_room(tx: Tx, who: Principal) -> None:
 
 
 def _with_variables(template: Template) -> Template:
+    """The template with the variables its bodies use; Unprocessable if its subject places
+    the unsubscribe link (engine/mail/unsubscribe_footer.py)."""
+    if problem := subject_problem(template.subject):
+        raise Unprocessable(problem, errors=[{"loc": ["body", "subject"], "msg": problem}])
     return replace(template, variables=extract(template.html_body, template.text_body))
 
 
