@@ -63,7 +63,8 @@ def _moment_field(value: str | None) -> tuple[str, str]:
 
 
 async def _index(status: int = 200, **extra: Any) -> Response:
-    args = _filters()
+    filters = _filters()
+    args = dict(filters)
     if request.args.get("page"):
         args["page"] = request.args["page"]
     query, problems = parse(SearchQuery, {**args, "limit": PAGE_SIZE})
@@ -91,8 +92,8 @@ async def _index(status: int = 200, **extra: Any) -> Response:
         saved=saved,
         statuses=STATUSES,
         sources=email_log.SOURCES,
-        filters=_filters(),
-        moments={name: _moment_field(_filters().get(name)) for name in MOMENTS},
+        filters=filters,
+        moments={name: _moment_field(filters.get(name)) for name in MOMENTS},
         export_limit=email_log.EXPORT_LIMIT,
         notice=DONE.get(request.args.get("done", "")),
         **extra,
