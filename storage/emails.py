@@ -652,6 +652,22 @@ def domains_with_work(tx: Tx) -> list[str]:
     return [row["domain"] for row in tx.all(_DOMAINS_WITH_WORK)]
 
 
+# A domain's recipients due now, unleased and not paused, in the order they are claimed.
+_DUE = (
+    "domain = :domain AND status IN ('queued', 'deferred') AND next_attempt_at <= :now"
+    f" AND (lease_until IS NULL OR lease_until < :now) AND NOT {incidents.PAUSED}"
+    " ORDER BY next_attempt_at, email_id LIMIT :limit"
+)
+
+
+def due_email_ids(tx: Tx, domain: str, now: datetime, limit: int) -> set[str]:
+    """The emails of the next `limit` recipients a claim of the domain would take now (one
+    may then take others: they are not leased here)."""
+    params: dict[str, Any] = {"domain": domain, "now": timestamp(now), "limit": limit}
+    rows = tx.all(f"SELECT email_id FROM email_recipients WHERE {_DUE}", params)
+    return {str(row["email_id"]) for row in rows}
+
+
 def claim(
     tx: Tx, domain: str, now: datetime, lease_until: datetime, node: str, limit: int
 ) -> tuple[list[Recipient], datetime | None]:
@@ -659,13 +675,7 @@ def claim(
     Recipients whose sending domain has a paused incident here wait for its end."""
     params: dict[str, Any] = {"domain": domain, "now": timestamp(now), "limit": limit}
     lock = tx.row_lock("FOR UPDATE SKIP LOCKED")
-    rows = tx.all(
-        "SELECT * FROM email_recipients WHERE domain = :domain"
-        " AND status IN ('queued', 'deferred') AND next_attempt_at <= :now"
-        f" AND (lease_until IS NULL OR lease_until < :now) AND NOT {incidents.PAUSED}"
-        f" ORDER BY next_attempt_at, email_id LIMIT :limit{lock}",
-        params,
-    )
+    rows = tx.all(f"SELECT * FROM email_recipients WHERE {_DUE}{lock}", params)
     claimed = [_recipient(row) for row in rows]
     tx.execute_many(
         "UPDATE email_recipients SET lease_until = :lease, leased_by = :node"

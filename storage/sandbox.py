@@ -114,6 +114,19 @@ def sandboxed_senders(
     return sandboxed, keys
 
 
+def sandboxed_emails(tx: Tx, email_ids: Collection[str]) -> set[str]:
+    """Those of these emails whose workspace is in sandbox mode."""
+    if not email_ids:
+        return set()
+    ids, params = in_list("e", email_ids)
+    rows = tx.all(
+        "SELECT e.id FROM emails e JOIN workspaces w ON w.id = e.workspace_id"
+        f" WHERE w.sandbox AND e.id IN ({ids})",
+        params,
+    )
+    return {str(row["id"]) for row in rows}
+
+
 def sandbox_verified_domains(tx: Tx, workspace_id: str) -> list[tuple[str, str]]:
     """(id, name) of the workspace's domains the sandbox marked verified, oldest first."""
     rows = tx.all(

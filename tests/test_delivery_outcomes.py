@@ -5,7 +5,7 @@ mailbox-full mark; and how the router's routes split a round between egresses
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -176,6 +176,9 @@ class _Taking:
         self.asked.append(len(transfers))
         return [t for t in transfers if t.email.workspace_id == self.workspace]
 
+    async def takes(self, email_ids: Collection[str]) -> set[str]:
+        return {i for i in email_ids if i.startswith(self.workspace)}
+
     async def send(self, transfers: list[Transfer], record: Record, lanes: Lanes) -> None:
         raise AssertionError("routing sends nothing")
 
@@ -193,6 +196,16 @@ def test_routes_give_each_transfer_to_the_first_egress_that_takes_it() -> None:
         (default, ["ws_1", "ws_2"]),
     ]
     assert sandbox.asked == [4] and other.asked == [2]  # each sees what is left
+
+
+def test_routes_know_when_a_rounds_emails_all_go_elsewhere() -> None:
+    """(Here an email's id begins with its workspace's.) Mail that selective egresses take
+    whole needs no network: its destination's MX is not looked up."""
+    routes = Routes([_Taking("ws_sandbox"), _Taking("ws_other")])
+    assert trio.run(routes.all_elsewhere, {"ws_sandbox:1", "ws_other:2"})
+    assert not trio.run(routes.all_elsewhere, {"ws_sandbox:1", "ws_live:3"})
+    assert trio.run(routes.all_elsewhere, set())  # nothing due asks nothing either
+    assert not trio.run(Routes().all_elsewhere, {"ws_sandbox:1"})
 
 
 def test_routes_without_selective_egresses_send_everything_to_the_default() -> None:

@@ -23,14 +23,17 @@ from engine.sandbox.capture import dkim_result
 from postroom.service import serve
 from storage.sandbox import SigningKey
 from tests.harness import service as harness
+from tests.harness.clock import minute_after, move_to, now
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.inbound import send_inbound
+from tests.harness.policies import GROUPED, group_by_mx, grouped_by_mx
 from tests.harness.sandbox import DOMAIN, letter, sandbox_account, send
 from tests.harness.sending import (
     message,
     ready_account,
     route_mail,
+    schedule,
     wait_for_email,
     wait_for_status,
 )
@@ -58,7 +61,7 @@ def events(email: dict[str, Any]) -> list[str]:
 
 
 async def test_sandboxed_mail_is_captured_signed_and_never_sent(
-    service: Service, smtp_sink: SmtpSink
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
 ) -> None:
     account = await sandbox_account(service)
     email_id = await send(account, "deliver@customer.example")
@@ -66,7 +69,9 @@ async def test_sandboxed_mail_is_captured_signed_and_never_sent(
     assert email["status"] == "delivered"
     assert events(email) == ["queued", "sent", "delivered"]
     assert "sandbox" in email["events"][-1]["metadata"]["smtp_response"]
-    assert smtp_sink.messages == []  # no DNS for customer.example either: nothing left
+    assert smtp_sink.messages == []
+    # Not even a question about the recipient's domain left the machine.
+    assert not [q for q in dns_server.queries if q.name.endswith("customer.example")]
 
     listed = (await account.client.get("/v1/sandbox/messages")).json()
     assert listed["total"] == 1
@@ -113,6 +118,27 @@ async def test_live_workspaces_mail_in_the_same_round_still_goes_to_the_mx(
     assert (await wait_for_status(sandboxed, captured_id))["status"] == "delivered"
     assert [m.rcpt_to for m in smtp_sink.messages] == [("bob@customer.example",)]
     assert (await live.client.get("/v1/sandbox/messages")).json()["total"] == 0
+
+
+async def test_a_domain_queue_that_began_with_sandboxed_mail_still_applies_mx_rules(
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
+) -> None:
+    """The queue of one.example first delivers sandboxed mail alone, knowing no MX; live
+    mail due there later has its MX looked up, and the rule on the MX hosts' suffix counts
+    it with two.example's mail (one rate, one connection), as if the queue began with it."""
+    sandboxed = await sandbox_account(service)
+    live = await ready_account(service, dns_server)
+    await group_by_mx(live, dns_server)
+    first = now(service) + timedelta(hours=1)
+    later = minute_after(first + timedelta(minutes=1))
+    captured = await send(sandboxed, "ann@one.example", send_at=first.isoformat())
+    ids = await schedule(live, GROUPED, later)
+    move_to(service, clock, minute_after(first))
+    assert (await wait_for_status(sandboxed, captured))["status"] == "delivered"
+    assert not [q for q in dns_server.queries if q.name == "one.example"]
+    move_to(service, clock, later)
+    await grouped_by_mx(live, smtp_sink, ids)
+    assert [q for q in dns_server.queries if q.name == "one.example" and q.rdtype == "MX"]
 
 
 async def test_bounce_address_bounces_with_5_1_1_and_is_suppressed(service: Service) -> None:

@@ -4,8 +4,10 @@ A queue is three parts, each owning its own state (docs/architecture.md):
 
 - the scheduled side (`_Scheduled`, one task) claims up to `BATCH` due recipients with a
   lease, as the destination's policies' limits and rate budgets allow
-  (engine/delivery/throttle.py), loads their emails (storage/delivery.py: a fixed number of
-  queries per round) and builds and DKIM-signs their messages in a worker thread;
+  (engine/delivery/throttle.py; the MX hosts are looked up only for mail the router's
+  routes do not all send elsewhere: sandboxed mail asks no DNS), loads their emails
+  (storage/delivery.py: a fixed number of queries per round) and builds and DKIM-signs
+  their messages in a worker thread;
 - the ready side (`_Ready`, one task) holds the destination's connection slots, held in the
   database across every node (storage/destination_slots.py), and hands each round's
   transfers to the egress the router's routes choose (engine/delivery/egress.py): the
@@ -518,6 +520,7 @@ class DomainQueue:
         self.writer = _Writer(rt, domain, keep, self.lose)
         # Accept -> 250 per delivered recipient, shared by the router's queues (for /metrics).
         latency = latency or LatencyHistogram()
+        self.routes = routes
         self.ready = _Ready(rt, self, egress, routes, latency)
         self.scheduled = _Scheduled(rt, self)
 
@@ -599,6 +602,9 @@ class _Scheduled:
         # last round that claimed recipients.
         self._destination: throttle.Destination | None = None
         self._slot_key: str | None = None
+        # The key was decided before the MX hosts were known: decided again once no slot
+        # is held under it.
+        self._rekey = False
         self._connections = CONNECTIONS
 
     async def run(self, send: trio.MemorySendChannel[_Prepared]) -> None:
@@ -613,10 +619,8 @@ class _Scheduled:
             # long backlog over many domains, only so many batches are built and held at once.
             token = await rounds.take()
             try:
-                if self._destination is None:
-                    self._destination = await throttle.destination(rt, queue.domain)
-                destination = self._destination or throttle.Destination(queue.domain, ())
                 now = clock.now()
+                destination = await self._destination_now(now)
                 epoch = rt.tenure.epoch
                 claim = await rt.db.write(
                     throttle.claim,
@@ -670,6 +674,21 @@ class _Scheduled:
                 await self.woken.wait()
             if claim.next_due is None and not claim.slots_busy and not self.woken.is_set():
                 return
+
+    async def _destination_now(self, now: datetime) -> throttle.Destination:
+        """What the next round is claimed for. The MX hosts are looked up once mail due
+        here leaves through the network, and kept while the queue runs; mail that the
+        router sends elsewhere alone (the sandbox's, which promises that nothing leaves the
+        machine) asks no DNS. Until they are known, rounds go by recipient-domain rules."""
+        rt, queue = self.rt, self._queue
+        if self._destination is None:
+            due = await rt.db.read(emails.due_email_ids, queue.domain, now, BATCH)
+            if not await queue.routes.all_elsewhere(due):
+                self._destination = await throttle.destination(rt, queue.domain)
+                self._rekey = self._destination is not None and self._slot_key is not None
+        if self._rekey and not queue.ready.held() and not queue.rounds.in_flight:
+            self._slot_key, self._rekey = None, False
+        return self._destination or throttle.Destination(queue.domain, ())
 
     async def _built(self, claim: throttle.Claimed, token: object, epoch: int) -> _Prepared | None:
         """The round prepared; None when preparing it raised for its items (a fault counted

@@ -17,7 +17,7 @@ the queue.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -98,6 +98,10 @@ class Selective(Egress, Protocol):
         """Those of `transfers` this egress takes."""
         ...
 
+    async def takes(self, email_ids: Collection[str]) -> set[str]:
+        """Those of these emails whose transfers it takes, decided before any is loaded."""
+        ...
+
 
 class Routes:
     """Chooses the egress of each transfer: the first selective egress that takes it, else
@@ -123,3 +127,13 @@ class Routes:
         if rest:
             batches.append((default, rest))
         return batches
+
+    async def all_elsewhere(self, email_ids: Collection[str]) -> bool:
+        """Whether selective egresses take every one of these emails: their transfers need
+        no network, so their destination's MX need not be looked up."""
+        rest = set(email_ids)
+        for egress in self._selective:
+            if not rest:
+                break
+            rest -= await egress.takes(rest)
+        return not rest

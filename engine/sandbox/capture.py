@@ -16,7 +16,7 @@ the retry captures it again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 import dkim as dkimpy
@@ -42,6 +42,9 @@ class SandboxEgress:
         """The transfers of sandboxed workspaces."""
         sandboxed, _ = await self._senders(transfers)
         return [t for t in transfers if t.email.workspace_id in sandboxed]
+
+    async def takes(self, email_ids: Collection[str]) -> set[str]:
+        return await self._rt.db.read(sandbox.sandboxed_emails, email_ids)
 
     async def send(self, transfers: list[Transfer], record: Record, lanes: Lanes) -> None:
         """Answer each recipient by its script; store what they accepted."""
