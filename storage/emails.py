@@ -24,6 +24,7 @@ from storage.codec import (
     timestamp,
     to_json,
 )
+from storage.engines import in_one_snapshot
 from storage.leases import FaultPolicy
 from storage.tx import Row, Tx
 
@@ -619,13 +620,23 @@ def search_after(
     return [_email(row) for row in rows]
 
 
+@in_one_snapshot
 def updated_since(tx: Tx, workspace_id: str, since: datetime, limit: int) -> list[Email]:
-    """Emails created or changed after a time, oldest change first."""
+    """Emails created or changed after a time, oldest change first: `limit` of them, and
+    those changed at the same time as the last (the rows of one commit share its time, and
+    a reader goes on from the last one's time)."""
     rows = tx.all(
         "SELECT * FROM emails WHERE workspace_id = :ws AND updated_at > :since"
         " ORDER BY updated_at, id LIMIT :limit",
         {"ws": workspace_id, "since": timestamp(since), "limit": limit},
     )
+    if len(rows) == limit:
+        last = rows[-1]
+        rows += tx.all(
+            "SELECT * FROM emails WHERE workspace_id = :ws AND updated_at = :at AND id > :id"
+            " ORDER BY id",
+            {"ws": workspace_id, "at": last["updated_at"], "id": last["id"]},
+        )
     return [_email(row) for row in rows]
 
 

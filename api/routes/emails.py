@@ -135,6 +135,8 @@ class EmailItem(Out):
     source: str
     created_at: datetime
     delivered_at: datetime | None
+    # When it last changed: the feed of updates goes on from the last item's.
+    updated_at: datetime
 
 
 class EventOut(Out):
@@ -221,6 +223,7 @@ def _item(email: Email) -> dict[str, Any]:
         source=email.source,
         created_at=email.created_at,
         delivered_at=email.delivered_at,
+        updated_at=email.updated_at,
     ).model_dump(mode="json")
 
 
