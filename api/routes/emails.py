@@ -135,8 +135,6 @@ class EmailItem(Out):
     source: str
     created_at: datetime
     delivered_at: datetime | None
-    # When it last changed: the feed of updates goes on from the last item's.
-    updated_at: datetime
 
 
 class EventOut(Out):
@@ -223,7 +221,6 @@ def _item(email: Email) -> dict[str, Any]:
         source=email.source,
         created_at=email.created_at,
         delivered_at=email.delivered_at,
-        updated_at=email.updated_at,
     ).model_dump(mode="json")
 
 
@@ -385,9 +382,14 @@ async def export(query: ExportQuery) -> Response:
 @blueprint.get("/updates")
 @query_args(UpdatesQuery)
 @document_response(list[EmailItem])
-async def updates(query: UpdatesQuery) -> list[dict[str, Any]]:
+async def updates(query: UpdatesQuery) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
+    """The changes after `since`; `X-Next-Since` is the `since` of the changes after these
+    (the last one's time, to the microsecond): the body stays the array of list items."""
     since = query.since if query.since.tzinfo else query.since.replace(tzinfo=UTC)
-    return [_item(e) for e in await email_log.updates(runtime(), principal(), since)]
+    found = await email_log.updates(runtime(), principal(), since)
+    upto = found[-1].updated_at if found else since
+    next_since = upto.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return [_item(e) for e in found], 200, {"X-Next-Since": next_since}
 
 
 class BatchBody(RootModel[list[dict[str, Any]]]):
