@@ -173,6 +173,18 @@ async def test_defer3_then_deliver_follows_the_real_retry_schedule(
     assert events(email) == ["queued", "deferred", "deferred", "deferred", "sent", "delivered"]
 
 
+async def test_the_forecast_of_a_sandboxed_backlog_asks_no_dns(
+    service: Service, dns_server: DnsServer
+) -> None:
+    account = await sandbox_account(service)
+    email_id = await send(account, "defer3-then-deliver@customer.example")
+    await wait_for_email(account, email_id, partial(attempts_are, 1))
+    forecast = (await account.client.get("/v1/delivery/forecast")).json()
+    [destination] = forecast["destinations"]
+    assert destination["destination"] == "customer.example"
+    assert not [q for q in dns_server.queries if q.name.endswith("customer.example")]
+
+
 async def test_complaint_an_hour_later_survives_a_restart_and_is_signed_to_webhooks(
     service: Service,
     clock: MockClock,
