@@ -187,6 +187,20 @@ SUCCESS: dict[str, tuple[int, str | None, str]] = {
     "sandbox.source": (200, "message/rfc822", "The message as it would have been sent."),
 }
 
+# Headers a success carries beside its body, by endpoint: the body of the email log's pages
+# stays the array the spec fixes, and what else a client needs comes in these.
+HEADERS: dict[str, dict[str, str]] = {
+    "emails.list_emails": {"X-Total-Count": "How many emails match in all."},
+    "emails.search": {"X-Total-Count": "How many emails match in all."},
+    "emails.export": {
+        "X-Total-Count": "How many emails match in all.",
+        "X-Row-Limit": "The most rows an export holds.",
+    },
+    "emails.updates": {
+        "X-Next-Since": "The `since` of the changes after these: the last one's time.",
+    },
+}
+
 # Each resource's tag, by blueprint: Swagger groups the operations by it.
 TAGS: dict[str, str] = {
     "admin": "admin",
@@ -887,6 +901,9 @@ class ErrorDocumentingProvider(OpenAPIProvider):
                         responses[str(status)]["content"] = {media: {}}
                 elif not any(code.startswith("2") for code in responses):
                     responses["204" if method == "delete" else "200"] = {"description": "Success."}
+                for name, said in HEADERS.get(rule.endpoint, {}).items():
+                    headers = responses["200"].setdefault("headers", {})
+                    headers[name] = {"description": said, "schema": {"type": "string"}}
                 operation["responses"] = responses
         if statuses:
             components["Error"] = ERROR_SCHEMA

@@ -116,6 +116,31 @@ async def test_the_successes_said_by_hand_are_what_the_service_answers(
     assert metrics.headers["Content-Type"].startswith(SUCCESS["health.metrics"][1] or "")
 
 
+async def test_the_email_logs_headers_are_documented_where_they_are_answered(
+    service: Service,
+) -> None:
+    """The log's pages keep the spec's array as body; their count, row limit and where the
+    updates go on are headers, which a client learns of from the document."""
+    document = await _document(service)
+    account = await service.account()
+
+    def extra(answer: httpx.Response) -> set[str]:
+        return {name.lower() for name in answer.headers if name.lower().startswith("x-")}
+
+    everywhere = extra(await account.client.get("/v1/domains/"))  # security headers and such
+    for path, params in (
+        ("/v1/emails/", {}),
+        ("/v1/emails/search", {}),
+        ("/v1/emails/export", {}),
+        ("/v1/emails/updates", {"since": "2026-01-01T00:00:00Z"}),
+    ):
+        answer = await account.client.get(path, params=params)
+        assert answer.status_code == 200, answer.text
+        answered = extra(answer) - everywhere
+        documented = document["paths"][path]["get"]["responses"]["200"].get("headers", {})
+        assert answered and answered == {name.lower() for name in documented}, path
+
+
 async def test_every_operation_has_a_summary_a_description_a_tag_and_its_security(
     service: Service,
 ) -> None:
