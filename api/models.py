@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 EmailText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=320)]
@@ -19,6 +20,18 @@ class In(BaseModel):
     never a silent no-op."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _a_time_in_utc(cls, value: Any) -> Any:
+        """A time given with an offset must be a time in UTC too, which everything after
+        compares and stores it as: 9999-12-31T23:59:59-23:00 is past the calendar's end."""
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            try:
+                value.astimezone(UTC)
+            except OverflowError:
+                raise ValueError("the time is out of range once in UTC") from None
+        return value
 
 
 class Out(BaseModel):

@@ -123,3 +123,25 @@ async def test_the_export_reads_past_each_page_by_time_and_id_without_a_gap(
             break
         after = (found[-1].created_at, found[-1].id)
     assert read == every and len(read) == 9
+
+
+async def test_a_time_past_the_calendar_once_in_utc_is_refused_at_its_field(
+    service: Service,
+) -> None:
+    """Year 9999 at UTC-23 (or year 1 at UTC+23) is no time in UTC, which every filter and
+    `send_at` is compared in: a 422 naming the field, not a 500."""
+    account = await service.account()
+    for path, name in (
+        ("/v1/emails/", "created_from"),
+        ("/v1/emails/search", "created_before"),
+        ("/v1/emails/export", "created_from"),
+        ("/v1/emails/updates", "since"),
+    ):
+        for when in ("9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+23:00"):
+            answer = await account.client.get(path, params={name: when})
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["errors"][0]["loc"] == ["query", name]
+    sent = await account.client.post(
+        "/v1/emails/", json=message("a@b.example", send_at="9999-12-31T23:59:59-23:00")
+    )
+    assert sent.status_code == 422, sent.text
