@@ -183,6 +183,11 @@ async def test_a_saved_search_with_a_time_of_day_keeps_it_when_searched_again(
         page.get_by_role("button", name="Search").click()
         expect(page).to_have_url(re.compile(r"created_from=2999-01-01T08%3A30%3A15"))
         expect(page.locator("#email-total")).to_have_text("0 emails")
+        # A time that is none in UTC (past the calendar's end there) is refused, shown as given.
+        beyond = "9999-12-31T23:59:59-23:00"
+        answer = page.goto(f"/emails?created_from={beyond.replace('+', '%2B')}")
+        assert answer is not None and answer.status == 200
+        expect(page.get_by_label("Created from")).to_have_value(beyond)
 
     await tab.do(search_again)
     await tab.close()

@@ -55,10 +55,10 @@ def _moment_field(value: str | None) -> tuple[str, str]:
         return "date", value or ""
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):  # not a time, or none in UTC (9999-12-31T23:59-23:00)
         return "text", value  # shown as given, beside the problem that refused it
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
     return "datetime-local", moment.isoformat(timespec="seconds")
 
 
