@@ -8,7 +8,7 @@ it dies (storage/nodes.py), so a crashed node's work is taken over in seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -621,14 +621,21 @@ def search_after(
 
 
 @in_one_snapshot
-def updated_since(tx: Tx, workspace_id: str, since: datetime, limit: int) -> list[Email]:
-    """Emails created or changed after a time, oldest change first: `limit` of them, and
-    those changed at the same time as the last (the rows of one commit share its time, and
-    a reader goes on from the last one's time)."""
+def updated_since(
+    tx: Tx, workspace_id: str, since: datetime, until: datetime, limit: int
+) -> list[Email]:
+    """Emails created or changed after `since` and at or before `until`, oldest change
+    first: `limit` of them, and those changed at the same time as the last (the rows of one
+    commit share its time, and a reader goes on from the last one's time)."""
     rows = tx.all(
         "SELECT * FROM emails WHERE workspace_id = :ws AND updated_at > :since"
-        " ORDER BY updated_at, id LIMIT :limit",
-        {"ws": workspace_id, "since": timestamp(since), "limit": limit},
+        " AND updated_at <= :until ORDER BY updated_at, id LIMIT :limit",
+        {
+            "ws": workspace_id,
+            "since": timestamp(since),
+            "until": timestamp(until),
+            "limit": limit,
+        },
     )
     if len(rows) == limit:
         last = rows[-1]
@@ -728,6 +735,20 @@ class Summary:
     of: Callable[[Sequence[str]], str]  # the email's status, from its recipients'
     final: tuple[str, ...]  # emails in these keep theirs
     delivered: str  # an email summarised to this is stamped delivered_at
+
+
+_TOUCHED = 500  # emails a statement of `touch` names, within both engines' parameter limits
+
+
+def touch(tx: Tx, email_ids: Collection[str], now: datetime) -> None:
+    """Count the emails as changed `now` (the updates feed shows them again from then)."""
+    ordered = sorted(email_ids)
+    for start in range(0, len(ordered), _TOUCHED):
+        placeholders, names = in_list("id", ordered[start : start + _TOUCHED])
+        tx.run(
+            f"UPDATE emails SET updated_at = :now WHERE id IN ({placeholders})",
+            {"now": timestamp(now), **names},
+        )
 
 
 def summarise(

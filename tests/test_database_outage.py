@@ -23,6 +23,7 @@ import smtplib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import trio
 import trio.testing
 
 from postroom.service import RunningService, serve
+from storage.codec import parse_timestamp
 from storage.engines import POOL_WAIT
 from tests.harness.cluster import (
     SENDER,
@@ -400,6 +402,7 @@ async def test_a_node_ended_during_an_outage_leaves_what_it_delivered_to_the_nex
                 if smtp_sink.past_data:
                     break
                 await trio.sleep(0.01)
+        crashed = datetime.now(UTC)
         await start(postgres_server.crash)
         assert smtp_sink.messages
         assert first.log is not None
@@ -414,6 +417,7 @@ async def test_a_node_ended_during_an_outage_leaves_what_it_delivered_to_the_nex
         assert first.process.returncode == (0 if ending == "stop" else -9)
         assert len(await start(_spool_files, spool)) == 1
 
+        back = datetime.now(UTC)
         await start(postgres_server.start)
         await start(second.start)
         async with httpx.AsyncClient(base_url=second.url, headers=headers, timeout=30) as client:
@@ -429,9 +433,22 @@ async def test_a_node_ended_during_an_outage_leaves_what_it_delivered_to_the_nex
         assert second.log is not None
         assert "kept through an outage" in await start(second.log.read_text)
         assert await start(_spool_files, spool) == [], "the spool file is gone once written"
+        # Delivered during the outage, changed (for the updates feed) when it was written: a
+        # client that went on past the outage meanwhile still sees the delivery.
+        kept = [(u, d) for u, d in await start(_changes, url, ids) if crashed < d < back]
+        assert kept and all(updated >= back for updated, _ in kept), kept
     finally:
         await start(first.stop)
         await start(second.stop)
+
+
+def _changes(url: str, ids: list[str]) -> list[tuple[datetime, datetime]]:
+    """(updated_at, delivered_at) of each of the emails."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT updated_at, delivered_at FROM emails WHERE id = ANY(%s)", (ids,)
+        ).fetchall()
+    return [(parse_timestamp(updated), parse_timestamp(delivered)) for updated, delivered in rows]
 
 
 def _spool_files(spool: Path) -> list[str]:

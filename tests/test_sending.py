@@ -8,6 +8,11 @@ from datetime import UTC, datetime, timedelta
 import trio
 from trio.testing import MockClock
 
+from engine.sending import statuses
+from engine.sending.email_log import UPDATES_SETTLE
+from engine.sending.statuses import Trigger
+from storage import emails
+from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.domains import add_domain
 from tests.harness.sending import (
@@ -354,12 +359,13 @@ async def test_search_tokens_and_free_text(
 
 
 async def test_updates_feed_returns_changes_after_a_time(
-    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink
+    service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
 ) -> None:
     account = await ready_account(service, dns_server)
     route_mail(dns_server, "feed.example")
     sent = (await account.client.post("/v1/emails/", json=message("f@feed.example"))).json()
     email = await wait_for_status(account, sent["id"])
+    clock.jump(UPDATES_SETTLE.total_seconds())  # the feed shows settled changes
     feed = (
         await account.client.get("/v1/emails/updates", params={"since": "2000-01-01T00:00:00Z"})
     ).json()
@@ -376,7 +382,7 @@ async def test_updates_feed_returns_changes_after_a_time(
 
 
 async def test_the_updates_feed_pages_through_every_change(
-    service: Service, dns_server: DnsServer
+    service: Service, dns_server: DnsServer, clock: MockClock
 ) -> None:
     """A client goes on from each page's `X-Next-Since` (its last change's time). A batch's
     emails share their change time, so a page that would end inside such a group takes the
@@ -402,17 +408,68 @@ async def test_the_updates_feed_pages_through_every_change(
     response = await account.client.post("/v1/emails/batch", json=batch)
     assert response.status_code == 202, response.text
     batched = [r["id"] for r in response.json()]
+    clock.jump(UPDATES_SETTLE.total_seconds())
     ids, since = await page("2000-01-01T00:00:00Z")
     # 45 singles, then the batch whole: the 50th item's group does not end at the 50th.
     assert ids[:45] == first_singles and sorted(ids[45:]) == sorted(batched)
     assert await page(since) == ([], since)
     # Changes made apart come at most 50 a page, and none is skipped.
     more = await singles(60)
+    clock.jump(UPDATES_SETTLE.total_seconds())
     pages = []
     while (found := await page(since))[0]:
         ids, since = found
         pages.append(ids)
     assert [len(p) for p in pages] == [50, 10] and [i for p in pages for i in p] == more
+
+
+async def test_the_updates_feed_misses_no_change_that_commits_late(
+    service: Service, dns_server: DnsServer, clock: MockClock
+) -> None:
+    """A change is stamped before it commits, so one stamped earlier can commit after a later
+    one a client has already read (a delivery outcome queued behind another process's write,
+    another node's transaction). The feed shows a change only once it has settled, so a
+    client going on from `X-Next-Since` still gets the late one."""
+    account = await ready_account(service, dns_server)
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    late, early = [
+        (
+            await account.client.post(
+                "/v1/emails/", json=message(f"{n}@feed.example", send_at=later)
+            )
+        ).json()["id"]
+        for n in ("late", "early")
+    ]
+    clock.jump(UPDATES_SETTLE.total_seconds())
+
+    async def page(since: str) -> tuple[list[str], str]:
+        got = await account.client.get("/v1/emails/updates", params={"since": since})
+        assert got.status_code == 200, got.text
+        return [e["id"] for e in got.json()], got.headers["X-Next-Since"]
+
+    created, since = await page("2000-01-01T00:00:00Z")
+    assert sorted(created) == sorted([late, early])
+    runtime = service.running.runtime
+    stamped = runtime.clock.now()  # the late change's time, taken before the other commits
+    clock.jump(1)
+    cancelled = await account.client.post(f"/v1/emails/{early}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    seen = []
+    while (found := await page(since))[0]:  # a client polling meanwhile
+        ids, since = found
+        seen += ids
+
+    def cancel_late(tx: Tx) -> bool:  # the cancel route's change, stamped when it began
+        move = statuses.email_move(statuses.SCHEDULED, Trigger.CANCEL)
+        waiting = statuses.recipients_move(Trigger.CANCEL)
+        return emails.cancel_scheduled(tx, account.workspace_id, late, stamped, move, waiting)
+
+    assert await runtime.db.write(cancel_late)  # commits only now
+    clock.jump(UPDATES_SETTLE.total_seconds())
+    while (found := await page(since))[0]:
+        ids, since = found
+        seen += ids
+    assert seen == [late, early]  # each change once, in the order of their times
 
 
 async def test_batch_sends_each_entry_on_its_own(

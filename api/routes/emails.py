@@ -383,8 +383,10 @@ async def export(query: ExportQuery) -> Response:
 @query_args(UpdatesQuery)
 @document_response(list[EmailItem])
 async def updates(query: UpdatesQuery) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
-    """The changes after `since`; `X-Next-Since` is the `since` of the changes after these
-    (the last one's time, to the microsecond): the body stays the array of list items."""
+    """The changes after `since` that are at least 5 s old (a change can commit a moment
+    after its time: the feed waits for it rather than skip it); `X-Next-Since` is the `since`
+    of the changes after these (the last one's time, to the microsecond): the body stays the
+    array of list items."""
     since = query.since if query.since.tzinfo else query.since.replace(tzinfo=UTC)
     found = await email_log.updates(runtime(), principal(), since)
     upto = found[-1].updated_at if found else since

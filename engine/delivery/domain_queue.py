@@ -347,14 +347,17 @@ class Kept:
     node: str
 
 
-def write_kept(tx: Tx, kept: Sequence[Kept]) -> None:
+def write_kept(tx: Tx, kept: Sequence[Kept], now: datetime) -> None:
     """Write outcomes kept through an outage, in the order they were kept. Those of recipients
     their node still holds are written as ever; when another node declared it dead meanwhile
     (or it stopped and its leases were freed), only those `statuses.UNHELD` allows over
     recipients no node holds: a success wins over a re-delivery scheduled elsewhere, never
-    over one under way or done (no work resurrected)."""
+    over one under way or done (no work resurrected). Their emails count as changed `now`,
+    when the change commits, not when it happened: the updates feed goes by commit (its
+    readers have gone on past the outage since)."""
     for each in kept:
         _write(tx, each.part, each.key, each.node, statuses.UNHELD)
+    emails.touch(tx, {u.email_id for each in kept for u in each.part.updates}, now)
 
 
 def _give_back(tx: Tx, claim: throttle.Claimed, node: str) -> None:

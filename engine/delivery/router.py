@@ -160,7 +160,7 @@ class DeliveryRouter:
                 return
             recipients = sum(len(each.part.updates) for each in self._kept)
             try:
-                await self._rt.db.write(write_kept, self._kept)
+                await self._rt.db.write(write_kept, self._kept, self._rt.clock.now())
             except Exception as exc:
                 if is_outage(exc):
                     await self._save_unsaved()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine.platform.errors import Conflict, NotFound, Unprocessable, unknown_name
@@ -19,6 +19,12 @@ from storage.engines import in_one_snapshot
 from storage.tx import Tx
 
 UPDATES_LIMIT = 50
+# How old a change must be before the updates feed shows it. A change is stamped with its
+# time before it commits (in its caller, then through group commit; on PostgreSQL beside
+# other nodes' transactions), so one stamped earlier can still commit after a later one a
+# reader has seen: a client going on from the later one's time would never see it. The
+# feed waits out the time a unit of work takes from its stamp to its commit.
+UPDATES_SETTLE = timedelta(seconds=5)
 # Where an email came from, as stored in `emails.source`: the API one by one, the API's
 # batch, the SMTP relay, a broadcast (bulk send to a contact list), an agent over MCP, a
 # forwarding rule, the service itself (reports, notices).
@@ -146,8 +152,10 @@ async def export(rt: Runtime, who: Principal, query: Search) -> AsyncIterator[Em
 
 
 async def updates(rt: Runtime, who: Principal, since: datetime) -> list[Email]:
-    """Up to 50 emails created or updated after `since`, oldest change first."""
-    return await rt.db.read(emails.updated_since, who.workspace_id, since, UPDATES_LIMIT)
+    """Up to 50 emails created or updated after `since` and at least UPDATES_SETTLE ago,
+    oldest change first."""
+    until = rt.clock.now() - UPDATES_SETTLE
+    return await rt.db.read(emails.updated_since, who.workspace_id, since, until, UPDATES_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
