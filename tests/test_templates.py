@@ -6,6 +6,7 @@ import email
 import email.policy
 from email.message import EmailMessage
 
+from storage.tx import Tx
 from tests.harness.contacts import MISSING
 from tests.harness.dns_server import DnsServer
 from tests.harness.sending import SENDER, ready_account, route_mail
@@ -71,6 +72,30 @@ async def test_update_changes_only_supplied_fields_and_re_extracts(service: Serv
     for invalid in ({"name": ""}, {"name": None}, {"subject": None}, {"blocks_json": [1]}):
         refused = await account.client.patch(f"/v1/templates/{created['id']}", json=invalid)
         assert refused.status_code == 422, invalid
+
+
+async def test_a_subject_saved_before_its_rule_leaves_the_rest_editable(service: Service) -> None:
+    """A template saved before subjects were refused the unsubscribe link can still be
+    renamed or have its bodies edited; only a new subject is checked."""
+    account = await service.account("starter")
+    created = await create_template(account, name="Old", subject="S", text_body="Hi")
+    legacy = "Leave: {{ unsubscribe_url }}"
+
+    def saved_before_the_rule(tx: Tx) -> None:
+        tx.execute(
+            "UPDATE templates SET subject = :subject WHERE id = :id",
+            {"subject": legacy, "id": created["id"]},
+        )
+
+    await service.running.runtime.db.write(saved_before_the_rule)
+    path = f"/v1/templates/{created['id']}"
+    renamed = await account.client.patch(path, json={"name": "Renamed", "text_body": "Hello"})
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json()["subject"] == legacy and renamed.json()["name"] == "Renamed"
+    refused = await account.client.patch(path, json={"subject": "Bye {{unsubscribe_url}}"})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["loc"] == ["body", "subject"]
+    fixed = await account.client.patch(path, json={"subject": "Leave"})
+    assert fixed.status_code == 200 and fixed.json()["subject"] == "Leave"
 
 
 async def test_list_is_most_recently_updated_first(service: Service) -> None:

@@ -38,11 +38,15 @@ def _check_room(tx: Tx, who: Principal) -> None:
     )
 
 
-def _with_variables(template: Template) -> Template:
-    """The template with the variables its bodies use; Unprocessable if its subject places
-    the unsubscribe link (engine/mail/unsubscribe_footer.py)."""
-    if problem := subject_problem(template.subject):
+def _check_subject(subject: str | None) -> None:
+    """Unprocessable if the subject places the unsubscribe link
+    (engine/mail/unsubscribe_footer.py)."""
+    if problem := subject_problem(subject):
         raise Unprocessable(problem, errors=[{"loc": ["body", "subject"], "msg": problem}])
+
+
+def _with_variables(template: Template) -> Template:
+    """The template with the variables its bodies use."""
     return replace(template, variables=extract(template.html_body, template.text_body))
 
 
@@ -79,6 +83,7 @@ async def create(
     template = Template(
         new_id(), who.workspace_id, name, subject, html_body, text_body, blocks_json, [], now, now
     )
+    _check_subject(subject)
     return await rt.db.write(_create, who, _with_variables(template))
 
 
@@ -96,6 +101,8 @@ async def get(rt: Runtime, who: Principal, template_id: str) -> Template:
 def _update(
     tx: Tx, who: Principal, template_id: str, changes: dict[str, Any], now: datetime
 ) -> Template:
+    if "subject" in changes:  # a subject saved before the rule stays editable around it
+        _check_subject(changes["subject"])
     updated = _with_variables(replace(_found(tx, who, template_id), **changes, updated_at=now))
     templates.update(tx, updated)
     _log(tx, who, "template.updated", updated, now)
