@@ -1,6 +1,6 @@
 """Does a second MX site in use lower the delivery rate to the first? (issue 32, item 7):
 `python bench/sites.py [--engines sqlite,postgresql] [--runs 3] [--count 3000]
-[--variants fast,slow,stalled] [--profile DIR]`.
+[--variants fast,slow,stalled] [--profile DIR] [--serve "--workers 3 --delivery-workers 2"]`.
 
 Recipient domain A (dest.example) has one MX, Postfix's C smtp-sink on 127.0.0.1 (sink 1);
 domain B (second.example) has a second sink on 127.0.0.2 at the same port (the service
@@ -141,11 +141,17 @@ async def _window(
 
 
 async def measure(
-    engine: str, variant: str, runs: int, count: int, slowest: float, profile: Path | None
+    engine: str,
+    variant: str,
+    runs: int,
+    count: int,
+    slowest: float,
+    profile: Path | None,
+    serve: list[str],
 ) -> list[tuple[Window, Window]]:
     """`runs` pairs of phases (alone, with B) on one engine with B's sink as `variant` says;
     `slowest` (emails/s) is the rate the phases are spaced for; with `profile`, py-spy
-    records each phase into that folder."""
+    records each phase into that folder; `serve`: more arguments for `postroom serve`."""
     delay = VARIANTS[variant]
     pairs = []
     async with trio.open_nursery() as nursery, c_sink_mail(nursery) as (dns_server, sink):
@@ -157,7 +163,7 @@ async def measure(
         await nursery.start(second.run)
         dns_server.set(SECOND_DOMAIN, "MX", [f"10 mx.{SECOND_DOMAIN}."])
         dns_server.set(f"mx.{SECOND_DOMAIN}", "A", [SECOND_SITE])
-        async with sending_service(engine, dns_server, sink.port) as (service, api):
+        async with sending_service(engine, dns_server, sink.port, serve=serve) as (service, api):
             # send_at is at least a minute ahead; accepting 3 x count per run comes first.
             due = datetime.now(UTC) + timedelta(seconds=65 + 3 * runs * count / 1000)
             spacing = {
@@ -253,6 +259,7 @@ def main() -> None:
         "--slowest", type=float, default=150, help="emails/s the phases are spaced for"
     )
     parser.add_argument("--profile", type=Path, help="py-spy each phase into DIR")
+    parser.add_argument("--serve", default="", help="more arguments for `postroom serve`")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -261,7 +268,14 @@ def main() -> None:
         found = {}
         for engine in args.engines.split(","):
             pairs = trio.run(
-                measure, engine, variant, args.runs, args.count, args.slowest, args.profile
+                measure,
+                engine,
+                variant,
+                args.runs,
+                args.count,
+                args.slowest,
+                args.profile,
+                args.serve.split(),
             )
             r = found[engine] = summary(pairs)
             print(
