@@ -147,8 +147,7 @@ def record_outcomes(
     outcomes that rule allows over recipients no node holds are written as well."""
     fenced = holder is not None and unheld is None  # fenced by the UPDATE itself
     if holder is not None and unheld is not None:
-        held, free = _still_held(tx, [(u.email_id, u.address) for u in updates], holder, unheld)
-        ours = held | {(u.email_id, u.address) for u in updates if u.status in unheld.to} & free
+        ours = writable(tx, updates, holder, unheld)
         updates = [u for u in updates if (u.email_id, u.address) in ours]
     # Most recipients of a round share their outcome ("250 2.0.0 OK"): one UPDATE each.
     alike: dict[tuple[str, str | None, str | None], list[tuple[str, str]]] = defaultdict(list)
@@ -199,6 +198,16 @@ def record_outcomes(
     for workspace_id, entry in hard_bounces:
         suppressions.add(tx, workspace_id, entry)
     return recorded
+
+
+def writable(
+    tx: Tx, updates: Sequence[RecipientUpdate], holder: str, unheld: Unheld
+) -> set[tuple[str, str]]:
+    """The (email id, address) of the outcomes `record_outcomes` writes with `holder` and
+    `unheld`: of recipients `holder` still holds, and those `unheld` allows over recipients
+    no node holds (locked until the transaction ends)."""
+    held, free = _still_held(tx, [(u.email_id, u.address) for u in updates], holder, unheld)
+    return held | {(u.email_id, u.address) for u in updates if u.status in unheld.to} & free
 
 
 def _still_held(

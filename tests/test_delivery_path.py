@@ -14,12 +14,12 @@ from typing import Any
 import trio
 from trio.testing import MockClock
 
-from engine.delivery.domain_queue import Outcomes, _record
+from engine.delivery.domain_queue import Kept, Outcomes, _record, write_kept
 from engine.delivery.full_mailboxes import FullMailboxes
 from engine.platform import faults
 from engine.sending import statuses as email_statuses
 from engine.webhooks import outbox
-from storage import delivery, emails
+from storage import delivery, emails, soft_bounces
 from storage.codec import new_id, timestamp
 from storage.emails import Event, RecipientUpdate
 from storage.engines import pipelining
@@ -317,6 +317,48 @@ async def test_kept_outcomes_are_written_over_lost_leases_only_when_they_end_a_f
         key: (kept[key], 1, None, 1) if key in written else (status, 0, holder, 0)
         for key, (status, holder) in rows.items()
     }
+
+
+async def test_kept_mailbox_full_replies_count_only_for_recipients_the_fence_lets_through(
+    service: Service, dns_server: DnsServer
+) -> None:
+    """A node kept two "mailbox full" deferrals through an outage; meanwhile another node
+    took over one of the recipients. Only the one still held counts towards its address's
+    mailbox-full tally (which bounces and suppresses an address once it runs out): the other
+    outcome is fenced out, and its recipient's tally is the new holder's to keep."""
+    account = await ready_account(service, dns_server)
+    [email_id] = await _schedule(account, "full.example", 1)
+    db = service.running.runtime.db
+    held, taken = "a0@full.example", "b0@full.example"
+
+    def prepare(tx: Tx) -> str:
+        for address, holder in ((held, "this-node"), (taken, "other-node")):
+            tx.execute(
+                "UPDATE email_recipients SET leased_by = :holder"
+                " WHERE email_id = :id AND address = :address",
+                {"holder": holder, "id": email_id, "address": address},
+            )
+        return str(tx.value("SELECT workspace_id FROM emails WHERE id = :id", {"id": email_id}))
+
+    workspace = await db.write(prepare)
+    now = datetime.now(UTC)
+    full = "452 4.2.2 Mailbox full"
+    mailboxes = FullMailboxes()
+    updates, events = [], []
+    for n, address in enumerate((held, taken)):
+        retry = now + timedelta(hours=1)
+        updates.append(RecipientUpdate(email_id, address, "deferred", retry, full))
+        meta = {"response": full}
+        events.append(Event(new_id(), email_id, workspace, "deferred", address, meta, now))
+        mailboxes.note_full(workspace, email_id, address, "queued", n, n)
+    part = Outcomes(updates, events, [], now, {}, set(), mailboxes)
+    await db.write(write_kept, [Kept("full.example", part, "this-node")], now)
+
+    def tallies(tx: Tx) -> dict[str, int]:
+        found = soft_bounces.read(tx, [(workspace, held), (workspace, taken)])
+        return {address: counts[0] for (_, address), counts in found.items()}
+
+    assert await db.read(tallies) == {held: 1}
 
 
 async def test_a_round_that_raised_counts_faults_only_on_recipients_its_node_still_holds(

@@ -304,8 +304,11 @@ def _write(
     outcome a mailbox full for days turned into a bounce."""
     if part is None:
         return []
+    # Kept through an outage: only the full mailboxes of outcomes the fence lets through count
+    # (a recipient another node took over meanwhile is that node's to count).
+    among = None if unheld is None else delivery.writable(tx, part.updates, node, unheld)
     # Mailbox-full counts first: an address whose count runs out is bounced instead.
-    moved = part.mailboxes.settle(tx, part.updates, part.events, part.bounces, part.now)
+    moved = part.mailboxes.settle(tx, part.updates, part.events, part.bounces, part.now, among)
     hooks = outbox.ahead(tx, part.events)  # read with the recipients' UPDATE: one round trip
     recorded = delivery.record_outcomes(
         tx,

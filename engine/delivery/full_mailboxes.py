@@ -60,11 +60,14 @@ class FullMailboxes:
         events: list[Event],
         suppressions: list[tuple[str, Suppression]],
         now: datetime,
+        among: set[tuple[str, str]] | None = None,
     ) -> list[tuple[str, str]]:
-        """Count the full mailboxes, in the caller's unit and before its outcomes are
-        written; rewrite the outcomes of those now taken as gone to bounces and add their
-        suppressions. The (status before, status now) of each outcome rewritten."""
-        keys = {(f.workspace_id, f.address) for f in self.full}
+        """Count the full mailboxes (with `among`, only those of these recipients, email id
+        and address: the outcomes that will be written), in the caller's unit and before its
+        outcomes are written; rewrite the outcomes of those now taken as gone to bounces and
+        add their suppressions. The (status before, status now) of each outcome rewritten."""
+        fulls = [f for f in self.full if among is None or (f.email_id, f.address) in among]
+        keys = {(f.workspace_id, f.address) for f in fulls}
         soft_bounces.clear(tx, self.reached - keys)
         if not keys:
             return []
@@ -75,7 +78,7 @@ class FullMailboxes:
             tallies[key] = tally(None if previous is None else Tally(*previous), now)
         soft_bounces.write(tx, {k: (t.count, t.first_at, t.last_at) for k, t in tallies.items()})
         moved = []
-        for full in self.full:
+        for full in fulls:
             counted = tallies[(full.workspace_id, full.address)]
             if not counted.exhausted:
                 continue
