@@ -101,9 +101,10 @@ async def get(rt: Runtime, who: Principal, template_id: str) -> Template:
 def _update(
     tx: Tx, who: Principal, template_id: str, changes: dict[str, Any], now: datetime
 ) -> Template:
+    current = _found(tx, who, template_id)
     if "subject" in changes:  # a subject saved before the rule stays editable around it
         _check_subject(changes["subject"])
-    updated = _with_variables(replace(_found(tx, who, template_id), **changes, updated_at=now))
+    updated = _with_variables(replace(current, **changes, updated_at=now))
     templates.update(tx, updated)
     _log(tx, who, "template.updated", updated, now)
     return updated
