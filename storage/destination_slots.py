@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from storage.codec import timestamp
+from storage.nodes import ALIVE
 from storage.tx import Tx
 
 
@@ -86,3 +87,16 @@ def held(tx: Tx, destination: str, now: datetime) -> int:
             {"d": destination, "now": timestamp(now)},
         )
     )
+
+
+def sites_held(tx: Tx, besides: str, now: datetime) -> dict[str, int]:
+    """How many destinations other than `besides` each live node that delivers holds slots at
+    now, by node (a node holding none counts 0; intake workers deliver nothing: absent)."""
+    rows = tx.all(
+        "SELECT n.id AS node, COUNT(DISTINCT s.destination) AS sites FROM nodes n"
+        " LEFT JOIN destination_slots s ON s.held_by = n.id AND s.lease_until >= :now"
+        " AND s.destination <> :besides"
+        " WHERE n.state = :alive AND n.role <> 'intake' GROUP BY n.id",
+        {"now": timestamp(now), "besides": besides, "alive": ALIVE},
+    )
+    return {row["node"]: int(row["sites"]) for row in rows}

@@ -181,7 +181,7 @@ async def test_claims_of_two_nodes_at_once_share_one_budget(
     async def claim(node: str) -> None:
         claims[node] = await service.running.runtime.db.write(
             throttle.claim, destination, None, 4, 0, node, when, when + timedelta(seconds=30),
-            200, Caps(),
+            200, Caps(), False,  # not steered: these two nodes are not registered
         )  # fmt: skip
 
     async with trio.open_nursery() as nursery:

@@ -94,6 +94,9 @@ LARGE = 1024 * 1024  # octets of a submitted message that make it one round's la
 CONNECTIONS = policies.DEFAULT_CONNECTIONS  # per destination across every node, by default
 IDLE_EXIT = timedelta(minutes=5)
 SLOTS_POLL = timedelta(seconds=1)  # all slots taken elsewhere: look again at least this often
+# A destination left for a less busy node (engine/delivery/throttle.py) is taken by this one
+# at its first claim this long after, if nobody has taken it meanwhile.
+STEER_GRACE = SLOTS_POLL
 
 log = logging.getLogger("postroom.delivery")
 
@@ -612,6 +615,7 @@ class _Scheduled:
         # is held under it.
         self._rekey = False
         self._connections = CONNECTIONS
+        self._yielded_at: datetime | None = None  # when it last left the site to another node
 
     async def run(self, send: trio.MemorySendChannel[_Prepared]) -> None:
         rt, queue = self.rt, self._queue
@@ -628,6 +632,8 @@ class _Scheduled:
                 now = clock.now()
                 destination = await self._destination_now(now)
                 epoch = rt.tenure.epoch
+                yielded_at = self._yielded_at
+                steer = yielded_at is None or now - yielded_at < STEER_GRACE
                 claim = await rt.db.write(
                     throttle.claim,
                     destination,
@@ -639,11 +645,13 @@ class _Scheduled:
                     now + LEASE,
                     BATCH,
                     rt.delivery_caps,
+                    steer,
                 )
             except BaseException:
                 rounds.give(token)
                 raise
             self._slot_key, self._connections = claim.key, claim.connections
+            self._yielded_at = (yielded_at or now) if claim.yielded else None
             if claim.recipients and epoch != rt.tenure.epoch:
                 # The node was found dead while it claimed: whether the claim came before
                 # the reaping (its leases freed since) or after (they are this node's), it is

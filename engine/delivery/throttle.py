@@ -21,6 +21,13 @@ Waiting is not an attempt: `attempts` stays, nothing bounces, and its 72-hour re
 starts again when the budget lets it go (`expiry_from`).
 
 A round that gets no connection slot gives its recipients back untouched and spends nothing.
+
+Sites are steered between the nodes that deliver: a queue starting a destination (holding
+none of its slots) while its node already sends to more destinations than another live
+delivering node does yields it for a moment (`yielded`), so the less busy node's queue takes
+it and two sites go through two nodes' event loops rather than share one (each node's loop
+is what bounds its rate: issue 32). A queue that yielded once takes the destination at its
+next claim if still nobody has (`steer` off): the other node may be busy, stalled or gone.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ class Claimed:
     # The egress source of each email sent from one (engine/delivery/egress_sources.py);
     # an email not in it leaves by the default egress.
     sources: dict[str, Source] = field(default_factory=dict)
+    yielded: bool = False  # left for a less busy node to take (claimed nothing)
 
 
 def _effective(
@@ -132,10 +140,12 @@ def claim(
     until: datetime,
     batch: int,
     caps: Caps,
+    steer: bool,
 ) -> Claimed:
     """Claim a round for `dest`. `key`: the slot key the queue already uses (None on its
     first round: decided here); `limit`: the connection limit of its round before; `held`:
-    the slots it holds from the round before."""
+    the slots it holds from the round before; `steer`: yield the destination to a less busy
+    node if it is new to this one."""
     if key is None:
         key = policies.destination_key(dest.domain, dest.mx_hosts, stored.suffix_patterns(tx))
     elif not held and stored.slots_taken(tx, key, limit, now) >= limit:
@@ -145,6 +155,8 @@ def claim(
         # Its leases were freed: nothing is claimed until its heartbeat has taken it back
         # (engine/platform/tenure.py); the queue looks again as it does when every slot is taken.
         return Claimed([], [], None, True, key, limit, None)
+    if steer and not held and _busier_than_another(tx, key, node, now):
+        return Claimed([], [], None, True, key, limit, None, yielded=True)
     claimed, next_due = emails.claim(tx, dest.domain, now, until, node, batch)
     if not claimed:
         return Claimed([], [], next_due, False, key, limit, None)
@@ -182,6 +194,14 @@ def claim(
     mine = {r.email_id for r in kept}
     chosen = {email_id: src for email_id, src in sources.items() if email_id in mine}
     return Claimed(kept, slots[:keep], next_due, False, key, connections, per_connection, chosen)
+
+
+def _busier_than_another(tx: Tx, key: str, node: str, now: datetime) -> bool:
+    """Whether another live delivering node sends to fewer destinations (other than `key`)
+    than `node` does now."""
+    sites = destination_slots.sites_held(tx, key, now)
+    mine = sites.pop(node, 0)
+    return any(theirs < mine for theirs in sites.values())
 
 
 def _share_of(
