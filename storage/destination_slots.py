@@ -89,14 +89,24 @@ def held(tx: Tx, destination: str, now: datetime) -> int:
     )
 
 
-def sites_held(tx: Tx, besides: str, now: datetime) -> dict[str, int]:
-    """How many destinations other than `besides` each live node that delivers holds slots at
-    now, by node (a node holding none counts 0; intake workers deliver nothing: absent)."""
+def sites_held(tx: Tx, node: str, destination: str, now: datetime) -> tuple[int | None, list[int]]:
+    """How many destinations other than `destination` `node` holds slots at now (None: it holds
+    one of `destination`'s too), and as many for each other live node that delivers (one
+    holding none: 0; intake workers deliver nothing: absent)."""
     rows = tx.all(
-        "SELECT n.id AS node, COUNT(DISTINCT s.destination) AS sites FROM nodes n"
+        "SELECT n.id AS node, COUNT(DISTINCT s.destination) AS sites,"
+        " COUNT(CASE WHEN s.destination = :d THEN 1 END) AS here FROM nodes n"
         " LEFT JOIN destination_slots s ON s.held_by = n.id AND s.lease_until >= :now"
-        " AND s.destination <> :besides"
         " WHERE n.state = :alive AND n.role <> 'intake' GROUP BY n.id",
-        {"now": timestamp(now), "besides": besides, "alive": ALIVE},
+        {"now": timestamp(now), "d": destination, "alive": ALIVE},
     )
-    return {row["node"]: int(row["sites"]) for row in rows}
+    mine: int | None = 0
+    others = []
+    for row in rows:
+        here = int(row["here"]) > 0
+        sites = int(row["sites"]) - here
+        if row["node"] != node:
+            others.append(sites)
+        else:
+            mine = None if here else sites
+    return mine, others

@@ -10,19 +10,22 @@ that node for one claim, and takes it itself after that if nobody has.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import httpx
 import trio
 
+from engine.delivery import throttle
+from engine.platform.nodes import LEASE
+from engine.platform.settings import Caps
 from postroom.service import RunningService, serve
-from storage import nodes
+from storage import destination_slots, nodes
 from storage.codec import timestamp
 from storage.tx import Tx
 from tests.harness import service as harness
 from tests.harness.clock import now
 from tests.harness.dns_server import DnsServer
-from tests.harness.sending import message, ready_account, route_mail, wait_for_status
+from tests.harness.sending import message, ready_account, route_mail, schedule, wait_for_status
 from tests.harness.service import Account, Service
 from tests.harness.smtp_sink import SmtpSink
 
@@ -111,3 +114,36 @@ async def test_a_site_left_to_a_node_that_does_not_take_it_is_sent_after_one_cla
     with trio.fail_after(SLOW):  # one claim later, while the first site's mail is still out
         assert await _sending_to(service, SECOND) == node
     await _delivered(account, first_ids + second_ids)
+
+
+async def test_a_node_keeps_a_site_it_sends_to_and_leaves_one_new_to_it(
+    service: Service, dns_server: DnsServer
+) -> None:
+    # The claim itself, for a node sending to a third site and to the first (a round of its
+    # holds a slot there while it is built), beside nodes sending to nothing: its next round
+    # for the first site is claimed (its queue holds no slot yet: the round holds them), and
+    # the second site, new to it, is left to them.
+    account = await ready_account(service, dns_server)
+    send_at = now(service) + timedelta(hours=1)
+    await schedule(account, [f"r@{FIRST}", f"r@{SECOND}"], send_at)
+    when = send_at + timedelta(seconds=5)
+
+    def sending(tx: Tx) -> None:
+        nodes.register(tx, "node-a", "elsewhere", 1, "delivery", None, when)
+        for site in ("third.example", FIRST):
+            destination_slots.acquire(tx, site, 10, 1, "node-a", when, when + LEASE)
+
+    db = service.running.runtime.db
+    await db.write(sending)
+
+    async def claim(domain: str) -> throttle.Claimed:
+        destination = throttle.Destination(domain, (f"mx.{domain}",))
+        return await db.write(
+            throttle.claim, destination, None, 10, 0, "node-a", when, when + LEASE, 200, Caps(),
+            True,
+        )  # fmt: skip
+
+    kept = await claim(FIRST)
+    assert [r.address for r in kept.recipients] == [f"r@{FIRST}"] and not kept.yielded
+    left = await claim(SECOND)
+    assert left.yielded and not left.recipients

@@ -22,12 +22,13 @@ starts again when the budget lets it go (`expiry_from`).
 
 A round that gets no connection slot gives its recipients back untouched and spends nothing.
 
-Sites are steered between the nodes that deliver: a queue starting a destination (holding
-none of its slots) while its node already sends to more destinations than another live
-delivering node does yields it for a moment (`yielded`), so the less busy node's queue takes
-it and two sites go through two nodes' event loops rather than share one (each node's loop
-is what bounds its rate: issue 32). A queue that yielded once takes the destination at its
-next claim if still nobody has (`steer` off): the other node may be busy, stalled or gone.
+Sites are steered between the nodes that deliver: a node claiming for a destination new to
+it (none of its rounds holds a slot there) while it already sends to more destinations than
+another live delivering node does yields it for a moment (`yielded`), so the less busy node's
+queue takes it and two sites go through two nodes' event loops rather than share one (a
+node's loop is what bounds its rate: issue 32). A queue that yielded once takes the
+destination at its next claim if still nobody has (`steer` off): the other node may be busy,
+stalled or gone. A site a node already sends to stays with it while it has work there.
 """
 
 from __future__ import annotations
@@ -197,11 +198,10 @@ def claim(
 
 
 def _busier_than_another(tx: Tx, key: str, node: str, now: datetime) -> bool:
-    """Whether another live delivering node sends to fewer destinations (other than `key`)
-    than `node` does now."""
-    sites = destination_slots.sites_held(tx, key, now)
-    mine = sites.pop(node, 0)
-    return any(theirs < mine for theirs in sites.values())
+    """Whether the destination is new to `node` (it holds none of its slots, for no round) and
+    another live delivering node sends to fewer other destinations than `node` does now."""
+    mine, others = destination_slots.sites_held(tx, node, key, now)
+    return mine is not None and any(theirs < mine for theirs in others)
 
 
 def _share_of(
