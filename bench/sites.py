@@ -246,7 +246,7 @@ def verdict(variant: str, found: dict[str, dict[str, Any]]) -> str:
     if worst["total"] >= NOT_LOWERED:
         return (
             f"{lowered}, while A+B together keep {worst['total']:.2f}x of A's rate alone:"
-            " the sites share the delivery worker's CPU, none is lost"
+            " the sites share the CPU (one delivery worker's, or the machine's), none is lost"
         )
     return f"{lowered}, and A+B together make only {worst['total']:.2f}x of A alone"
 

@@ -134,6 +134,49 @@ def test_dane_ta_refuses_a_leaf_for_another_name_and_pkix_usages_are_unusable() 
     assert dane.usable(pkix) == ()  # RFC 7672 3.1.3, and unknown selectors and types
 
 
+def _without_mx(loopback: Loopback, sink: SmtpSink, tlsa: str, *, secure: bool = True) -> None:
+    """The domain publishes no MX record, only its own address, and a TLSA record at itself;
+    its answers (the MX denial, the addresses) and the TLSA answer authenticated if `secure`."""
+    loopback.dns.set(DOMAIN, "A", ["127.0.0.1"])
+    name = f"_{sink.port}._tcp.{DOMAIN}"
+    loopback.dns.set(name, "TLSA", [tlsa])
+    if secure:
+        loopback.dns.secure(DOMAIN, name)
+
+
+@one_engine
+async def test_a_domain_without_mx_records_is_its_own_tlsa_base_domain(
+    loopback: Loopback,
+) -> None:
+    # RFC 7672 2.2.2: mail goes to the domain's own address, and its TLSA records bind it.
+    sink, chain = await dane_sink(loopback, loopback.tls_ca.ca, "somewhere.else.example")
+    _without_mx(loopback, sink, f"3 1 1 {'00' * 32}")
+    async with _service(loopback, sink) as service:
+        account = await ready_account(service, loopback.dns)
+        done = await send_until(account, f"ann@{DOMAIN}", was_deferred)
+        [deferred, *_] = events_of(done, "deferred")
+        assert deferred["policy"] == "dane" and deferred["reason"] == "tls_policy"
+        assert "no TLSA record matches" in deferred["response"]
+        assert sink.messages == []
+        _without_mx(loopback, sink, f"3 1 1 {spki_sha256(chain[0])}")
+        done = await send_until(account, f"bob@{DOMAIN}", is_delivered)
+        [delivered] = events_of(done, "delivered")
+        assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
+
+
+@one_engine
+async def test_a_domain_without_mx_records_and_unauthenticated_answers_has_no_dane(
+    loopback: Loopback,
+) -> None:
+    sink, _ = await dane_sink(loopback, loopback.tls_ca.ca, DOMAIN)
+    _without_mx(loopback, sink, f"3 1 1 {'00' * 32}", secure=False)
+    async with _service(loopback, sink) as service:
+        account = await ready_account(service, loopback.dns)
+        done = await send_until(account, f"ann@{DOMAIN}", is_delivered)
+        [delivered] = events_of(done, "delivered")
+        assert delivered["policy"] == "opportunistic"
+
+
 @one_engine
 async def test_without_the_ad_bit_delivery_is_opportunistic(loopback: Loopback) -> None:
     sink, _ = await dane_sink(loopback, loopback.tls_ca.ca, MX)

@@ -5,7 +5,10 @@ With POSTROOM_DNSSEC on, each MX host named by an authenticated (AD) MX answer h
 authenticated too and holds a usable record, the host is spoken to only over STARTTLS whose
 presented certificates match one (`check`); otherwise it is passed over (`tls_policy`),
 never spoken to in plain text. A failed TLSA lookup for such a host passes it over as well
-(2.1.1); an insecure MX or TLSA answer, or none, is no DANE for the host.
+(2.1.1); an insecure MX or TLSA answer, or none, is no DANE for the host. A domain without MX
+records is its own host (`_<port>._tcp.<domain>`, and the name DANE-TA checks) when the
+denial of its MX records and its address answers are authenticated, not through a CNAME
+(2.2.2: engine/delivery/mx.py).
 
 Usable records (RFC 7672 3.1): DANE-TA(2) and DANE-EE(3), selector 0 (the certificate) or
 1 (its SubjectPublicKeyInfo), matching type 0 (exact), 1 (SHA-256) or 2 (SHA-512); PKIX-TA(0)

@@ -35,7 +35,8 @@ class MxTarget:
     host: str
     addresses: tuple[str, ...]
     # The MX answer naming the host was authenticated (DNSSEC): DANE may apply to it
-    # (engine/delivery/dane.py). False for a domain without MX records.
+    # (engine/delivery/dane.py). For a domain without MX records (the domain is the host):
+    # the denial of its MX records and its own address answers were (RFC 7672 2.2.2).
     secure: bool = False
 
 
@@ -50,11 +51,15 @@ async def targets(
     found = []
     refused = 0
     for host in dict.fromkeys(hosts):
-        addresses = await lookups.addresses(resolver, host)
+        addresses, direct = await lookups.addresses_secured(resolver, host)
         allowed = addresses if allow_private else public_only(addresses)
         refused += len(addresses) - len(allowed)
         if allowed:
-            found.append(MxTarget(host, tuple(allowed), secure and bool(records)))
+            # Without MX records the domain is its own TLSA base domain when its address
+            # records are authenticated and not reached through a CNAME (RFC 7672 2.2.2;
+            # a CNAME's target as base domain is not followed).
+            covered = secure if records else secure and direct
+            found.append(MxTarget(host, tuple(allowed), covered))
     if not found and refused:
         raise PrivateTargets(
             f"the mail hosts of {domain} resolve only to private or reserved addresses,"

@@ -53,12 +53,24 @@ def secure(answer: dns.resolver.Answer) -> bool:
 async def _answer(
     resolver: dns.asyncresolver.Resolver, name: str, rdtype: str
 ) -> dns.resolver.Answer | None:
+    return (await _answer_secured(resolver, name, rdtype))[0]
+
+
+async def _answer_secured(
+    resolver: dns.asyncresolver.Resolver, name: str, rdtype: str
+) -> tuple[dns.resolver.Answer | None, bool]:
+    """The answer (None: no such records) and whether it, or the denial that there are
+    any at an existing name, was authenticated."""
     try:
-        return await resolver.resolve(name, rdtype, search=False)
-    except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
-        return None
+        answer = await resolver.resolve(name, rdtype, search=False)
+    except dns.resolver.NoAnswer as exc:
+        denial = exc.kwargs.get("response")
+        return None, denial is not None and bool(denial.flags & dns.flags.AD)
+    except dns.resolver.NXDOMAIN:
+        return None, False
     except (dns.resolver.NoNameservers, dns.exception.Timeout, dns.resolver.LifetimeTimeout) as exc:
         raise TemporaryDnsError(f"{rdtype} lookup of {name} failed: {exc}") from exc
+    return answer, secure(answer)
 
 
 async def rdatas(
@@ -85,10 +97,11 @@ async def mx(resolver: dns.asyncresolver.Resolver, name: str) -> list[tuple[int,
 async def mx_secured(
     resolver: dns.asyncresolver.Resolver, name: str
 ) -> tuple[list[tuple[int, str]], bool]:
-    """As `mx`, and whether the answer was authenticated (`secure`; False for none)."""
-    answer = await _answer(resolver, name, "MX")
+    """As `mx`, and whether the answer was authenticated (`secure`), or for none whether the
+    denial that the name has MX records was."""
+    answer, authenticated = await _answer_secured(resolver, name, "MX")
     if answer is None:
-        return [], False
+        return [], authenticated
     records = [
         (int(rdata.preference), rdata.exchange.to_text(omit_final_dot=True).lower())
         for rdata in answer
@@ -113,12 +126,23 @@ async def tlsa(
 
 async def addresses(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
     """The IPv4 then IPv6 addresses of a host name."""
+    return (await addresses_secured(resolver, name))[0]
+
+
+async def addresses_secured(
+    resolver: dns.asyncresolver.Resolver, name: str
+) -> tuple[list[str], bool]:
+    """As `addresses`, and whether both answers (or denials) were authenticated and came
+    from the name itself, not through a CNAME."""
     found: list[str] = []
+    direct = True
     for rdtype in ("A", "AAAA"):
-        answer = await _answer(resolver, name, rdtype)
+        answer, authenticated = await _answer_secured(resolver, name, rdtype)
+        direct = direct and authenticated
         if answer is not None:
+            direct = direct and answer.canonical_name == answer.qname
             found.extend(rdata.to_text() for rdata in answer)
-    return found
+    return found, direct
 
 
 async def confirmed_name(resolver: dns.asyncresolver.Resolver, address: str) -> str | None:
