@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import trustme
@@ -57,6 +58,19 @@ def _service(
     return harness.started(loopback.nursery, settings, loopback.clock)
 
 
+def _refused_under_dane(done: dict[str, Any], sink: SmtpSink) -> None:
+    """The email waits: DANE passed the host over, and the sink got nothing."""
+    [deferred, *_] = events_of(done, "deferred")
+    assert deferred["policy"] == "dane" and deferred["reason"] == "tls_policy"
+    assert "no TLSA record matches" in deferred["response"]
+    assert sink.messages == []
+
+
+def _verified_under_dane(done: dict[str, Any]) -> None:
+    [delivered] = events_of(done, "delivered")
+    assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
+
+
 @one_engine
 async def test_dane_ee_match_delivers_with_policy_dane_and_no_name_check(
     loopback: Loopback,
@@ -67,8 +81,7 @@ async def test_dane_ee_match_delivers_with_policy_dane_and_no_name_check(
     async with _service(loopback, sink) as service:
         account = await ready_account(service, loopback.dns)
         done = await send_until(account, f"ann@{DOMAIN}", is_delivered)
-        [delivered] = events_of(done, "delivered")
-        assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
+        _verified_under_dane(done)
         assert [m.tls for m in sink.messages] == [True]
         counts = await tls_counts(service)
         assert counts[("dane", "verified")] == 1
@@ -83,10 +96,7 @@ async def test_dane_ee_mismatch_defers_and_never_sends_in_plain_text(
     async with _service(loopback, sink) as service:
         account = await ready_account(service, loopback.dns)
         done = await send_until(account, f"ann@{DOMAIN}", was_deferred)
-        [deferred, *_] = events_of(done, "deferred")
-        assert deferred["policy"] == "dane" and deferred["reason"] == "tls_policy"
-        assert "no TLSA record matches" in deferred["response"]
-        assert sink.messages == []
+        _refused_under_dane(done, sink)
         assert not any(line.startswith("MAIL") for line in sink.transcript)
 
 
@@ -114,8 +124,7 @@ async def test_dane_ta_match_checks_the_chain_and_the_mx_name(loopback: Loopback
     async with _service(loopback, sink) as service:
         account = await ready_account(service, loopback.dns)
         done = await send_until(account, f"ann@{DOMAIN}", is_delivered)
-        [delivered] = events_of(done, "delivered")
-        assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
+        _verified_under_dane(done)
 
 
 def test_dane_ta_refuses_a_leaf_for_another_name_and_pkix_usages_are_unusable() -> None:
@@ -154,14 +163,10 @@ async def test_a_domain_without_mx_records_is_its_own_tlsa_base_domain(
     async with _service(loopback, sink) as service:
         account = await ready_account(service, loopback.dns)
         done = await send_until(account, f"ann@{DOMAIN}", was_deferred)
-        [deferred, *_] = events_of(done, "deferred")
-        assert deferred["policy"] == "dane" and deferred["reason"] == "tls_policy"
-        assert "no TLSA record matches" in deferred["response"]
-        assert sink.messages == []
+        _refused_under_dane(done, sink)
         _without_mx(loopback, sink, f"3 1 1 {spki_sha256(chain[0])}")
         done = await send_until(account, f"bob@{DOMAIN}", is_delivered)
-        [delivered] = events_of(done, "delivered")
-        assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
+        _verified_under_dane(done)
 
 
 @one_engine
@@ -227,5 +232,4 @@ async def test_dane_wins_over_an_mta_sts_policy(loopback: Loopback) -> None:
     async with _service(loopback, sink) as service:
         account = await ready_account(service, loopback.dns)
         done = await send_until(account, f"ann@{DOMAIN}", is_delivered)
-        [delivered] = events_of(done, "delivered")
-        assert delivered["policy"] == "dane" and delivered["tls"]["verified"] is True
+        _verified_under_dane(done)
