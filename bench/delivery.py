@@ -65,6 +65,8 @@ from bench.peers import (
     c_sink_mail,
     loopback_mail,
     postroom_process,
+    until_healthy,
+    verified_domain,
 )
 from bench.postfix import CSink, tree_cpu_seconds
 from bench.stats import median, median_run
@@ -85,16 +87,8 @@ def received(sink: Sink) -> int:
 
 async def ready_to_send(api: httpx.AsyncClient, dns_server: DnsServer) -> None:
     """Wait for the service, then register DOMAIN (DKIM published, verified) and its sender."""
-    for _ in range(600):
-        try:
-            if (await api.get("/healthz")).status_code == 200:
-                break
-        except httpx.TransportError:
-            await trio.sleep(0.05)
-    domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
-    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
-    await api.post(f"/v1/domains/{domain['id']}/verify")
+    await until_healthy(api)
+    await verified_domain(api, dns_server, DOMAIN)
     await api.post("/v1/senders/", json={"email": f"news@{DOMAIN}"})
 
 

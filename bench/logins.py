@@ -27,7 +27,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api_throughput import REPO
-from bench.peers import bench_parser, memory_mib, postroom_process
+from bench.peers import bench_parser, memory_mib, postroom_process, until_healthy
 from bench.stats import median_run
 
 SOURCES = 20  # client addresses the flood comes from: 127.0.<run>.1-20
@@ -35,12 +35,7 @@ SOURCES = 20  # client addresses the flood comes from: 127.0.<run>.1-20
 
 async def _ready(url: str) -> None:
     async with httpx.AsyncClient(base_url=url) as client:
-        for _ in range(600):
-            try:
-                if (await client.get("/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                await trio.sleep(0.05)
+        await until_healthy(client)
 
 
 async def _reads(url: str, key: str, args: argparse.Namespace) -> dict[str, Any]:

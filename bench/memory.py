@@ -32,7 +32,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.delivery import DOMAIN
-from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
+from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process, until_healthy
 from engine.domains import registry as domains
 from engine.platform.runtime import Principal
 from engine.sending import intake
@@ -97,13 +97,7 @@ async def measure(engine: str, count: int, domains_: int, work: float) -> dict[s
         ) as service:
             started = time.perf_counter()  # the process is spawned after prepare
             async with httpx.AsyncClient(base_url=service.url) as api:
-                while True:
-                    try:
-                        if (await api.get("/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(0.02)
+                await until_healthy(api)
                 startup = time.perf_counter() - started
                 ready = memory_mib(service.pid)
                 await trio.sleep(work)

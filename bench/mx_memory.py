@@ -28,7 +28,14 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api_throughput import _free_port
-from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
+from bench.peers import (
+    bench_parser,
+    loopback_mail,
+    memory_mib,
+    postroom_process,
+    until_healthy,
+    verified_domain,
+)
 from bench.wrk import process_tree
 
 DOMAIN = "in.example.org"
@@ -85,15 +92,11 @@ def _send(address: tuple[str, int], data: bytes) -> str:
 
 async def _prepare(api: httpx.AsyncClient, dns_server: Any) -> None:
     """A verified domain with a forward from SOURCE to DESTINATION."""
-    domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
-    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
-    verified = (await api.post(f"/v1/domains/{domain['id']}/verify")).json()
-    assert verified["status"] == "verified", verified
+    domain_id = await verified_domain(api, dns_server, DOMAIN)
     dns_server.set(DOMAIN, "MX", ["10 localhost."])  # the service's POSTROOM_SMTP_HOST
     forward = {
         "source_email": SOURCE,
-        "domain_id": domain["id"],
+        "domain_id": domain_id,
         "destination_emails": [DESTINATION],
     }
     created = await api.post("/v1/forwards/", json=forward)
@@ -116,14 +119,7 @@ async def measure(
         ) as service:
             headers = {"Authorization": f"Bearer {service.key}"}
             async with httpx.AsyncClient(base_url=service.url, headers=headers) as api:
-                with trio.fail_after(300):  # a loaded machine starts slowly
-                    while True:
-                        try:
-                            if (await api.get("/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        await trio.sleep(0.05)
+                await until_healthy(api)
                 await _prepare(api, dns_server)
             await trio.sleep(1)  # let start-up's own allocations settle
             before = memory_mib(service.pid)["VmRSS"]

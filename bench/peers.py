@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
@@ -137,3 +138,28 @@ async def c_sink_mail(nursery: trio.Nursery) -> AsyncIterator[tuple[DnsServer, C
     dns_server.set(RECIPIENT_DOMAIN, "MX", [f"10 mx.{RECIPIENT_DOMAIN}."])
     dns_server.set(f"mx.{RECIPIENT_DOMAIN}", "A", ["127.0.0.1"])
     yield dns_server, sink
+
+
+STARTUP = 300  # seconds a service may take to answer /healthz (a loaded machine starts slowly)
+
+
+async def until_healthy(api: httpx.AsyncClient) -> None:
+    """Wait until the service `api` talks to answers /healthz with 200."""
+    with trio.fail_after(STARTUP):
+        while True:
+            try:
+                if (await api.get("/healthz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await trio.sleep(0.02)
+
+
+async def verified_domain(api: httpx.AsyncClient, dns_server: DnsServer, name: str) -> str:
+    """The id of domain `name`, added, its DKIM record published on `dns_server`, verified."""
+    domain = (await api.post("/v1/domains/", json={"name": name})).json()
+    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
+    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
+    verified = (await api.post(f"/v1/domains/{domain['id']}/verify")).json()
+    assert verified["status"] == "verified", verified
+    return str(domain["id"])

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import wrk
 from bench.accept import _py_spy, _stop_spies
 from bench.api_throughput import CREATE_ACCOUNT, REPO, _database, _free_port
+from bench.peers import until_healthy, verified_domain
 from engine.platform.nodes import Role
 from postroom import workers
 from tests.harness.dns_server import DnsServer
@@ -128,19 +129,10 @@ async def _serve(plain_port: int, role: Role) -> None:
 
 async def _setup(api: httpx.AsyncClient, dns_server: DnsServer) -> dict[str, Any]:
     """Wait for the service; a verified domain, its sender and an SMTP credential."""
-    for _ in range(600):
-        try:
-            if (await api.get("/healthz")).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        await trio.sleep(0.05)
-    domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
-    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
-    await api.post(f"/v1/domains/{domain['id']}/verify")
+    await until_healthy(api)
+    domain_id = await verified_domain(api, dns_server, DOMAIN)
     await api.post("/v1/senders/", json={"email": SENDER})
-    created = await api.post("/v1/smtp-credentials/", json={"domain_id": domain["id"]})
+    created = await api.post("/v1/smtp-credentials/", json={"domain_id": domain_id})
     credential: dict[str, Any] = created.json()
     return credential
 

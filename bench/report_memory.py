@@ -35,7 +35,14 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api_throughput import _free_port
-from bench.peers import bench_parser, loopback_mail, memory_mib, postroom_process
+from bench.peers import (
+    bench_parser,
+    loopback_mail,
+    memory_mib,
+    postroom_process,
+    until_healthy,
+    verified_domain,
+)
 
 DOMAIN = "reports.example.org"
 RUA = f"dmarc@{DOMAIN}"
@@ -105,14 +112,6 @@ def _send(address: tuple[str, int], data: bytes) -> str:
         return str(error)[:80]
 
 
-async def _prepare(api: httpx.AsyncClient, dns_server: Any) -> None:
-    domain = (await api.post("/v1/domains/", json={"name": DOMAIN})).json()
-    dkim = next(r for r in domain["dns_records"] if r["purpose"] == "dkim")
-    dns_server.set(dkim["host"], "TXT", [dkim["value"]])
-    verified = (await api.post(f"/v1/domains/{domain['id']}/verify")).json()
-    assert verified["status"] == "verified", verified
-
-
 async def measure(engine: str, bomb_mib: int, xml_mib: int, settle: float) -> list[dict[str, Any]]:
     bomb, inflated = zip_bomb(bomb_mib, 2**32 - 1)
     liar, _ = zip_bomb(bomb_mib, 1024)
@@ -141,15 +140,8 @@ async def measure(engine: str, bomb_mib: int, xml_mib: int, settle: float) -> li
         ) as service:
             headers = {"Authorization": f"Bearer {service.key}"}
             async with httpx.AsyncClient(base_url=service.url, headers=headers) as api:
-                with trio.fail_after(300):
-                    while True:
-                        try:
-                            if (await api.get("/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        await trio.sleep(0.05)
-                await _prepare(api, dns_server)
+                await until_healthy(api)
+                await verified_domain(api, dns_server, DOMAIN)
             await trio.sleep(1)
             for name, attachment, kind in cases:
                 data = report_mail(attachment, *kinds[kind])
