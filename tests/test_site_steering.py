@@ -31,7 +31,7 @@ from tests.harness.smtp_sink import SmtpSink
 
 FIRST, SECOND = "first.example", "second.example"
 EACH = 4  # emails to each site
-SLOW = 3.0  # seconds the sink waits before answering a message: its site's slots stay held
+SLOW = 5.0  # seconds the sink waits before answering a message: its site's slots stay held
 
 
 def _holders_of(tx: Tx, destination: str, at: datetime) -> set[str]:
@@ -111,7 +111,9 @@ async def test_a_site_left_to_a_node_that_does_not_take_it_is_sent_after_one_cla
     first_ids = await _send(account.client, FIRST)
     node = await _sending_to(service, FIRST)
     second_ids = await _send(account.client, SECOND)
-    with trio.fail_after(SLOW):  # one claim later, while the first site's mail is still out
+    # One claim later (a second), while the first site's mail is still out, and long before
+    # the stalled node is found dead (DEAD_AFTER: 15 s) and the second site is no longer left.
+    with trio.fail_after(SLOW - 1):
         assert await _sending_to(service, SECOND) == node
     await _delivered(account, first_ids + second_ids)
 
