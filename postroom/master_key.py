@@ -16,7 +16,7 @@ from pathlib import Path
 
 from engine.platform.errors import EngineError
 from postroom.config import Settings
-from storage import accounts, sealing
+from storage import accounts, sealed_columns
 from storage.database import Database
 from storage.sealing import Sealer, SealingError
 
@@ -42,7 +42,7 @@ async def install(db: Database, settings: Settings) -> None:
         await db.write(accounts.secret, _CHECK_NAME, _CHECK_VALUE)
     except SealingError:
         raise MasterKeyError(_mismatch(settings)) from None
-    if sealed := await db.transaction(sealing.seal_clear_values):
+    if sealed := await db.transaction(sealed_columns.seal_clear_values):
         log.info("sealed %d secrets that were stored in clear", sealed)
 
 
@@ -73,7 +73,7 @@ async def _master_key(db: Database, settings: Settings) -> bytes:
         raise MasterKeyError(
             f"cannot read the key file {path}: {exc.strerror}; check POSTROOM_SECRET_KEY_FILE"
         ) from None
-    if await db.read(sealing.anything_sealed):
+    if await db.read(sealed_columns.anything_sealed):
         raise MasterKeyError(
             f"no key file at {path}, but this database holds secrets sealed with a master key:"
             f" restore the key file they were sealed with (from a backup or another node) to"
