@@ -3,19 +3,22 @@
 The storage rules are in storage/privacy.py (what is deleted, what rewritten, the hash kept
 on the suppression list). Here: the address must be one (422 otherwise) and is normalised
 as everywhere (lower case); the hash goes on the suppression list first, so no mail reaches
-the address while the rest is rewritten; each pass then runs in batches of `BATCH` rows, one unit of work each, so a
-large history never holds the writer long; the activity-log entry, which names only the
-placeholder, comes last with what was touched. A request cut short leaves a partial erasure
-that the same request, made again, completes. On SQLite the write-ahead log is checkpointed
-and truncated at the end, so the rewritten pages' old copies leave the files.
+the address while the rest is rewritten, and the sends begun before it are waited for (one
+that read the list just before commits its email after: the passes must see it); each pass
+then runs in batches of `BATCH` rows, one unit of work each, so a large history never holds
+the writer long; the activity-log entry, which names only the placeholder, comes last with
+what was touched. A request cut short leaves a partial erasure that the same request, made
+again, completes. On SQLite the write-ahead log is checkpointed and truncated at the end, so
+the rewritten pages' old copies leave the files.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-import trio.lowlevel
+import trio
 
 from engine.activity import Change, record
 from engine.addresses import normalize_email
@@ -26,6 +29,12 @@ from storage import privacy
 from storage.tx import Tx
 
 BATCH = 200
+# How long an erasure waits for the sends begun before the address was suppressed (units of
+# work of milliseconds; a transaction held open longer is not a send, and is not waited for).
+IN_FLIGHT_WAIT = 30.0
+IN_FLIGHT_POLL = 0.05
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +60,7 @@ async def erase(rt: Runtime, who: Principal, address: str) -> Erased:
     address = normalize_email(address.strip(), "email")
     ws = who.workspace_id
     hashed: str = await rt.db.write(privacy.keep_suppressed, ws, address, rt.clock.now())
+    await _sends_in_flight_ended(rt)
     cancel = statuses.recipients_move(Trigger.CANCEL, (*statuses.WAITING, statuses.HELD))
     erasure = privacy.Erasure(
         ws, address, privacy.placeholder(hashed), cancel, statuses.SUMMARISE, rt.clock.now()
@@ -72,3 +82,22 @@ async def erase(rt: Runtime, who: Principal, address: str) -> Erased:
     # home and empty the log, so the old copies of the address leave the files now.
     await rt.db.checkpoint()
     return erased
+
+
+async def _sends_in_flight_ended(rt: Runtime) -> None:
+    """Wait for the transactions begun before the address was suppressed to end. A send that
+    read the suppression list just before may still be writing its email (PostgreSQL commits
+    it later, with an id the passes could have gone by): once it has ended, the passes see
+    it, rewrite it and cancel its recipients."""
+    moment = await rt.db.read(privacy.database_time)
+    if moment is None:
+        return
+    with trio.move_on_after(IN_FLIGHT_WAIT):
+        while await rt.db.read(privacy.begun_before, moment):  # noqa: ASYNC110 - nothing to wait on
+            await trio.sleep(IN_FLIGHT_POLL)
+        return
+    log.warning(
+        "an erasure waited %.0f s for transactions begun before it to end, and goes on:"
+        " an email such a transaction is writing may keep the address",
+        IN_FLIGHT_WAIT,
+    )

@@ -457,3 +457,23 @@ def keep_suppressed(tx: Tx, workspace_id: str, address: str, now: datetime) -> s
         {"ws": workspace_id, "hash": hashed, "reason": reason, "at": timestamp(now)},
     )
     return hashed
+
+
+def database_time(tx: Tx) -> Any:
+    """The database's clock as this statement runs (PostgreSQL); None on SQLite, whose
+    writers take turns (`begun_before` has nothing to wait for there)."""
+    if tx.dialect != "postgresql":
+        return None
+    return tx.value("SELECT clock_timestamp()")
+
+
+def begun_before(tx: Tx, moment: Any) -> int:
+    """How many other transactions on this database, begun before `moment` (`database_time`),
+    are still open."""
+    return int(
+        tx.value(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND xact_start < :moment",
+            {"moment": moment},
+        )
+    )

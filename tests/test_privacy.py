@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import timedelta
+from typing import Any
 
+import httpx
+import psycopg
 import pytest
+import trio
 
 from engine import privacy
+from engine.sending import statuses
 from storage.tx import Tx
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
@@ -83,6 +89,63 @@ async def test_erasure_is_scoped_to_the_workspace(service: Service, dns_server: 
     assert ANN not in (await theirs.client.get("/v1/suppressions/")).text
     refused = await mine.client.post("/v1/privacy/erase", json={"email": "not an address"})
     assert refused.status_code == 422 and refused.json()["code"] == "validation_error"
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_an_email_accepted_while_its_address_is_erased_is_erased_too(
+    service: Service, dns_server: DnsServer, database_url: str
+) -> None:
+    """A send that read the suppression list before the erasure put the hash on it commits its
+    email after (held here at its monthly count by a lock): the erasure waits for it, then
+    rewrites the address out of it and cancels it. PostgreSQL only: SQLite's writers take
+    turns, so there a send cannot straddle the erasure's first write."""
+    account = await ready_account(service, dns_server)
+    client = account.client
+    later = (service.running.runtime.clock.now() + timedelta(hours=1)).isoformat()
+    first = await client.post("/v1/emails/", json=message("bob@erase.example", send_at=later))
+    assert first.status_code == 202, first.text  # the workspace's monthly count has its row
+    lock = await trio.to_thread.run_sync(_connect, database_url, False)
+    # Activity is read afresh outside a transaction (inside one, it is read once).
+    watch = await trio.to_thread.run_sync(_connect, database_url, True)
+    try:
+        lock.execute(
+            "SELECT * FROM usage_shards WHERE workspace_id = %s FOR UPDATE",
+            (account.workspace_id,),
+        )
+        results: dict[str, httpx.Response] = {}
+
+        async def call(name: str, path: str, body: dict[str, Any]) -> None:
+            results[name] = await client.post(path, json=body)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "sent", "/v1/emails/", message(ANN, send_at=later))
+            with trio.fail_after(10):  # the send has stored its email and waits to count it
+                while not _waiting_on_a_lock(watch):  # noqa: ASYNC110 - no event to wait on
+                    await trio.sleep(0.05)
+            nursery.start_soon(call, "erased", "/v1/privacy/erase", {"email": ANN})
+            await trio.sleep(1)
+            assert "erased" not in results  # it waits for the send begun before it
+            await trio.to_thread.run_sync(lock.commit)
+    finally:
+        await trio.to_thread.run_sync(lock.close)
+        await trio.to_thread.run_sync(watch.close)
+    sent, erased = results["sent"], results["erased"]
+    assert sent.status_code == 202 and erased.status_code == 200, (sent.text, erased.text)
+    assert erased.json()["emails"] == 1
+    email = (await client.get(f"/v1/emails/{sent.json()['id']}")).json()
+    assert ANN not in json.dumps(email) and email["status"] == statuses.CANCELLED, email
+
+
+def _connect(url: str, autocommit: bool) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=autocommit)
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _inbound(tx: Tx) -> list[tuple[str, bytes]]:
