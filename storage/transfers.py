@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.codec import parse_optional_timestamp, parse_timestamp, timestamp
-from storage.sealing import DKIM_PRIVATE_KEY
+from storage.sealing import DKIM_PRIVATE_KEY, ED25519_PRIVATE_KEY
 from storage.tx import Row, Tx
 
 
@@ -256,9 +256,15 @@ def scheduled_email_count(tx: Tx, workspace_id: str, domain_id: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class NewDkimKey:
+    """A transferred domain's new DKIM keys: its RSA key, and the Ed25519 key that replaces
+    the one it signs with beside RSA (a domain without one is given none)."""
+
     selector: str
     private_pem: str
     public_b64: str
+    ed25519_selector: str
+    ed25519_private_pem: str
+    ed25519_public_b64: str
 
 
 def move_domain(
@@ -267,9 +273,9 @@ def move_domain(
     """Move a domain with its senders (and BIMI settings, which are its columns) to a workspace.
 
     A same-named registration the target made meanwhile is removed first: only one of the
-    two can ever be verified and the transferred one replaces it. With a new DKIM key the
-    domain is pending again until its new record is found. Returns the removed duplicates as
-    (id, name).
+    two can ever be verified and the transferred one replaces it. With new DKIM keys (its
+    Ed25519 key replaced only if it has one) the domain is pending again until its new
+    records are found. Returns the removed duplicates as (id, name).
     """
     duplicates = tx.all(
         "SELECT id, name FROM domains WHERE workspace_id = :ws AND id <> :id"
@@ -298,6 +304,18 @@ def move_domain(
                 "selector": new_key.selector,
                 "private": tx.sealer.seal(DKIM_PRIVATE_KEY, domain_id, new_key.private_pem),
                 "public": new_key.public_b64,
+                "id": domain_id,
+            },
+        )
+        tx.execute(
+            "UPDATE domains SET ed25519_selector = :selector, ed25519_private_key = :private,"
+            " ed25519_public_key = :public WHERE id = :id AND ed25519_private_key IS NOT NULL",
+            {
+                "selector": new_key.ed25519_selector,
+                "private": tx.sealer.seal(
+                    ED25519_PRIVATE_KEY, domain_id, new_key.ed25519_private_pem
+                ),
+                "public": new_key.ed25519_public_b64,
                 "id": domain_id,
             },
         )

@@ -161,6 +161,9 @@ async def test_rotate_dkim_on_accept_gives_the_domain_a_new_key_to_publish(
     service: Service, dns_server: DnsServer, smtp_sink: SmtpSink, clock: MockClock
 ) -> None:
     source, target, domain = await setup(service, dns_server)
+    # It signs with Ed25519 beside RSA: that key is replaced too.
+    signing = await source.client.patch(f"/v1/domains/{domain}", json={"ed25519_signing": True})
+    assert signing.status_code == 200, signing.text
     before = (await source.client.get(f"/v1/domains/{domain}")).json()
     started = await initiate(source, target, domain)
     response = await target.client.post(
@@ -171,10 +174,13 @@ async def test_rotate_dkim_on_accept_gives_the_domain_a_new_key_to_publish(
     await wait_for_transfer(source, started["id"], "completed")
     after = (await target.client.get(f"/v1/domains/{domain}")).json()
     assert after["status"] == "pending"
-    dkim_before = next(r for r in before["dns_records"] if r["purpose"] == "dkim")
-    dkim_after = next(r for r in after["dns_records"] if r["purpose"] == "dkim")
+    dkim_before, ed25519_before = [r for r in before["dns_records"] if r["purpose"] == "dkim"]
+    dkim_after, ed25519_after = [r for r in after["dns_records"] if r["purpose"] == "dkim"]
     assert dkim_after["host"] != dkim_before["host"]
     assert dkim_after["value"] != dkim_before["value"]
+    assert "k=ed25519" in ed25519_after["value"] and after["ed25519_signing"]
+    assert ed25519_after["host"] != ed25519_before["host"]
+    assert ed25519_after["value"] != ed25519_before["value"]
     assert "domain.dkim_rotated" in await actions(target)
     # The new owner publishes the new record and the background checker verifies it by
     # itself: its three days count from the re-keying, not from the domain's registration.

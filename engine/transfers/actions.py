@@ -4,9 +4,10 @@ Each operation is one unit of work: the state change (decided by engine/transfer
 its activity entries on each side, and the mail announcing it (engine/transfers/notices.py)
 commit together. Accept and stop tokens are random, stored as SHA-256 and used up when used.
 On completion the domain moves with its senders, forwards and BIMI settings; the previous
-owner's SMTP credentials for it are revoked; with `rotate_dkim` it gets a new DKIM key and is
-pending until the new record is published and verified. A domain the sandbox marked verified
-arrives pending whatever the path (the mark was valid only where it was made).
+owner's SMTP credentials for it are revoked; with `rotate_dkim` it gets new DKIM keys (RSA,
+and Ed25519 if it has one) and is pending until the new records are published and verified.
+A domain the sandbox marked verified arrives pending whatever the path (the mark was valid
+only where it was made).
 """
 
 from __future__ import annotations
@@ -451,8 +452,17 @@ def _move(
         record(tx, to_org, actor, change, now)
 
 
-def _new_key(key: dkim_keys.DkimKey) -> NewDkimKey:
-    return NewDkimKey(key.selector, key.private_pem, key.public_b64)
+async def _new_key() -> NewDkimKey:
+    """New keys for a transferred domain: RSA, and Ed25519 in place of any it has."""
+    rsa, ed25519 = await dkim_keys.generate(), dkim_keys.generate_ed25519()
+    return NewDkimKey(
+        rsa.selector,
+        rsa.private_pem,
+        rsa.public_b64,
+        ed25519.selector,
+        ed25519.private_pem,
+        ed25519.public_b64,
+    )
 
 
 def _apply_deadline(tx: Tx, transfer_id: str, key: NewDkimKey | None, now: datetime) -> str | None:
@@ -495,7 +505,7 @@ async def apply_deadlines(rt: Runtime) -> dict[str, int]:
         for t in due:
             rotate = t.rotate_dkim and t.status == rules.ACCEPTED
             try:
-                key = _new_key(await dkim_keys.generate()) if rotate else None
+                key = await _new_key() if rotate else None
                 ended = await rt.db.write(_apply_deadline, t.id, key, now)
             except Exception as exc:  # one transfer's fault: tried again next round
                 if not faults.blames_item(exc):
@@ -574,7 +584,7 @@ async def force(rt: Runtime, req: ForceRequest) -> Transfer:
             code="reauth_required",
         )
     target = normalize_email(req.target_email, "target_email")
-    key = _new_key(await dkim_keys.generate()) if req.rotate_dkim else None
+    key = await _new_key() if req.rotate_dkim else None
     return await rt.db.write(
         _force,
         ForceRequest(req.admin, until, req.domain_id, target, req.rotate_dkim),
