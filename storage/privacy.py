@@ -468,12 +468,14 @@ def database_time(tx: Tx) -> Any:
 
 
 def begun_before(tx: Tx, moment: Any) -> int:
-    """How many other transactions on this database, begun before `moment` (`database_time`),
-    are still open."""
+    """How many other clients' transactions on this database, begun before `moment`
+    (`database_time`), are still open (the server's own, such as autovacuum's, are not
+    sends, and may run for minutes)."""
     return int(
         tx.value(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND xact_start < :moment",
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            " AND xact_start < :moment",
             {"moment": moment},
         )
     )
