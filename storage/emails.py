@@ -310,9 +310,9 @@ def sent_in_month(tx: Tx, workspace_id: str, month: str, counting_in: int | None
     A write about to add to the volume in shard `counting_in` (`count_sent`) locks that
     shard's row first on PostgreSQL, so the node's transactions that check and then count
     (its two writers) take turns, each seeing the others' counts: no overshoot of the plan's
-    volume within a node. Nodes count in their own shards and never wait on each other (the
-    accepts under way on other nodes may overshoot it, docs/decisions.md). SQLite has one
-    writer per file."""
+    volume within a node. Nodes count in their own shards and never wait on each other; near
+    the plan's limit a write takes the workspace's lock too (`hold_volume`, engine/sending/
+    intake.py `counted_volume`). SQLite has one writer per file."""
     if counting_in is not None and tx.dialect == "postgresql":
         tx.execute(
             "INSERT INTO usage_shards (workspace_id, month, shard, emails)"
@@ -325,6 +325,16 @@ def sent_in_month(tx: Tx, workspace_id: str, month: str, counting_in: int | None
         {"ws": workspace_id, "month": month},
     )
     return 0 if value is None else int(value)
+
+
+def hold_volume(tx: Tx, workspace_id: str) -> None:
+    """Hold the workspace's volume lock until commit (PostgreSQL: its row, FOR NO KEY UPDATE,
+    which the foreign-key checks of its rows' inserts do not wait on); writes that hold it
+    take turns across nodes. SQLite has one writer per file."""
+    if tx.dialect == "postgresql":
+        tx.execute(
+            "SELECT 1 FROM workspaces WHERE id = :ws FOR NO KEY UPDATE", {"ws": workspace_id}
+        )
 
 
 def count_sent(tx: Tx, workspace_id: str, month: str, emails: int, shard: int) -> None:

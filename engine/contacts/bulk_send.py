@@ -129,7 +129,7 @@ def _start(
         raise InvalidRequest("the contact list is empty", code="empty_list")
     plan = plans.plan(who.plan)
     to_send = audience(tx, who.workspace_id, found)
-    used = emails.sent_in_month(tx, who.workspace_id, intake.month(now), shard)
+    used = intake.counted_volume(tx, who.workspace_id, now, shard, plan, to_send)
     if problem := intake.volume_problem(plan, used, to_send):
         raise PlanLimit(
             f"{problem}; {used} are used and this send needs {to_send}",

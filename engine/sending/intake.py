@@ -245,6 +245,31 @@ def verified_sender(tx: Tx, sender: Sender | None) -> Domain | str:
     return domain
 
 
+# A write adding more than UNLOCKED_ADD emails, or ending within NEAR_LIMIT of the plan's
+# monthly volume, takes the workspace's volume lock (`counted_volume`). Unlocked writes on
+# different nodes could then overshoot only if thousands of them ran at once.
+UNLOCKED_ADD = 100
+NEAR_LIMIT = 10_000
+
+
+def counted_volume(
+    tx: Tx, workspace_id: str, now: datetime, shard: int, plan: plans.Plan, adding: int
+) -> int:
+    """The workspace's volume this month, for a write about to add `adding` emails in `shard`.
+
+    Each node counts in its own shard and never waits on the others' (`emails.sent_in_month`),
+    so two nodes with room for one more email would each see it and send one: near the
+    plan's limit, or adding many at once, the write first takes the workspace's volume lock
+    (`emails.hold_volume`), and reads the volume again with it held, so such writes take
+    turns across nodes and each sees the others' counts."""
+    used = emails.sent_in_month(tx, workspace_id, month(now), shard)
+    limit = plan.emails_per_month
+    if limit == plans.UNLIMITED or (adding <= UNLOCKED_ADD and used + adding <= limit - NEAR_LIMIT):
+        return used
+    emails.hold_volume(tx, workspace_id)
+    return emails.sent_in_month(tx, workspace_id, month(now))
+
+
 def volume_problem(plan: plans.Plan, used: int, adding: int = 1) -> str | None:
     """Why `adding` more emails do not fit the plan's monthly volume, or None."""
     if plan.emails_per_month == plans.UNLIMITED or used + adding <= plan.emails_per_month:
@@ -568,11 +593,11 @@ def _contexts(
     workspace_id: str,
     many: Sequence[_Addresses],
     now: datetime,
-    counting_in: int | None = None,
+    counting: tuple[int, plans.Plan] | None = None,
 ) -> list[_Context]:
     """The contexts of a request or a batch, set-based: each distinct sender looked up once,
     the recipients' suppressions in one query, the volume once (for a write that counts in
-    shard `counting_in`: `emails.sent_in_month`)."""
+    a shard under a plan, `counting`: `counted_volume`)."""
     senders: dict[str, tuple[Domain | None, str | None]] = {}
     for from_email in dict.fromkeys(a.from_email for a in many):
         found = verified_sender(tx, domains.sender_by_email(tx, workspace_id, from_email))
@@ -582,7 +607,11 @@ def _contexts(
     everyone = list(dict.fromkeys(r for a in many for r in a.recipients))
     suppressed = suppressions.suppressed_among(tx, workspace_id, everyone)
     overrides = suppression_overrides(tx, workspace_id, suppressed)
-    sent = emails.sent_in_month(tx, workspace_id, month(now), counting_in)
+    sent = (
+        emails.sent_in_month(tx, workspace_id, month(now))
+        if counting is None
+        else counted_volume(tx, workspace_id, now, *counting, len(many))
+    )
     contexts = []
     for a in many:
         mine = scopes.blocking(
@@ -799,7 +828,8 @@ def _store_many(
     placed: list[int | EngineError] = []
     sent = 0  # accepted so far, not rejected
     checked = [e for e in entries if not isinstance(e, EngineError)]
-    contexts = iter(_contexts(tx, who.workspace_id, [c.addresses for c in checked], now, shard))
+    addresses = [c.addresses for c in checked]
+    contexts = iter(_contexts(tx, who.workspace_id, addresses, now, (shard, plan)))
     for entry in entries:
         if isinstance(entry, EngineError):
             placed.append(entry)

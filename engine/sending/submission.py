@@ -257,7 +257,8 @@ def _store_submissions(
             answers.update((i, f"{login.domain_name} is not verified") for i in members)
             continue
         senders = _active_senders(tx, current)
-        sent = emails.sent_in_month(tx, login.workspace_id, intake.month(now), calls[0][3])
+        plan = plans.plan(current.plan)
+        sent = intake.counted_volume(tx, login.workspace_id, now, calls[0][3], plan, len(members))
         domain: Domain | None = None  # the credential's, read once for its messages
         for i in members:
             mail: RawMail = calls[i][1]

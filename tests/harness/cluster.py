@@ -220,13 +220,17 @@ _MESSAGE_ID = re.compile(rb"^Message-ID: (<[^>]+>)", re.M | re.I)
 
 
 async def prepare_account(
-    cluster: Cluster, dns_server: DnsServer, recipient_domains: list[str], webhook_url: str | None
+    cluster: Cluster,
+    dns_server: DnsServer,
+    recipient_domains: list[str],
+    webhook_url: str | None,
+    plan: str = "business",
 ) -> str:
-    """A Business account with a verified domain, a sender and (when given) a webhook for
-    `email.delivered`; the recipient domains routed to 127.0.0.1. Its API key."""
+    """An account (Business unless `plan`) with a verified domain, a sender and (when given) a
+    webhook for `email.delivered`; the recipient domains routed to 127.0.0.1. Its API key."""
     created = cluster.cli(
         "accounts", "create", "--email", "ops@example.org", "--password", "x" * 16,
-        "--plan", "business",
+        "--plan", plan,
     )  # fmt: skip
     key = str(json.loads(created)["api_key"])
     async with httpx.AsyncClient(
