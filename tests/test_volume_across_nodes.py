@@ -25,12 +25,15 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 
 def _sends_held(url: str) -> int:
-    """Sends waiting on the held row: storing their email (its foreign key), or taking the
-    workspace's volume lock (other units, such as activity entries, may wait on it too)."""
+    """Sends waiting on a lock: storing their email (its foreign key on the held row), taking
+    the workspace's volume lock, or (two nodes counting in one shard, 1 in 16) the shard's
+    row, which the other holds. Other units, such as activity entries, may wait on the held
+    row too: they are not counted."""
     [(count,)] = database_rows(
         url,
         "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
         " AND wait_event_type = 'Lock' AND (query LIKE 'INSERT INTO emails %'"
+        " OR query LIKE 'INSERT INTO usage_shards %'"
         " OR query LIKE '%FROM workspaces % FOR NO KEY UPDATE')",
     )
     return int(str(count))
