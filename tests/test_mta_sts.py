@@ -134,6 +134,28 @@ async def test_testing_delivers_and_records_and_a_new_id_is_fetched_and_enforced
         assert len(policy_server.requests) == 2 and len(sink.messages) == 1
 
 
+async def test_testing_takes_up_again_the_connection_it_delivered_over_unverified(
+    loopback: Loopback,
+) -> None:
+    """In testing mode a host whose certificate does not verify gets the mail all the same, and
+    the connection goes back to the pool: the next round takes it rather than failing the
+    verification again and opening another."""
+    dns_server = loopback.dns
+    sink = await loopback.sink(f"other.{DOMAIN}")  # a certificate for another name
+    loopback.publish(DOMAIN, "t1", 200, sts_policy("testing", f"mx.{DOMAIN}"))
+    async with loopback.service(sink) as service:
+        account = await ready_account(service, dns_server)
+        opened = []
+        for n in range(2):  # one after the other: each a round of its own
+            done = await send_until(account, f"u{n}@{DOMAIN}", is_delivered)
+            [delivered] = events_of(done, "delivered")
+            assert delivered["policy"] == "mta-sts" and delivered["tls"]["verified"] is False
+            await service.settled()  # its outcome written: the connection is back in the pool
+            opened.append(sink.connections)
+        assert opened[1] == opened[0]  # the second round opened nothing
+        assert len(sink.messages) == 2
+
+
 async def test_a_failed_fetch_is_no_policy_and_is_not_tried_again_at_once(
     loopback: Loopback,
 ) -> None:

@@ -256,8 +256,11 @@ class SmtpEgress:
 
     def _postures(self, targets: list[mx.MxTarget]) -> list[tuple[str, Posture]]:
         """The MX hosts whose idle connections this round may take, in MX order, each with
-        the TLS posture `_open` would give a new connection to it (none for a host it would
-        pass over, nor for one an MTA-STS policy in testing mode does not list)."""
+        the TLS postures `_open` could give a new connection to it (none for a host it would
+        pass over). Under an MTA-STS policy in testing mode a connection whose certificate did
+        not verify (or to a host the policy does not list) is what the delivery went on with:
+        it is taken too, after a verified one, so each round does not fail its verification
+        and open another."""
         policy, wanted = self._policy, []
         for target in targets:
             covered = self._dane.get(target.host)
@@ -266,8 +269,11 @@ class SmtpEgress:
                     wanted.append((target.host, Posture("dane", True)))
             elif policy is None:
                 wanted.append((target.host, Posture("opportunistic", False)))
-            elif policy.allows(target.host):
-                wanted.append((target.host, Posture("mta-sts", True)))
+            else:
+                if policy.allows(target.host):
+                    wanted.append((target.host, Posture("mta-sts", True)))
+                if not policy.enforced:
+                    wanted.append((target.host, Posture("mta-sts", False)))
         return wanted
 
     async def _open(self, targets: list[mx.MxTarget]) -> SmtpSession | Outcome:
