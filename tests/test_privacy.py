@@ -17,6 +17,7 @@ import trio
 from engine import privacy
 from engine.sending import statuses
 from storage.tx import Tx
+from tests.harness.cluster import database_rows
 from tests.harness.dns_server import DnsServer
 from tests.harness.https_receiver import HttpsReceiver
 from tests.harness.inbound import SOURCE, letter, poll, send_inbound, verified_domain
@@ -95,18 +96,17 @@ async def test_erasure_is_scoped_to_the_workspace(service: Service, dns_server: 
 async def test_an_email_accepted_while_its_address_is_erased_is_erased_too(
     service: Service, dns_server: DnsServer, database_url: str
 ) -> None:
-    """A send that read the suppression list before the erasure put the hash on it commits its
-    email after (held here at its monthly count by a lock): the erasure waits for it, then
-    rewrites the address out of it and cancels it. PostgreSQL only: SQLite's writers take
-    turns, so there a send cannot straddle the erasure's first write."""
+    """A send that read the suppression list before the erasure put the hash on it stores and
+    commits its email after (held here by a lock at its monthly count, which it takes after
+    reading the list): the erasure waits for it, then rewrites the address out of it and
+    cancels it. PostgreSQL only: SQLite's writers take turns, so there a send cannot straddle
+    the erasure's first write."""
     account = await ready_account(service, dns_server)
     client = account.client
     later = (service.running.runtime.clock.now() + timedelta(hours=1)).isoformat()
     first = await client.post("/v1/emails/", json=message("bob@erase.example", send_at=later))
     assert first.status_code == 202, first.text  # the workspace's monthly count has its row
-    lock = await trio.to_thread.run_sync(_connect, database_url, False)
-    # Activity is read afresh outside a transaction (inside one, it is read once).
-    watch = await trio.to_thread.run_sync(_connect, database_url, True)
+    lock = await trio.to_thread.run_sync(_connect, database_url)
     try:
         lock.execute(
             "SELECT * FROM usage_shards WHERE workspace_id = %s FOR UPDATE",
@@ -119,8 +119,8 @@ async def test_an_email_accepted_while_its_address_is_erased_is_erased_too(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call, "sent", "/v1/emails/", message(ANN, send_at=later))
-            with trio.fail_after(10):  # the send has stored its email and waits to count it
-                while not _waiting_on_a_lock(watch):  # noqa: ASYNC110 - no event to wait on
+            with trio.fail_after(10):  # the send has read the list and waits to count
+                while not await trio.to_thread.run_sync(_counting_held, database_url):  # noqa: ASYNC110
                     await trio.sleep(0.05)
             nursery.start_soon(call, "erased", "/v1/privacy/erase", {"email": ANN})
             await trio.sleep(1)
@@ -128,7 +128,6 @@ async def test_an_email_accepted_while_its_address_is_erased_is_erased_too(
             await trio.to_thread.run_sync(lock.commit)
     finally:
         await trio.to_thread.run_sync(lock.close)
-        await trio.to_thread.run_sync(watch.close)
     sent, erased = results["sent"], results["erased"]
     assert sent.status_code == 202 and erased.status_code == 200, (sent.text, erased.text)
     assert erased.json()["emails"] == 1
@@ -136,16 +135,18 @@ async def test_an_email_accepted_while_its_address_is_erased_is_erased_too(
     assert ANN not in json.dumps(email) and email["status"] == statuses.CANCELLED, email
 
 
-def _connect(url: str, autocommit: bool) -> psycopg.Connection[Any]:
-    return psycopg.connect(url, autocommit=autocommit)
+def _connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url)
 
 
-def _waiting_on_a_lock(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(
+def _counting_held(url: str) -> bool:
+    """Whether a send waits on the locked monthly count."""
+    [(count,)] = database_rows(
+        url,
         "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock'"
-    ).fetchone()
-    return bool(row and row[0])
+        " AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO usage_shards %'",
+    )
+    return bool(count)
 
 
 def _inbound(tx: Tx) -> list[tuple[str, bytes]]:
